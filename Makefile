@@ -1,0 +1,45 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+
+.PHONY: run test install install-test proto check-java clean docs
+
+$(VENV)/.created:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "txnadmin needs Python 3.11 or newer (found " + sys.version.split()[0] + ")")'
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	@touch $@
+
+$(VENV)/.installed: $(VENV)/.created pyproject.toml
+	$(PIP) install -q --config-settings editable_mode=compat -e .
+	@touch $@
+
+$(VENV)/.installed-test: $(VENV)/.created pyproject.toml
+	$(PIP) install -q --config-settings editable_mode=compat -e '.[test]'
+	@touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+check-java:
+	@command -v java >/dev/null 2>&1 || [ -x "$$JAVA_HOME/bin/java" ] || { \
+	  echo "error: Java 17 is needed for Spark (txnadmin scan): install a JDK 17 and put java on PATH or set JAVA_HOME" >&2; exit 1; }
+
+# The main job: a guided downgrade rehearsal on the embedded engine (see docs/).
+run: $(VENV)/.installed check-java
+	$(VENV)/bin/txnadmin demo
+
+test: $(VENV)/.installed-test check-java
+	$(PY) -m pytest -q
+
+# Regenerate txnadmin/codec/pb from proto/ (tests fail when they drift apart).
+proto: $(VENV)/.installed-test
+	$(PY) proto/generate.py
+
+docs: $(VENV)/.installed
+	$(PY) -m txnadmin.cli.docgen > docs/cli-reference.md
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

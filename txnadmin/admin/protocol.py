@@ -1,0 +1,145 @@
+"""The one seam between txnadmin and a Pulsar: :class:`TransactionsAdmin`.
+
+Every method returns plain JSON values shaped exactly as Pulsar's admin REST API returns them
+(Pulsar's field names, nulls omitted), so the CLI renders both backends the same way and the
+server can serve the embedded engine over Pulsar's own paths. Implementations:
+``LocalAdmin`` (the embedded engine) and ``HttpAdmin`` (a real cluster or ``txnadmin serve``).
+
+Errors: implementations raise :class:`AdminError` (or a subclass) carrying the HTTP-like status and
+Pulsar's reason text; nothing else escapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol, runtime_checkable
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True, order=True)
+class TxnId:
+    """A transaction id: ``most_bits`` is the coordinator id, ``least_bits`` its sequence."""
+
+    most_bits: int
+    least_bits: int
+
+    def __str__(self) -> str:
+        return f"({self.most_bits},{self.least_bits})"
+
+    @classmethod
+    def parse(cls, text: str) -> "TxnId":
+        inner = text.strip().removeprefix("(").removesuffix(")")
+        most, _, least = inner.partition(",")
+        return cls(int(most), int(least))
+
+
+class AdminError(Exception):
+    """A failed admin call: ``status`` as HTTP would say it, ``reason`` as Pulsar words it."""
+
+    def __init__(self, reason: str, status: int = 500):
+        self.reason = reason
+        self.status = status
+        super().__init__(reason)
+
+
+class NotFoundError(AdminError):
+    def __init__(self, reason: str):
+        super().__init__(reason, 404)
+
+
+class NotAuthorizedError(AdminError):
+    def __init__(self, reason: str = "not authorized", status: int = 401):
+        super().__init__(reason, status)
+
+
+class TargetUnreachableError(AdminError):
+    """The target could not be reached at all (connection refused, DNS, TLS, engine dir missing)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason, 0)
+
+
+# Names of the two dynamic broker settings that switch PIP-160 batching.
+TC_BATCH_FLAG = "transactionLogBatchedWriteEnabled"
+PENDING_ACK_BATCH_FLAG = "transactionPendingAckBatchedWriteEnabled"
+
+
+@runtime_checkable
+class TransactionsAdmin(Protocol):
+    """What txnadmin needs from a Pulsar (REST path in brackets; base ``/admin/v3/transactions``)."""
+
+    # -- pulsar-admin transactions ------------------------------------------------------------
+    def list_coordinators(self) -> list[Json]:
+        """[GET /coordinators] ``[{"id": 0, "brokerServiceUrl": "pulsar://…"}, …]``."""
+
+    def coordinator_stats(self, coordinator_id: Optional[int] = None) -> Json:
+        """[GET /coordinatorStats] one TransactionCoordinatorStats, or ``{"<id>": stats}`` for all."""
+
+    def coordinator_internal_stats(self, coordinator_id: int, metadata: bool = False) -> Json:
+        """[GET /coordinatorInternalStats/{id}] ``{"transactionLogStats": {…}}``."""
+
+    def pending_ack_internal_stats(self, topic: str, subscription: str, metadata: bool = False) -> Json:
+        """[GET /pendingAckInternalStats/{t}/{ns}/{topic}/{sub}] ``{"pendingAckLogStats": {…}}``."""
+
+    def buffer_snapshot_internal_stats(self, topic: str, metadata: bool = False) -> Json:
+        """[GET /transactionBufferInternalStats/{t}/{ns}/{topic}]."""
+
+    def transaction_buffer_stats(
+        self, topic: str, low_water_marks: bool = False, segment_stats: bool = False
+    ) -> Json:
+        """[GET /transactionBufferStats/{t}/{ns}/{topic}]."""
+
+    def pending_ack_stats(self, topic: str, subscription: str, low_water_marks: bool = False) -> Json:
+        """[GET /pendingAckStats/{t}/{ns}/{topic}/{sub}]."""
+
+    def transaction_in_buffer_stats(self, txn: TxnId, topic: str) -> Json:
+        """[GET /transactionInBufferStats/{t}/{ns}/{topic}/{most}/{least}]."""
+
+    def transaction_in_pending_ack_stats(self, txn: TxnId, topic: str, subscription: str) -> Json:
+        """[GET /transactionInPendingAckStats/{t}/{ns}/{topic}/{sub}/{most}/{least}]."""
+
+    def transaction_metadata(self, txn: TxnId) -> Json:
+        """[GET /transactionMetadata/{most}/{least}]."""
+
+    def slow_transactions(self, timeout_ms: int, coordinator_id: Optional[int] = None) -> Json:
+        """[GET /slowTransactions/{timeout}] ``{"(most,least)": TransactionMetadata}``."""
+
+    def scale_coordinators(self, replicas: int) -> None:
+        """[POST /transactionCoordinator/replicas]."""
+
+    def position_stats_in_pending_ack(
+        self, topic: str, subscription: str, ledger_id: int, entry_id: int, batch_index: Optional[int] = None
+    ) -> Json:
+        """[GET /positionStatsInPendingAck/{t}/{ns}/{topic}/{sub}/{ledgerId}/{entryId}] ``{"state": …}``."""
+
+    def abort_transaction(self, txn: TxnId) -> None:
+        """[POST /abortTransaction/{most}/{least}]."""
+
+    # -- brokers, namespaces, topics (/admin/v2) ---------------------------------------------
+    def dynamic_config(self) -> dict[str, str]:
+        """[GET /admin/v2/brokers/configuration/values] the dynamic overrides."""
+
+    def runtime_config(self) -> dict[str, str]:
+        """[GET /admin/v2/brokers/configuration/runtime] effective values."""
+
+    def update_dynamic_config(self, name: str, value: str) -> None:
+        """[POST /admin/v2/brokers/configuration/{name}/{value}]."""
+
+    def delete_dynamic_config(self, name: str) -> None:
+        """[DELETE /admin/v2/brokers/configuration/{name}]."""
+
+    def list_tenants(self) -> list[str]:
+        """[GET /admin/v2/tenants]."""
+
+    def list_namespaces(self, tenant: str) -> list[str]:
+        """[GET /admin/v2/namespaces/{tenant}] names as ``tenant/ns``."""
+
+    def list_topics(self, namespace: str, include_system: bool = True) -> list[str]:
+        """[GET /admin/v2/namespaces/{t}/{ns}/topics?includeSystemTopic=…] full topic names."""
+
+    def unload_topic(self, topic: str) -> None:
+        """[PUT /admin/v2/persistent/{t}/{ns}/{topic}/unload] stores reopen (and re-read batch flags)."""
+
+    def broker_versions(self) -> dict[str, str]:
+        """Each active broker's version: ``{"host:port": "3.3.2"}``."""

@@ -1,0 +1,1 @@
+"""Protobuf modules generated from proto/ by proto/generate.py."""
