@@ -184,27 +184,27 @@ def _parse(body: bytes, kind: EntryKind, form: EntryForm, strict: bool) -> list[
         msg.ParseFromString(body)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise _Rejected(str(exc) or "protobuf decoding failed") from None
-    if strict and _has_unknown_fields(msg):
+    # A known field with the wrong wire type means another message; fields newer than ours are
+    # tolerated unless we are guessing which log this is.
+    if _has_unknown_fields(msg, only_known_numbers=not strict):
         raise _Rejected("fields that this log does not have")
     records = list(getattr(msg, kind.batch_field)) if form is EntryForm.BATCHED else [msg]
     if form is EntryForm.BATCHED and not records:
         raise _Rejected("batch holds no records")
-    if not strict:
-        return records
     for index, record in enumerate(records):
-        problem = _check_record(record, kind)
+        problem = _check_record(record, kind, strict)
         if problem:
             where = f"record {index}: " if form is EntryForm.BATCHED else ""
             raise _Rejected(where + problem)
     return records
 
 
-def _check_record(record: Message, kind: EntryKind) -> str | None:
+def _check_record(record: Message, kind: EntryKind, strict: bool) -> str | None:
     if kind is EntryKind.TXN_LOG:
         if not record.HasField("metadata_op"):
             return "no metadataOp"
         # The coordinator stamps every record with these; a pending-ack record never has them.
-        if not (record.HasField("last_modification_time") or record.HasField("max_local_txn_id")):
+        if strict and not (record.HasField("last_modification_time") or record.HasField("max_local_txn_id")):
             return "no lastModificationTime/maxLocalTxnId"
         return None
     if not record.HasField("pending_ack_op"):
@@ -212,14 +212,19 @@ def _check_record(record: Message, kind: EntryKind) -> str | None:
     return None
 
 
-def _has_unknown_fields(msg: Message) -> bool:
-    if len(UnknownFieldSet(msg)):
+def _has_unknown_fields(msg: Message, only_known_numbers: bool) -> bool:
+    unknown = UnknownFieldSet(msg)
+    if only_known_numbers:
+        declared = msg.DESCRIPTOR.fields_by_number
+        if any(field.field_number in declared for field in unknown):
+            return True
+    elif len(unknown):
         return True
     for fd, value in msg.ListFields():
         if fd.message_type is None:
             continue
         values = value if fd.is_repeated else [value]
-        if any(_has_unknown_fields(v) for v in values):
+        if any(_has_unknown_fields(v, only_known_numbers) for v in values):
             return True
     return False
 
