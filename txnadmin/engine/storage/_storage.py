@@ -1,0 +1,1018 @@
+"""LedgerStorage: a single-bookie ledger store in BookKeeper's entry-log format, indexed by SQLite.
+
+Durability strategy (docs/engine-storage.md):
+- The entry logs are the source of truth. A writer thread takes every queued add, writes them with one pwrite,
+  fdatasyncs once (group commit), then records their index rows in SQLite (synchronous=NORMAL, no fsync) and only
+  then acknowledges them.
+- SQLite keeps, per entry log, the offset up to which its records are indexed (`logs.data_end`), in the same
+  transaction as the index rows. On opening for writing, every unfinished log is scanned from that offset with
+  framing and CRC32C checks; good records are indexed, the first damaged record and everything after it is cut off.
+- Metadata changes (ledgers, key-value store, log rotation, compaction) commit with synchronous=FULL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import queue
+import shutil
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from . import entrylog
+from ._errors import (
+    EngineLockedError,
+    EntryNotFoundError,
+    LedgerClosedError,
+    LedgerNotFoundError,
+    StorageCorruptError,
+    StorageError,
+    StorageReadOnlyError,
+)
+from ._metadata import LedgerMetadata
+
+AddCallback = Callable[[int | None, BaseException | None], None]
+
+DB_NAME = "metadata.db"
+LOCK_NAME = "storage.lock"
+LEDGERS_DIR = Path("ledgers") / "current"
+COMPACTING_SUFFIX = ".compacting"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ledgers (
+    ledger_id INTEGER PRIMARY KEY,
+    state TEXT NOT NULL,
+    last_entry_id INTEGER NOT NULL,
+    length INTEGER NOT NULL,
+    custom_metadata TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS entries (
+    ledger_id INTEGER NOT NULL,
+    entry_id INTEGER NOT NULL,
+    log_id INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    PRIMARY KEY (ledger_id, entry_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS logs (
+    log_id INTEGER PRIMARY KEY,
+    finished INTEGER NOT NULL,
+    data_end INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS log_usage (
+    log_id INTEGER NOT NULL,
+    ledger_id INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    PRIMARY KEY (log_id, ledger_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kv (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
+"""
+
+_COUNTER_LEDGER = "next_ledger_id"
+_COUNTER_LOG = "next_log_id"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+
+@dataclass
+class _OpenLedger:
+    """Append state of an OPEN ledger in the writer process."""
+
+    next_entry_id: int
+    length: int
+    durable_last: int
+    accepting: bool = True
+
+
+@dataclass
+class _PendingAdd:
+    seq: int
+    ledger_id: int
+    entry_id: int
+    record: bytes
+    callback: AddCallback | None = None
+    done: threading.Event | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class _CurrentLog:
+    log_id: int
+    fd: int
+    position: int
+    usage: dict[int, int] = field(default_factory=dict)
+
+
+class LedgerStorage:
+    """Ledgers in entry logs under ``<dir>/ledgers/current``, metadata and index in ``<dir>/metadata.db``."""
+
+    # -- opening ----------------------------------------------------------------------------
+
+    def __init__(self, directory: Path, read_only: bool, entry_log_size_limit: int):
+        self.directory = Path(directory)
+        self.read_only = read_only
+        self.entry_log_size_limit = entry_log_size_limit
+        self._log_dir = self.directory / LEDGERS_DIR
+        self._lock_fd: int | None = None
+        self._closed = False
+        self._db_lock = threading.RLock()  # guards the write connection
+        self._db: sqlite3.Connection | None = None
+        self._local = threading.local()
+        self._read_conns: list[sqlite3.Connection] = []
+        self._read_conns_lock = threading.Lock()
+        self._fds: dict[int, int] = {}
+        self._retired_fds: list[int] = []
+        self._fds_lock = threading.Lock()
+        # writer-only state
+        self._cond = threading.Condition()
+        self._pending: list[_PendingAdd] = []
+        self._submitted_seq = 0
+        self._durable_seq = 0
+        self._failed: BaseException | None = None
+        self._stopping = False
+        self._open_ledgers: dict[int, _OpenLedger] = {}
+        self._io_lock = threading.Lock()  # held while the current log is written, rotated or finished
+        self._compact_lock = threading.Lock()
+        self._current: _CurrentLog | None = None
+        self._writer: threading.Thread | None = None
+        self._callbacks: queue.SimpleQueue | None = None
+        self._callback_thread: threading.Thread | None = None
+        self._stats = {"entriesWritten": 0, "bytesWritten": 0, "syncs": 0}
+
+    @classmethod
+    def open(cls, directory: Path | str, *, read_only: bool = False,
+             entry_log_size_limit: int = 64 * 1024 * 1024) -> "LedgerStorage":
+        """Open (creating when writable) the storage in ``directory``.
+
+        A writer takes an exclusive lock on the directory; read-only opens take none and never change anything.
+        """
+        if entry_log_size_limit < entrylog.HEADER_SIZE * 2:
+            raise StorageError(f"entry_log_size_limit {entry_log_size_limit}: must be at least {entrylog.HEADER_SIZE * 2}")
+        directory = Path(directory)
+        storage = cls(directory, read_only, entry_log_size_limit)
+        try:
+            if read_only:
+                storage._open_reader()
+            else:
+                storage._open_writer()
+        except BaseException:
+            storage._release()
+            raise
+        return storage
+
+    def _open_reader(self) -> None:
+        if not (self.directory / DB_NAME).is_file():
+            raise StorageError(f"{self.directory}: no ledger storage here ({DB_NAME} missing)")
+        self._db = self._connect()
+        self._db.execute("PRAGMA query_only=1")
+
+    def _open_writer(self) -> None:
+        try:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"{self.directory}: cannot create the storage directory ({exc.strerror})") from None
+        self._take_lock()
+        self._db = self._connect()
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+        with self._txn(full=True) as db:
+            db.execute("INSERT OR IGNORE INTO counters VALUES (?, 1)", (_COUNTER_LEDGER,))
+            db.execute("INSERT OR IGNORE INTO counters VALUES (?, 0)", (_COUNTER_LOG,))
+            db.execute("INSERT OR IGNORE INTO counters VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        self._recover()
+        for row in self._db.execute(
+                "SELECT ledger_id, last_entry_id, length FROM ledgers WHERE state = 'OPEN'").fetchall():
+            self._open_ledgers[row[0]] = _OpenLedger(row[1] + 1, row[2], row[1])
+        self._callbacks = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write_loop, name="ledger-storage-writer", daemon=True)
+        self._callback_thread = threading.Thread(target=self._callback_loop, name="ledger-storage-callbacks",
+                                                 daemon=True)
+        self._writer.start()
+        self._callback_thread.start()
+
+    def _take_lock(self) -> None:
+        path = self.directory / LOCK_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise EngineLockedError(
+                f"{self.directory}: already open for writing by process {holder}; "
+                "stop it or open read-only") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self.directory / DB_NAME, isolation_level=None, check_same_thread=False,
+                                   timeout=30.0)
+        except sqlite3.Error as exc:
+            raise StorageError(f"{self.directory / DB_NAME}: cannot open ({exc})") from None
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+
+    def _reader_db(self) -> sqlite3.Connection:
+        """A connection for the calling thread, so readers never queue behind the writer's commits."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            self._check_open()
+            conn = self._connect()
+            conn.execute("PRAGMA query_only=1")
+            self._local.conn = conn
+            with self._read_conns_lock:
+                self._read_conns.append(conn)
+        return conn
+
+    class _Txn:
+        def __init__(self, storage: "LedgerStorage", full: bool):
+            self.storage = storage
+            self.full = full
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.storage._db_lock.acquire()
+            db = self.storage._db
+            db.execute(f"PRAGMA synchronous={'FULL' if self.full else 'NORMAL'}")
+            db.execute("BEGIN IMMEDIATE")
+            return db
+
+        def __exit__(self, exc_type, exc, tb) -> None:
+            db = self.storage._db
+            try:
+                if exc_type is None:
+                    db.execute("COMMIT")
+                else:
+                    db.execute("ROLLBACK")
+            finally:
+                self.storage._db_lock.release()
+
+    def _txn(self, *, full: bool) -> "LedgerStorage._Txn":
+        return LedgerStorage._Txn(self, full)
+
+    # -- recovery ---------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Bring the index up to the entry logs after a crash; leave one unfinished log to append to."""
+        for path in self._log_dir.iterdir():
+            if path.name.endswith(COMPACTING_SUFFIX):
+                path.unlink()  # an interrupted compaction's output; its source is still indexed
+        known = {row[0]: (bool(row[1]), row[2]) for row in
+                 self._db.execute("SELECT log_id, finished, data_end FROM logs")}
+        for path in self._log_dir.iterdir():
+            log_id = entrylog.parse_log_file_name(path.name)
+            if log_id is not None and log_id not in known:
+                path.unlink()  # compaction output never committed, or a compacted source not yet removed
+        _fsync_dir(self._log_dir)
+        unfinished = sorted(log_id for log_id, (finished, _) in known.items() if not finished)
+        for log_id, (finished, _) in known.items():
+            if finished and not (self._log_dir / entrylog.log_file_name(log_id)).exists():
+                raise StorageCorruptError(f"{self._log_dir / entrylog.log_file_name(log_id)}: entry log missing")
+        for log_id in unfinished:
+            self._recover_log(log_id, known[log_id][1])
+        for log_id in unfinished[:-1]:
+            self._finish_log(self._current_from_disk(log_id))
+        if unfinished:
+            self._current = self._current_from_disk(unfinished[-1])
+        else:
+            self._current = self._new_log()
+
+    def _current_from_disk(self, log_id: int) -> _CurrentLog:
+        fd = os.open(self._log_dir / entrylog.log_file_name(log_id), os.O_RDWR)
+        position = os.fstat(fd).st_size
+        usage = dict(self._db.execute("SELECT ledger_id, bytes FROM log_usage WHERE log_id = ?", (log_id,)))
+        return _CurrentLog(log_id, fd, position, usage)
+
+    def _recover_log(self, log_id: int, indexed_end: int) -> None:
+        path = self._log_dir / entrylog.log_file_name(log_id)
+        if not path.exists():
+            if indexed_end > entrylog.HEADER_SIZE:
+                raise StorageCorruptError(f"{path}: entry log missing")
+            self._create_log_file(log_id)
+            return
+        fd = os.open(path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            if size < entrylog.HEADER_SIZE:
+                if indexed_end > entrylog.HEADER_SIZE:
+                    raise StorageCorruptError(f"{path}: shorter than its indexed data ({size} < {indexed_end})")
+                # crashed while the header was written: nothing was ever acknowledged from it
+                _pwrite_all(fd, entrylog.encode_header(), 0)
+                os.ftruncate(fd, entrylog.HEADER_SIZE)
+                os.fsync(fd)
+                return
+            if size < indexed_end:
+                raise StorageCorruptError(f"{path}: shorter than its indexed data ({size} < {indexed_end})")
+            try:
+                header = entrylog.decode_header(os.pread(fd, entrylog.HEADER_SIZE, 0))
+            except ValueError as exc:
+                raise StorageCorruptError(f"{path}: {exc}") from None
+            if header.finished:
+                # crashed after the header was filled in but before the log was marked finished
+                _pwrite_all(fd, entrylog.encode_header(), 0)
+            scan = entrylog.scan_records(fd, indexed_end, size)
+            rows, usage, ledger_ends = [], {}, {}
+            live = {row[0]: (row[1], row[2], row[3]) for row in
+                    self._db.execute("SELECT ledger_id, state, last_entry_id, length FROM ledgers")}
+            for loc in scan.records:
+                usage[loc.ledger_id] = usage.get(loc.ledger_id, 0) + loc.size + 4
+                info = live.get(loc.ledger_id)
+                expected = ledger_ends.get(loc.ledger_id, (info[1] if info else None, None))[0]
+                if info is None or info[0] != "OPEN" or loc.entry_id != expected + 1:
+                    continue  # a deleted ledger's bytes: garbage, not data
+                stored = entrylog.decode_stored_entry(os.pread(fd, loc.size, loc.offset + 4))
+                rows.append((loc.ledger_id, loc.entry_id, log_id, loc.offset, loc.size))
+                ledger_ends[loc.ledger_id] = (loc.entry_id, stored.ledger_length)
+            if scan.end < size:
+                os.ftruncate(fd, scan.end)  # the torn tail: never acknowledged, never served
+            os.fsync(fd)
+            with self._txn(full=True) as db:
+                db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?)", rows)
+                db.executemany("UPDATE ledgers SET last_entry_id = ?, length = ? WHERE ledger_id = ?",
+                               [(last, length, ledger) for ledger, (last, length) in ledger_ends.items()])
+                self._add_usage(db, log_id, usage)
+                db.execute("UPDATE logs SET data_end = ? WHERE log_id = ?", (scan.end, log_id))
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _add_usage(db: sqlite3.Connection, log_id: int, usage: dict[int, int]) -> None:
+        db.executemany(
+            "INSERT INTO log_usage VALUES (?, ?, ?) "
+            "ON CONFLICT (log_id, ledger_id) DO UPDATE SET bytes = bytes + excluded.bytes",
+            [(log_id, ledger, nbytes) for ledger, nbytes in usage.items()])
+
+    # -- entry-log files ----------------------------------------------------------------------
+
+    def _create_log_file(self, log_id: int) -> int:
+        path = self._log_dir / entrylog.log_file_name(log_id)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        _pwrite_all(fd, entrylog.encode_header(), 0)
+        os.fsync(fd)
+        _fsync_dir(self._log_dir)
+        return fd
+
+    def _allocate_log_id(self, db: sqlite3.Connection) -> int:
+        log_id = db.execute("SELECT value FROM counters WHERE name = ?", (_COUNTER_LOG,)).fetchone()[0]
+        db.execute("UPDATE counters SET value = ? WHERE name = ?", (log_id + 1, _COUNTER_LOG))
+        return log_id
+
+    def _new_log(self, finish: _CurrentLog | None = None) -> _CurrentLog:
+        """Register a new current log (and mark ``finish`` finished in the same transaction), then create it."""
+        with self._txn(full=True) as db:
+            if finish is not None:
+                db.execute("UPDATE logs SET finished = 1, data_end = ? WHERE log_id = ?",
+                           (finish.position, finish.log_id))
+            log_id = self._allocate_log_id(db)
+            db.execute("INSERT INTO logs VALUES (?, 0, ?)", (log_id, entrylog.HEADER_SIZE))
+        fd = self._create_log_file(log_id)
+        return _CurrentLog(log_id, fd, entrylog.HEADER_SIZE)
+
+    def _write_ledgers_map(self, fd: int, position: int, usage: dict[int, int]) -> None:
+        """Append the ledgers map and fill in the header, in BookKeeper's order (map durable before header)."""
+        _pwrite_all(fd, entrylog.encode_ledgers_map(usage), position)
+        os.fsync(fd)
+        _pwrite_all(fd, entrylog.encode_header(position, len(usage))[:entrylog.LEDGERS_MAP_OFFSET_POSITION + 12], 0)
+        os.fsync(fd)
+
+    def _finish_log(self, current: _CurrentLog, *, start_next: bool = False) -> _CurrentLog | None:
+        """Write the ledgers map of ``current``; mark it finished; optionally start the next log."""
+        os.ftruncate(current.fd, current.position)
+        self._write_ledgers_map(current.fd, current.position, current.usage)
+        os.close(current.fd)
+        if start_next:
+            return self._new_log(finish=current)
+        with self._txn(full=True) as db:
+            db.execute("UPDATE logs SET finished = 1, data_end = ? WHERE log_id = ?", (current.position, current.log_id))
+        return None
+
+    def _read_fd(self, log_id: int) -> int:
+        with self._fds_lock:
+            fd = self._fds.get(log_id)
+            if fd is None:
+                fd = os.open(self._log_dir / entrylog.log_file_name(log_id), os.O_RDONLY)
+                self._fds[log_id] = fd
+            return fd
+
+    def _retire_fd(self, log_id: int) -> None:
+        with self._fds_lock:
+            fd = self._fds.pop(log_id, None)
+            if fd is not None:
+                # another thread may still pread it; closing now could let the number be reused under it
+                self._retired_fds.append(fd)
+
+    # -- ledgers ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"{self.directory}: storage is closed")
+
+    def _check_writable(self, what: str) -> None:
+        self._check_open()
+        if self.read_only:
+            raise StorageReadOnlyError(f"{self.directory}: opened read-only, cannot {what}")
+        if self._failed is not None:
+            raise StorageError(f"{self.directory}: storage failed earlier and takes no writes "
+                               f"({self._failed}); reopen it")
+
+    def create_ledger(self, custom_metadata: dict[str, str] | None = None) -> int:
+        """Create an OPEN ledger; ids are strictly increasing and never reused, across restarts."""
+        self._check_writable("create a ledger")
+        custom = dict(custom_metadata or {})
+        for key, value in custom.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise StorageError(f"custom metadata {key!r}={value!r}: keys and values must be strings")
+        with self._txn(full=True) as db:
+            ledger_id = db.execute("SELECT value FROM counters WHERE name = ?", (_COUNTER_LEDGER,)).fetchone()[0]
+            db.execute("UPDATE counters SET value = ? WHERE name = ?", (ledger_id + 1, _COUNTER_LEDGER))
+            db.execute("INSERT INTO ledgers VALUES (?, 'OPEN', -1, 0, ?, ?)",
+                       (ledger_id, json.dumps(custom), _now_ms()))
+        with self._cond:
+            self._open_ledgers[ledger_id] = _OpenLedger(0, 0, -1)
+        return ledger_id
+
+    def _metadata_row(self, db: sqlite3.Connection, ledger_id: int) -> LedgerMetadata:
+        row = db.execute("SELECT ledger_id, state, last_entry_id, length, custom_metadata, created_at_ms "
+                         "FROM ledgers WHERE ledger_id = ?", (ledger_id,)).fetchone()
+        if row is None:
+            raise LedgerNotFoundError(f"ledger {ledger_id}: not found in {self.directory}")
+        return self._to_metadata(row)
+
+    @staticmethod
+    def _to_metadata(row: tuple) -> LedgerMetadata:
+        return LedgerMetadata(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5])
+
+    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        return self._metadata_row(self._reader_db(), ledger_id)
+
+    def list_ledgers(self) -> list[LedgerMetadata]:
+        rows = self._reader_db().execute(
+            "SELECT ledger_id, state, last_entry_id, length, custom_metadata, created_at_ms "
+            "FROM ledgers ORDER BY ledger_id").fetchall()
+        return [self._to_metadata(row) for row in rows]
+
+    def _stop_accepting(self, ledger_id: int) -> None:
+        """Refuse new adds to the ledger and wait until the ones already queued are durable."""
+        with self._cond:
+            state = self._open_ledgers.get(ledger_id)
+            if state is not None:
+                state.accepting = False
+            target = self._submitted_seq
+        self._wait_durable(target)
+
+    def close_ledger(self, ledger_id: int) -> LedgerMetadata:
+        """Close the ledger: no more entries, lastEntryId and length fixed. Closing a closed ledger is a no-op."""
+        self._check_writable(f"close ledger {ledger_id}")
+        self.ledger_metadata(ledger_id)
+        self._stop_accepting(ledger_id)
+        with self._txn(full=True) as db:
+            db.execute("UPDATE ledgers SET state = 'CLOSED' WHERE ledger_id = ?", (ledger_id,))
+            meta = self._metadata_row(db, ledger_id)
+        with self._cond:
+            self._open_ledgers.pop(ledger_id, None)
+        return meta
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Remove the ledger's metadata and index; its bytes stay in the entry logs until compact()."""
+        self._check_writable(f"delete ledger {ledger_id}")
+        self.ledger_metadata(ledger_id)
+        self._stop_accepting(ledger_id)
+        with self._txn(full=True) as db:
+            db.execute("DELETE FROM entries WHERE ledger_id = ?", (ledger_id,))
+            db.execute("DELETE FROM ledgers WHERE ledger_id = ?", (ledger_id,))
+        with self._cond:
+            self._open_ledgers.pop(ledger_id, None)
+
+    # -- adding -----------------------------------------------------------------------------
+
+    def _enqueue(self, ledger_id: int, payload: bytes, callback: AddCallback | None,
+                 done: threading.Event | None) -> _PendingAdd:
+        """Queue one add; raise what makes it impossible (closed ledger, read-only, failed storage, bad payload)."""
+        self._check_writable(f"add to ledger {ledger_id}")
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise StorageError(f"ledger {ledger_id}: payload must be bytes, not {type(payload).__name__}")
+        payload = bytes(payload)
+        with self._cond:
+            if self._stopping:
+                raise StorageError(f"{self.directory}: storage is closing")
+            if self._failed is not None:
+                raise StorageError(f"{self.directory}: storage failed earlier and takes no writes "
+                                   f"({self._failed}); reopen it")
+            state = self._open_ledgers.get(ledger_id)
+            if state is None or not state.accepting:
+                if state is None and not self._ledger_exists(ledger_id):
+                    raise LedgerNotFoundError(f"ledger {ledger_id}: not found in {self.directory}")
+                raise LedgerClosedError(f"ledger {ledger_id}: closed, cannot add entries")
+            entry_id = state.next_entry_id
+            state.next_entry_id += 1
+            state.length += len(payload)
+            record = entrylog.encode_record(ledger_id, entry_id, state.durable_last, state.length, payload)
+            self._submitted_seq += 1
+            add = _PendingAdd(self._submitted_seq, ledger_id, entry_id, record, callback, done)
+            self._pending.append(add)
+            self._cond.notify_all()
+        return add
+
+    def _ledger_exists(self, ledger_id: int) -> bool:
+        return self._reader_db().execute("SELECT 1 FROM ledgers WHERE ledger_id = ?", (ledger_id,)).fetchone() is not None
+
+    def add_entry(self, ledger_id: int, payload: bytes) -> int:
+        """Append one entry; returns its id once it is on disk (fsync'd) and readable."""
+        done = threading.Event()
+        add = self._enqueue(ledger_id, payload, None, done)
+        done.wait()
+        if add.error is not None:
+            raise add.error
+        return add.entry_id
+
+    def add_entry_async(self, ledger_id: int, payload: bytes, callback: AddCallback) -> None:
+        """Queue an append; ``callback(entry_id, None)`` once durable, or ``callback(None, exc)``.
+
+        Callbacks run on one storage thread, in submission order; a refused add (closed ledger, failed storage)
+        is reported through its callback too, after the callbacks of the adds queued before it.
+        """
+        try:
+            self._enqueue(ledger_id, payload, callback, None)
+        except StorageError as exc:
+            with self._cond:
+                if self._writer is not None and self._writer.is_alive() and not self._stopping:
+                    self._submitted_seq += 1
+                    self._pending.append(_PendingAdd(self._submitted_seq, ledger_id, -1, b"", callback, None, exc))
+                    self._cond.notify_all()
+                    return
+            if self._callback_thread is None or not self._callback_thread.is_alive():
+                raise
+            self._callbacks.put(_PendingAdd(0, ledger_id, -1, b"", callback, None, exc))
+
+    def _wait_durable(self, target_seq: int) -> None:
+        with self._cond:
+            while self._durable_seq < target_seq and self._failed is None:
+                self._cond.wait()
+            if self._durable_seq < target_seq and self._failed is not None:
+                raise StorageError(f"{self.directory}: storage failed ({self._failed})")
+
+    def flush(self) -> None:
+        """Wait until every add queued so far is durable."""
+        with self._cond:
+            target = self._submitted_seq
+        self._wait_durable(target)
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopping:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                batch, self._pending = self._pending, []
+            error: BaseException | None = None
+            try:
+                with self._io_lock:
+                    self._write_batch(batch)
+            except BaseException as exc:  # any failure here leaves the tail unknown: stop taking writes
+                error = StorageError(f"{self.directory}: write failed ({exc})")
+            with self._cond:
+                if error is not None:
+                    self._failed = error
+                    for add in self._pending:
+                        add.error = error
+                    batch += self._pending
+                    self._pending = []
+                else:
+                    for add in batch:
+                        if add.error is not None:
+                            continue
+                        state = self._open_ledgers.get(add.ledger_id)
+                        if state is not None and add.entry_id > state.durable_last:
+                            state.durable_last = add.entry_id
+                self._durable_seq = batch[-1].seq
+                self._cond.notify_all()
+            for add in batch:
+                if error is not None and add.error is None:
+                    add.error = error
+                if add.done is not None:
+                    add.done.set()
+                elif add.callback is not None:
+                    self._callbacks.put(add)
+            if error is not None:
+                return
+
+    def _write_batch(self, batch: list[_PendingAdd]) -> None:
+        """Write, fsync, index. Rotation happens between records so no file grows far past the limit."""
+        current = self._current
+        rows: list[tuple[int, int, int, int, int]] = []
+        ledger_ends: dict[int, tuple[int, int]] = {}
+        usage: dict[int, int] = {}
+        chunk: list[bytes] = []
+        chunk_start = current.position
+        position = current.position
+
+        def flush_chunk() -> None:
+            if chunk:
+                _pwrite_all(current.fd, b"".join(chunk), chunk_start)
+                chunk.clear()
+            _datasync(current.fd)
+            self._stats["syncs"] += 1
+
+        def commit(db: sqlite3.Connection) -> None:
+            db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?)", rows)
+            db.executemany("UPDATE ledgers SET last_entry_id = ?, length = ? WHERE ledger_id = ?",
+                           [(last, length, ledger) for ledger, (last, length) in ledger_ends.items()])
+            self._add_usage(db, current.log_id, usage)
+            db.execute("UPDATE logs SET data_end = ? WHERE log_id = ?", (position, current.log_id))
+
+        for add in batch:
+            if add.error is not None:
+                continue  # refused at submission; only its callback travels in order
+            size = len(add.record)
+            if position + size > self.entry_log_size_limit and position > entrylog.HEADER_SIZE:
+                flush_chunk()
+                current.position = position
+                with self._txn(full=False) as db:
+                    commit(db)
+                rows.clear()
+                ledger_ends.clear()
+                usage.clear()
+                self._current = self._finish_log(current, start_next=True)
+                current = self._current
+                chunk_start = position = current.position
+            chunk.append(add.record)
+            rows.append((add.ledger_id, add.entry_id, current.log_id, position, size - 4))
+            ledger_ends[add.ledger_id] = (add.entry_id, int.from_bytes(add.record[28:36], "big", signed=True))
+            usage[add.ledger_id] = usage.get(add.ledger_id, 0) + size
+            current.usage[add.ledger_id] = current.usage.get(add.ledger_id, 0) + size
+            position += size
+        flush_chunk()
+        current.position = position
+        with self._txn(full=False) as db:
+            commit(db)
+        written = [add for add in batch if add.error is None]
+        self._stats["entriesWritten"] += len(written)
+        self._stats["bytesWritten"] += sum(len(add.record) for add in written)
+
+    def _callback_loop(self) -> None:
+        while True:
+            add = self._callbacks.get()
+            if add is None:
+                return
+            try:
+                if add.error is not None:
+                    add.callback(None, add.error)
+                else:
+                    add.callback(add.entry_id, None)
+            except BaseException:  # a failing callback must not stop the ones after it
+                import traceback
+
+                traceback.print_exc()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _locate(self, db: sqlite3.Connection, ledger_id: int, first: int, last: int) -> list[tuple]:
+        rows = db.execute("SELECT entry_id, log_id, offset, size FROM entries "
+                          "WHERE ledger_id = ? AND entry_id BETWEEN ? AND ? ORDER BY entry_id",
+                          (ledger_id, first, last)).fetchall()
+        if len(rows) != last - first + 1:
+            if not db.execute("SELECT 1 FROM ledgers WHERE ledger_id = ?", (ledger_id,)).fetchone():
+                raise LedgerNotFoundError(f"ledger {ledger_id}: not found in {self.directory}")
+            have = {row[0] for row in rows}
+            missing = next(e for e in range(first, last + 1) if e not in have)
+            raise EntryNotFoundError(f"ledger {ledger_id}: no entry {missing}")
+        return rows
+
+    def _read_located(self, ledger_id: int, row: tuple) -> bytes:
+        entry_id, log_id, offset, size = row
+        fd = self._read_fd(log_id)
+        stored = os.pread(fd, size, offset + 4)
+        try:
+            entry = entrylog.decode_stored_entry(stored)
+        except ValueError as exc:
+            raise StorageCorruptError(f"{entrylog.log_file_name(log_id)} byte {offset}: {exc}") from None
+        if entry.ledger_id != ledger_id or entry.entry_id != entry_id:
+            raise StorageCorruptError(f"{entrylog.log_file_name(log_id)} byte {offset}: holds ledger "
+                                      f"{entry.ledger_id} entry {entry.entry_id}, index says {ledger_id}:{entry_id}")
+        return entry.payload
+
+    def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        """Entries ``first..last`` inclusive; every one is CRC-checked before it is returned."""
+        self._check_open()
+        if first < 0 or last < first:
+            raise StorageError(f"ledger {ledger_id}: bad entry range {first}..{last}")
+        for attempt in range(3):
+            rows = self._locate(self._reader_db(), ledger_id, first, last)
+            try:
+                return [self._read_located(ledger_id, row) for row in rows]
+            except (FileNotFoundError, StorageCorruptError):
+                # compaction may have moved the entries between the lookup and the read: look again
+                if attempt == 2:
+                    raise
+                for row in rows:
+                    self._retire_fd(row[1])
+        raise AssertionError("unreachable")
+
+    def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        return self.read_entries(ledger_id, entry_id, entry_id)[0]
+
+    # -- garbage ----------------------------------------------------------------------------
+
+    def garbage_bytes(self) -> int:
+        """Bytes still held in entry logs by deleted ledgers (what compact() would reclaim)."""
+        row = self._reader_db().execute(
+            "SELECT COALESCE(SUM(bytes), 0) FROM log_usage "
+            "WHERE ledger_id NOT IN (SELECT ledger_id FROM ledgers)").fetchone()
+        return row[0]
+
+    def compact(self) -> dict:
+        """Rewrite entry logs without deleted ledgers' records, like bookie garbage collection.
+
+        Each log holding garbage is copied (live records only) to a new log with a fresh id; the index moves to
+        the copy in one transaction; then the old file is removed. The current log is finished first if it holds
+        garbage.
+        """
+        self._check_writable("compact")
+        with self._compact_lock:
+            live = {row[0] for row in self._reader_db().execute("SELECT ledger_id FROM ledgers")}
+            with self._io_lock:
+                current = self._current
+                if any(ledger not in live for ledger in current.usage):
+                    self._current = self._finish_log(current, start_next=True)
+            candidates = [row[0] for row in self._reader_db().execute(
+                "SELECT DISTINCT u.log_id FROM log_usage u JOIN logs l ON l.log_id = u.log_id "
+                "WHERE l.finished = 1 AND u.ledger_id NOT IN (SELECT ledger_id FROM ledgers) ORDER BY u.log_id")]
+            rewritten = reclaimed = removed = 0
+            for log_id in candidates:
+                before, after = self._compact_log(log_id)
+                reclaimed += before - after
+                if after:
+                    rewritten += 1
+                else:
+                    removed += 1
+            return {"filesRewritten": rewritten, "filesRemoved": removed, "bytesReclaimed": reclaimed}
+
+    def _compact_log(self, log_id: int) -> tuple[int, int]:
+        old_path = self._log_dir / entrylog.log_file_name(log_id)
+        old_size = old_path.stat().st_size
+        data_end = self._reader_db().execute("SELECT data_end FROM logs WHERE log_id = ?", (log_id,)).fetchone()[0]
+        live = {row[0] for row in self._reader_db().execute("SELECT ledger_id FROM ledgers")}
+        fd = os.open(old_path, os.O_RDONLY)
+        try:
+            scan = entrylog.scan_records(fd, entrylog.HEADER_SIZE, data_end)
+            keep = [loc for loc in scan.records if loc.ledger_id in live]
+            if not keep:
+                with self._txn(full=True) as db:
+                    db.execute("DELETE FROM log_usage WHERE log_id = ?", (log_id,))
+                    db.execute("DELETE FROM logs WHERE log_id = ?", (log_id,))
+                self._remove_log_file(log_id)
+                return old_size, 0
+            with self._txn(full=True) as db:
+                new_id = self._allocate_log_id(db)
+            tmp_path = self._log_dir / (entrylog.log_file_name(new_id) + COMPACTING_SUFFIX)
+            out = os.open(tmp_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                position = entrylog.HEADER_SIZE
+                moves, usage, parts = [], {}, [entrylog.encode_header()]
+                for loc in keep:
+                    record = os.pread(fd, loc.size + 4, loc.offset)
+                    parts.append(record)
+                    moves.append((new_id, position, loc.ledger_id, loc.entry_id, log_id, loc.offset))
+                    usage[loc.ledger_id] = usage.get(loc.ledger_id, 0) + len(record)
+                    position += len(record)
+                    if sum(map(len, parts)) > 8 << 20:
+                        _pwrite_all(out, b"".join(parts), position - sum(map(len, parts)))
+                        parts = []
+                if parts:
+                    _pwrite_all(out, b"".join(parts), position - sum(map(len, parts)))
+                os.fsync(out)
+                self._write_ledgers_map(out, position, usage)
+            finally:
+                os.close(out)
+            new_path = self._log_dir / entrylog.log_file_name(new_id)
+            os.replace(tmp_path, new_path)
+            _fsync_dir(self._log_dir)
+            with self._txn(full=True) as db:
+                db.execute("INSERT INTO logs VALUES (?, 1, ?)", (new_id, position))
+                self._add_usage(db, new_id, usage)
+                # only entries still indexed at their old place move; a ledger deleted meanwhile stays deleted
+                db.executemany("UPDATE entries SET log_id = ?, offset = ? "
+                               "WHERE ledger_id = ? AND entry_id = ? AND log_id = ? AND offset = ?", moves)
+                db.execute("DELETE FROM log_usage WHERE log_id = ?", (log_id,))
+                db.execute("DELETE FROM logs WHERE log_id = ?", (log_id,))
+        finally:
+            os.close(fd)
+        self._remove_log_file(log_id)
+        return old_size, new_path.stat().st_size
+
+    def _remove_log_file(self, log_id: int) -> None:
+        self._retire_fd(log_id)
+        (self._log_dir / entrylog.log_file_name(log_id)).unlink()
+        _fsync_dir(self._log_dir)
+
+    def stats(self) -> dict:
+        """Writer counters since open: entries and bytes written, and data syncs (one per group commit)."""
+        return dict(self._stats)
+
+    def entry_log_files(self) -> list[Path]:
+        """The current entry-log files, ascending log id."""
+        rows = self._reader_db().execute("SELECT log_id FROM logs ORDER BY log_id").fetchall()
+        return [self._log_dir / entrylog.log_file_name(row[0]) for row in rows]
+
+    # -- export -----------------------------------------------------------------------------
+
+    def export(self, dest: Path | str) -> dict:
+        """Copy the entry logs as of one consistent moment and write `ledgers.txt` for the live ledgers.
+
+        Layout: ``dest/ledgers/current/<hex>.log`` (a log still being written is copied up to its last indexed
+        record, with the unfinished header) and ``dest/ledgers.txt`` in `listledgers -meta` console form.
+        """
+        self._check_open()
+        dest = Path(dest)
+        for attempt in range(5):
+            try:
+                return self._export_once(dest)
+            except FileNotFoundError:
+                if attempt == 4:
+                    raise StorageError(f"{self.directory}: entry logs kept changing during export; try again") from None
+        raise AssertionError("unreachable")
+
+    def _export_once(self, dest: Path) -> dict:
+        db = self._reader_db()
+        db.execute("BEGIN")
+        try:
+            logs = db.execute("SELECT log_id, finished, data_end FROM logs ORDER BY log_id").fetchall()
+            ledgers = [self._to_metadata(row) for row in db.execute(
+                "SELECT ledger_id, state, last_entry_id, length, custom_metadata, created_at_ms "
+                "FROM ledgers ORDER BY ledger_id")]
+            # open every file inside the snapshot so a later compaction cannot remove it under us
+            sources = []
+            try:
+                for log_id, finished, data_end in logs:
+                    sources.append((log_id, finished, data_end,
+                                    open(self._log_dir / entrylog.log_file_name(log_id), "rb")))
+            except FileNotFoundError:
+                for *_, src in sources:
+                    src.close()
+                raise
+        finally:
+            db.execute("COMMIT")
+        out_dir = dest / LEDGERS_DIR
+        out_dir.mkdir(parents=True, exist_ok=True)
+        files, total = [], 0
+        try:
+            for log_id, finished, data_end, src in sources:
+                target = out_dir / entrylog.log_file_name(log_id)
+                tmp = target.with_name(target.name + ".tmp")
+                with open(tmp, "wb") as dst:
+                    if finished:
+                        shutil.copyfileobj(src, dst, 1 << 20)
+                    else:
+                        dst.write(entrylog.encode_header())
+                        src.seek(entrylog.HEADER_SIZE)
+                        remaining = data_end - entrylog.HEADER_SIZE
+                        while remaining > 0:
+                            block = src.read(min(remaining, 1 << 20))
+                            if not block:
+                                raise StorageCorruptError(f"{src.name}: shorter than its indexed data")
+                            dst.write(block)
+                            remaining -= len(block)
+                    dst.flush()
+                    os.fsync(dst.fileno())
+                os.replace(tmp, target)
+                files.append(target.name)
+                total += target.stat().st_size
+        finally:
+            for *_, src in sources:
+                src.close()
+        listing = "".join(f"ledgerID: {meta.ledger_id}\n{meta.to_bookkeeper_string()}\n" for meta in ledgers)
+        tmp = dest / "ledgers.txt.tmp"
+        tmp.write_text(listing)
+        os.replace(tmp, dest / "ledgers.txt")
+        return {"destination": str(dest), "entryLogs": files, "entryLogBytes": total, "ledgers": len(ledgers),
+                "ledgerList": str(dest / "ledgers.txt")}
+
+    # -- metadata store ---------------------------------------------------------------------
+
+    def meta_get(self, key: str) -> bytes | None:
+        row = self._reader_db().execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def meta_put(self, key: str, value: bytes) -> None:
+        self.meta_put_many({key: value})
+
+    def meta_delete(self, key: str) -> None:
+        self.meta_put_many({key: None})
+
+    def meta_put_many(self, items: dict[str, bytes | None]) -> None:
+        """Set (or, with None, delete) several keys in one durable transaction."""
+        self._check_writable("change metadata")
+        for key, value in items.items():
+            if not isinstance(key, str) or not key:
+                raise StorageError(f"metadata key {key!r}: must be a non-empty string")
+            if value is not None and not isinstance(value, (bytes, bytearray, memoryview)):
+                raise StorageError(f"metadata key {key}: value must be bytes, not {type(value).__name__}")
+        with self._txn(full=True) as db:
+            for key, value in items.items():
+                if value is None:
+                    db.execute("DELETE FROM kv WHERE key = ?", (key,))
+                else:
+                    db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, bytes(value)))
+
+    def meta_list(self, prefix: str) -> list[str]:
+        rows = self._reader_db().execute(
+            "SELECT key FROM kv WHERE substr(key, 1, ?) = ? ORDER BY key", (len(prefix), prefix)).fetchall()
+        return [row[0] for row in rows]
+
+    def next_counter(self, name: str) -> int:
+        """Return and advance a named engine-wide counter (starts at 0); durable, survives restarts."""
+        self._check_writable(f"advance counter {name}")
+        key = f"counter/{name}"
+        with self._txn(full=True) as db:
+            row = db.execute("SELECT value FROM counters WHERE name = ?", (key,)).fetchone()
+            value = 0 if row is None else row[0]
+            db.execute("INSERT OR REPLACE INTO counters VALUES (?, ?)", (key, value + 1))
+        return value
+
+    # -- closing ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Make every queued add durable, stop the storage threads and release the writer lock."""
+        if self._closed:
+            return
+        if self._writer is not None:
+            with self._cond:
+                self._stopping = True
+                self._cond.notify_all()
+            self._writer.join()
+            self._callbacks.put(None)
+            if self._callback_thread is not threading.current_thread():
+                self._callback_thread.join()
+        self._release()
+
+    def _release(self) -> None:
+        self._closed = True
+        if self._current is not None:
+            try:
+                os.fsync(self._current.fd)
+            except OSError:
+                pass
+            os.close(self._current.fd)
+            self._current = None
+        with self._fds_lock:
+            for fd in list(self._fds.values()) + self._retired_fds:
+                os.close(fd)
+            self._fds.clear()
+            self._retired_fds.clear()
+        with self._read_conns_lock:
+            for conn in self._read_conns:
+                conn.close()
+            self._read_conns.clear()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor drops the flock
+            self._lock_fd = None
+
+    def __enter__(self) -> "LedgerStorage":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.read_only else "writer"
+        return f"LedgerStorage({str(self.directory)!r}, {mode})"
