@@ -1,0 +1,94 @@
+"""The engine's entry logs, parsed by an independent minimal reader written here from the reference
+(bookkeeper-formats.md, "Entry logs") — nothing from txnadmin.engine.storage.entrylog is used to read them."""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+
+import google_crc32c
+
+from txnadmin.engine.storage import LedgerStorage
+
+
+def read_entry_log(path: Path) -> dict:
+    """Parse one DefaultEntryLogger file: 1024-byte header, [int32 N][N bytes] records, ledgers map at the end."""
+    data = path.read_bytes()
+    assert data[0:4] == b"BKLO"
+    version, map_offset, ledger_count = struct.unpack(">iqi", data[4:20])
+    assert version == 1
+    assert data[20:1024] == bytes(1004)
+    data_end = map_offset if map_offset else len(data)
+    records, pos = [], 1024
+    while pos < data_end:
+        (n,) = struct.unpack(">i", data[pos:pos + 4])
+        stored = data[pos + 4:pos + 4 + n]
+        assert len(stored) == n, f"{path.name}: record at {pos} runs past the data"
+        ledger_id, entry_id, lac, length = struct.unpack(">qqqq", stored[:32])
+        (digest,) = struct.unpack(">I", stored[32:36])
+        payload = stored[36:]
+        assert google_crc32c.value(stored[:32] + payload) == digest, f"{path.name}: CRC32C at {pos}"
+        records.append({"ledger": ledger_id, "entry": entry_id, "lac": lac, "length": length,
+                        "payload": payload, "record_bytes": 4 + n})
+        pos += 4 + n
+    assert pos == data_end
+    ledgers_map = {}
+    while pos < len(data):
+        (n,) = struct.unpack(">i", data[pos:pos + 4])
+        ledger_id, entry_id, count = struct.unpack(">qqi", data[pos + 4:pos + 24])
+        assert (ledger_id, entry_id) == (-1, -2)
+        assert n == 20 + 16 * count
+        for i in range(count):
+            lid, size = struct.unpack(">qq", data[pos + 24 + 16 * i:pos + 40 + 16 * i])
+            ledgers_map[lid] = size
+        pos += 4 + n
+    if map_offset:
+        assert len(ledgers_map) == ledger_count
+    else:
+        assert ledger_count == 0
+    return {"finished": bool(map_offset), "records": records, "ledgers_map": ledgers_map}
+
+
+def test_independent_reader_parses_engine_entry_logs(tmp_path):
+    rnd = random.Random(7)
+    written: dict[int, list[bytes]] = {}
+    with LedgerStorage.open(tmp_path / "s", entry_log_size_limit=16 * 1024) as st:
+        ledgers = [st.create_ledger({"n": str(i)}) for i in range(4)]
+        for ledger in ledgers:
+            written[ledger] = []
+        for _ in range(600):
+            ledger = rnd.choice(ledgers)
+            data = rnd.randbytes(rnd.randint(0, 300))
+            written[ledger].append(data)
+            st.add_entry(ledger, data)
+        st.close_ledger(ledgers[0])
+        files = st.entry_log_files()
+
+    assert len(files) >= 5
+    seen: dict[int, list[dict]] = {ledger: [] for ledger in ledgers}
+    interleaved = False
+    for path in files:
+        assert path.parent.name == "current" and path.parent.parent.name == "ledgers"
+        assert path.name == f"{int(path.stem, 16):x}.log"
+        log = read_entry_log(path)
+        assert log["finished"] == (path != files[-1])
+        if log["finished"]:
+            per_ledger: dict[int, int] = {}
+            for rec in log["records"]:
+                per_ledger[rec["ledger"]] = per_ledger.get(rec["ledger"], 0) + rec["record_bytes"]
+            # BookKeeper's map counts each ledger's bytes in this file, size prefixes included
+            assert log["ledgers_map"] == per_ledger
+        interleaved |= len({rec["ledger"] for rec in log["records"]}) > 1
+        for rec in log["records"]:
+            seen[rec["ledger"]].append(rec)
+    assert interleaved, "ledgers should share entry-log files as on a bookie"
+    for ledger in ledgers:
+        recs = seen[ledger]
+        assert [r["entry"] for r in recs] == list(range(len(written[ledger])))
+        assert [r["payload"] for r in recs] == written[ledger]
+        total = 0
+        for rec in recs:
+            total += len(rec["payload"])
+            assert rec["length"] == total  # ledger length up to and including this entry
+            assert -1 <= rec["lac"] < rec["entry"]
