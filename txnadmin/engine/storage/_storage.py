@@ -82,6 +82,8 @@ CREATE TABLE IF NOT EXISTS kv (
 );
 """
 
+_MAX_GROUP_BYTES = 16 << 20
+_MAX_GROUP_ENTRIES = 20000
 _COUNTER_LEDGER = "next_ledger_id"
 _COUNTER_LOG = "next_log_id"
 
@@ -600,7 +602,14 @@ class LedgerStorage:
                     self._cond.wait()
                 if not self._pending:
                     return
-                batch, self._pending = self._pending, []
+                # bound one group so a flood of queued adds is written (and acknowledged) in steps
+                count, nbytes = 0, 0
+                for add in self._pending:
+                    count += 1
+                    nbytes += len(add.record)
+                    if nbytes >= _MAX_GROUP_BYTES or count >= _MAX_GROUP_ENTRIES:
+                        break
+                batch, self._pending = self._pending[:count], self._pending[count:]
             error: BaseException | None = None
             try:
                 with self._io_lock:
