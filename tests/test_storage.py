@@ -366,3 +366,18 @@ def test_export_is_a_bookie_dump(tmp_path):
     assert sum(e.ledger_id == gone for e in entries) == 60
     assert sum(e.ledger_id == tc for e in entries) == 60
     assert [e.payload for e in entries if e.ledger_id == still_open] == [b"latest"]
+
+
+def test_foreign_entry_logs_are_never_adopted_or_deleted(tmp_path):
+    with LedgerStorage.open(tmp_path / "s") as st:
+        st.add_entry(st.create_ledger({}), b"x")
+        st.export(tmp_path / "dump")
+    copied = sorted((tmp_path / "dump" / "ledgers" / "current").iterdir())
+    with pytest.raises(StorageError, match="has entry logs but no metadata.db"):
+        LedgerStorage.open(tmp_path / "dump")
+    assert sorted((tmp_path / "dump" / "ledgers" / "current").iterdir()) == copied
+    stray = tmp_path / "s" / "ledgers" / "current" / "ff.log"
+    stray.write_bytes(entrylog.encode_header())
+    with pytest.raises(StorageError, match="ff.log: entry log this storage never created"):
+        LedgerStorage.open(tmp_path / "s")
+    assert stray.exists()

@@ -209,6 +209,11 @@ class LedgerStorage:
         except OSError as exc:
             raise StorageError(f"{self.directory}: cannot create the storage directory ({exc.strerror})") from None
         self._take_lock()
+        if not (self.directory / DB_NAME).exists() and any(
+                entrylog.parse_log_file_name(p.name) is not None for p in self._log_dir.iterdir()):
+            # entry logs without our database (a bookie copy, an export): never adopt or delete them
+            raise StorageError(f"{self.directory}: has entry logs but no {DB_NAME}; not an engine storage "
+                               "(open a copy read-only with the scan instead)")
         self._db = self._connect()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
@@ -297,9 +302,12 @@ class LedgerStorage:
                 path.unlink()  # an interrupted compaction's output; its source is still indexed
         known = {row[0]: (bool(row[1]), row[2]) for row in
                  self._db.execute("SELECT log_id, finished, data_end FROM logs")}
+        next_log_id = self._db.execute("SELECT value FROM counters WHERE name = ?", (_COUNTER_LOG,)).fetchone()[0]
         for path in self._log_dir.iterdir():
             log_id = entrylog.parse_log_file_name(path.name)
             if log_id is not None and log_id not in known:
+                if log_id >= next_log_id:
+                    raise StorageCorruptError(f"{path}: entry log this storage never created; move it away")
                 path.unlink()  # compaction output never committed, or a compacted source not yet removed
         _fsync_dir(self._log_dir)
         unfinished = sorted(log_id for log_id, (finished, _) in known.items() if not finished)
