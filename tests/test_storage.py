@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -381,3 +385,51 @@ def test_foreign_entry_logs_are_never_adopted_or_deleted(tmp_path):
     with pytest.raises(StorageError, match="ff.log: entry log this storage never created"):
         LedgerStorage.open(tmp_path / "s")
     assert stray.exists()
+
+
+FILE_SIZE_LIMITED_WRITER = """
+import json, resource, signal, sys, threading
+from txnadmin.engine.storage import LedgerStorage, StorageError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG instead of killing us
+st = LedgerStorage.open(sys.argv[1], entry_log_size_limit=1 << 30)
+ledger = st.create_ledger({})
+resource.setrlimit(resource.RLIMIT_FSIZE, (1_500_000, 1_500_000))
+results, done = [], threading.Event()
+def callback(entry_id, error):
+    results.append([entry_id, str(error) if error else None])
+    if len(results) == 60:
+        done.set()
+for i in range(20):
+    results.append([st.add_entry(ledger, bytes([i]) * 50_000), None])
+for i in range(20, 60):
+    st.add_entry_async(ledger, bytes([i]) * 50_000, callback)
+done.wait(30)
+try:
+    st.add_entry(ledger, b"after")
+    later = "accepted"
+except StorageError as exc:
+    later = str(exc)
+st.close()
+print(json.dumps({"ledger": ledger, "results": results, "later": later}))
+"""
+
+
+def test_a_failing_disk_fails_the_adds_and_stops_writes(tmp_path):
+    d = tmp_path / "s"
+    done = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMITED_WRITER, str(d)], capture_output=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    out = json.loads(done.stdout)
+    ok = [entry for entry, error in out["results"] if error is None]
+    failed = [error for entry, error in out["results"] if error is not None]
+    assert ok == list(range(len(ok))) and 20 <= len(ok) < 60
+    assert len(failed) == 60 - len(ok) and all("write failed" in error for error in failed)
+    assert "failed earlier and takes no writes" in out["later"]
+    # reopening recovers: acknowledged entries intact, whole records of the failed group kept (they are exactly
+    # what was sent), the half-written record cut, appends continue
+    with LedgerStorage.open(d) as st:
+        ledger = out["ledger"]
+        last = st.ledger_metadata(ledger).last_entry_id
+        assert len(ok) - 1 <= last < 59
+        assert st.read_entries(ledger, 0, last) == [bytes([i]) * 50_000 for i in range(last + 1)]
+        assert st.add_entry(ledger, b"next") == last + 1

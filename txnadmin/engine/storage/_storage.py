@@ -574,8 +574,9 @@ class LedgerStorage:
     def add_entry_async(self, ledger_id: int, payload: bytes, callback: AddCallback) -> None:
         """Queue an append; ``callback(entry_id, None)`` once durable, or ``callback(None, exc)``.
 
-        Callbacks run on one storage thread, in submission order; a refused add (closed ledger, failed storage)
-        is reported through its callback too, after the callbacks of the adds queued before it.
+        Callbacks run on one storage thread, in submission order; an add refused for its ledger (closed, deleted,
+        unknown) or a bad payload is reported through its callback too, after the callbacks of the adds queued
+        before it. When the storage itself takes no writes (read-only, closing, failed) this raises instead.
         """
         try:
             self._enqueue(ledger_id, payload, callback, None)
@@ -586,9 +587,7 @@ class LedgerStorage:
                     self._pending.append(_PendingAdd(self._submitted_seq, ledger_id, -1, b"", callback, None, exc))
                     self._cond.notify_all()
                     return
-            if self._callback_thread is None or not self._callback_thread.is_alive():
-                raise
-            self._callbacks.put(_PendingAdd(0, ledger_id, -1, b"", callback, None, exc))
+            raise  # no writer to keep the order (read-only, closing or failed): tell the caller directly
 
     def _wait_durable(self, target_seq: int) -> None:
         with self._cond:
