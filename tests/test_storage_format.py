@@ -1,15 +1,19 @@
 """The engine's entry logs, parsed by an independent minimal reader written here from the reference
-(bookkeeper-formats.md, "Entry logs") — nothing from txnadmin.engine.storage.entrylog is used to read them."""
+(bookkeeper-formats.md, "Entry logs") — nothing from txnadmin.engine.storage.entrylog is used to read them.
+The property test at the end checks the engine's own scanner, which crash recovery relies on."""
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 from pathlib import Path
 
 import google_crc32c
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from txnadmin.engine.storage import LedgerStorage
+from txnadmin.engine.storage import LedgerStorage, entrylog
 
 
 def read_entry_log(path: Path) -> dict:
@@ -92,3 +96,41 @@ def test_independent_reader_parses_engine_entry_logs(tmp_path):
             total += len(rec["payload"])
             assert rec["length"] == total  # ledger length up to and including this entry
             assert -1 <= rec["lac"] < rec["entry"]
+
+
+records_strategy = st.lists(
+    st.tuples(st.integers(0, 2**40), st.integers(0, 2**40), st.binary(max_size=300)), min_size=1, max_size=12)
+
+
+def _scan_bytes(tmp_path: Path, data: bytes):
+    path = tmp_path / "0.log"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return entrylog.scan_records(fd, entrylog.HEADER_SIZE, len(data), chunk=64)
+    finally:
+        os.close(fd)
+
+
+@settings(max_examples=150, deadline=None)
+@given(records=records_strategy, cut=st.integers(0, 10**6), flip=st.one_of(st.none(), st.integers(0, 10**6)))
+def test_a_damaged_tail_never_scans_as_data(tmp_path_factory, records, cut, flip):
+    tmp_path = tmp_path_factory.mktemp("scan")
+    encoded = [entrylog.encode_record(lid, eid, eid - 1, len(p), p) for lid, eid, p in records]
+    data = bytearray(entrylog.encode_header() + b"".join(encoded))
+    ends = [entrylog.HEADER_SIZE]
+    for rec in encoded:
+        ends.append(ends[-1] + len(rec))
+    damaged_at = len(data)
+    if flip is not None:
+        pos = entrylog.HEADER_SIZE + flip % (len(data) - entrylog.HEADER_SIZE)
+        data[pos] ^= 0x5A
+        damaged_at = pos
+    cut_at = entrylog.HEADER_SIZE + cut % (len(data) - entrylog.HEADER_SIZE + 1)
+    data = bytes(data[:cut_at])
+    damaged_at = min(damaged_at, cut_at)
+    scan = _scan_bytes(tmp_path, data)
+    # exactly the records that lie wholly before the first damage are returned, and nothing else
+    whole = [i for i in range(len(encoded)) if ends[i + 1] <= damaged_at]
+    assert [(loc.ledger_id, loc.entry_id) for loc in scan.records] == [records[i][:2] for i in whole]
+    assert scan.end == ends[len(whole)]
