@@ -284,7 +284,12 @@ class LedgerStorage:
             db = self.storage._db
             try:
                 if exc_type is None:
-                    db.execute("COMMIT")
+                    try:
+                        db.execute("COMMIT")
+                    except sqlite3.Error:
+                        if db.in_transaction:
+                            db.execute("ROLLBACK")  # never leave a half transaction for the next caller
+                        raise
                 else:
                     db.execute("ROLLBACK")
             finally:
