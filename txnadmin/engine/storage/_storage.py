@@ -276,8 +276,12 @@ class LedgerStorage:
         def __enter__(self) -> sqlite3.Connection:
             self.storage._db_lock.acquire()
             db = self.storage._db
-            db.execute(f"PRAGMA synchronous={'FULL' if self.full else 'NORMAL'}")
-            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute(f"PRAGMA synchronous={'FULL' if self.full else 'NORMAL'}")
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                self.storage._db_lock.release()
+                raise StorageError(f"{self.storage.directory / DB_NAME}: {exc}") from exc
             return db
 
         def __exit__(self, exc_type, exc, tb) -> None:
@@ -286,12 +290,15 @@ class LedgerStorage:
                 if exc_type is None:
                     try:
                         db.execute("COMMIT")
-                    except sqlite3.Error:
+                    except sqlite3.Error as error:
                         if db.in_transaction:
                             db.execute("ROLLBACK")  # never leave a half transaction for the next caller
-                        raise
+                        raise StorageError(f"{self.storage.directory / DB_NAME}: {error}") from error
                 else:
-                    db.execute("ROLLBACK")
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    if isinstance(exc, sqlite3.Error):
+                        raise StorageError(f"{self.storage.directory / DB_NAME}: {exc}") from exc
             finally:
                 self.storage._db_lock.release()
 
