@@ -3,7 +3,9 @@
 Usage: storage_crash_child.py DIRECTORY SEED ENTRY_LOG_SIZE_LIMIT
 
 stdout lines (each flushed): `READY`, `A <ledger> <entry>` once an add is acknowledged, `c <ledger>` / `C <ledger>`
-before / after closing a ledger, `d <ledger>` / `D <ledger>` before / after deleting one. The parent SIGKILLs us.
+before / after closing a ledger, `d <ledger>` / `D <ledger>` before / after deleting one. Every entry of every
+ledger is `payload(ledger, entry)`. A background thread keeps deleting scratch ledgers and compacting. The parent
+SIGKILLs us.
 """
 
 from __future__ import annotations
@@ -56,6 +58,16 @@ def main() -> None:
             st.delete_ledger(ledger)
             say(f"D {ledger}")
         st.compact()
+        # then keep making garbage and collecting it, so kills often land inside a compaction
+        while True:
+            scratch = st.create_ledger({"scratch": "yes"})
+            for entry in range(rnd.randint(5, 60)):
+                st.add_entry(scratch, payload(scratch, entry))
+            st.close_ledger(scratch)
+            say(f"d {scratch}")
+            st.delete_ledger(scratch)
+            say(f"D {scratch}")
+            st.compact()
 
     def sync_adder(worker: int) -> None:
         mine = random.Random(seed * 100 + worker)
