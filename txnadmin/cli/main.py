@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from .. import __version__
+from . import engine as engine_cli
 from . import inspect
 
 app = typer.Typer(
@@ -32,6 +33,7 @@ def root(
 
 
 app.add_typer(inspect.app, name="inspect")
+app.add_typer(engine_cli.app, name="engine")
 
 
 def main() -> None:

@@ -1,0 +1,196 @@
+"""`LocalAdmin`: the TransactionsAdmin protocol on the embedded engine."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Optional
+
+from .protocol import AdminError, Json, NotFoundError, TargetUnreachableError, TxnId
+
+TC_ASSIGN_PREFIX = "persistent://pulsar/system/transaction_coordinator_assign-partition-"
+
+
+def _admin_errors(fn):
+    """Engine exceptions become AdminError with the status Pulsar's REST API would answer."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from ..engine.config import ConfigError
+
+        try:
+            return fn(*args, **kwargs)
+        except AdminError:
+            raise
+        except ConfigError as exc:
+            raise AdminError(str(exc), 412) from None
+        except (KeyError, LookupError) as exc:
+            raise NotFoundError(str(exc).strip("'\"")) from None
+        except ValueError as exc:
+            raise AdminError(str(exc), 412) from None
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            if status is None:
+                raise
+            if status == 404:
+                raise NotFoundError(str(exc)) from None
+            raise AdminError(str(exc), status) from None
+
+    return wrapper
+
+
+class LocalAdmin:
+    """Open an engine directory (or wrap a running :class:`Engine`) and answer admin calls from it."""
+
+    def __init__(self, target, *, create: bool = False):
+        from ..engine.engine import Engine
+
+        if isinstance(target, Engine):
+            self.engine = target
+            self._owned = False
+        else:
+            directory = Path(target)
+            if not create and not (directory / "metadata.db").exists():
+                raise TargetUnreachableError(
+                    f"{directory}: no txnadmin engine here (create one with `txnadmin engine init {directory}`)"
+                )
+            try:
+                self.engine = Engine(directory)
+            except Exception as exc:  # locked by another writer, unreadable files …
+                raise TargetUnreachableError(f"{directory}: {exc}") from None
+            self._owned = True
+
+    def close(self) -> None:
+        if self._owned:
+            self.engine.close()
+
+    def __enter__(self) -> "LocalAdmin":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def _stats(self):
+        from ..engine import stats
+
+        return stats
+
+    # -- pulsar-admin transactions ------------------------------------------------------------
+    @_admin_errors
+    def list_coordinators(self) -> list[Json]:
+        return self._stats.coordinators_list(self.engine)
+
+    @_admin_errors
+    def coordinator_stats(self, coordinator_id: Optional[int] = None) -> Json:
+        return self._stats.coordinator_stats(self.engine, coordinator_id)
+
+    @_admin_errors
+    def coordinator_internal_stats(self, coordinator_id: int, metadata: bool = False) -> Json:
+        return self.engine.coordinator(coordinator_id).internal_stats(metadata)
+
+    @_admin_errors
+    def pending_ack_internal_stats(self, topic: str, subscription: str, metadata: bool = False) -> Json:
+        return self._stats.pending_ack_internal_stats(self.engine, topic, subscription, metadata)
+
+    @_admin_errors
+    def buffer_snapshot_internal_stats(self, topic: str, metadata: bool = False) -> Json:
+        self.engine.topic(topic, create=False)
+        raise NotFoundError("Transaction buffer Snapshot for the topic does not exist")
+
+    @_admin_errors
+    def transaction_buffer_stats(self, topic: str, low_water_marks: bool = False, segment_stats: bool = False) -> Json:
+        return self._stats.transaction_buffer_stats(self.engine, topic, low_water_marks, segment_stats)
+
+    @_admin_errors
+    def pending_ack_stats(self, topic: str, subscription: str, low_water_marks: bool = False) -> Json:
+        return self._stats.pending_ack_stats(self.engine, topic, subscription, low_water_marks)
+
+    @_admin_errors
+    def transaction_in_buffer_stats(self, txn: TxnId, topic: str) -> Json:
+        return self._stats.transaction_in_buffer_stats(self.engine, (txn.most_bits, txn.least_bits), topic)
+
+    @_admin_errors
+    def transaction_in_pending_ack_stats(self, txn: TxnId, topic: str, subscription: str) -> Json:
+        return self._stats.transaction_in_pending_ack_stats(
+            self.engine, (txn.most_bits, txn.least_bits), topic, subscription
+        )
+
+    @_admin_errors
+    def transaction_metadata(self, txn: TxnId) -> Json:
+        meta = self.engine.coordinator(txn.most_bits).get(txn.least_bits)
+        return self._stats.transaction_metadata(self.engine, meta)
+
+    @_admin_errors
+    def slow_transactions(self, timeout_ms: int, coordinator_id: Optional[int] = None) -> Json:
+        return self._stats.slow_transactions(self.engine, timeout_ms, coordinator_id)
+
+    @_admin_errors
+    def scale_coordinators(self, replicas: int) -> None:
+        if replicas <= 0:
+            raise AdminError("Number of transaction coordinators must be more than 0", 406)
+        self.engine.scale_coordinators(replicas)
+
+    @_admin_errors
+    def position_stats_in_pending_ack(self, topic: str, subscription: str, ledger_id: int, entry_id: int,
+                                      batch_index: Optional[int] = None) -> Json:
+        return self._stats.position_stats_in_pending_ack(self.engine, topic, subscription, ledger_id, entry_id,
+                                                         batch_index)
+
+    @_admin_errors
+    def abort_transaction(self, txn: TxnId) -> None:
+        if not 0 <= txn.most_bits <= 2**31 - 1:
+            raise AdminError("mostSigBits out of bounds", 400)
+        self.engine.abort((txn.most_bits, txn.least_bits))
+
+    # -- brokers, namespaces, topics ----------------------------------------------------------
+    @_admin_errors
+    def dynamic_config(self) -> dict[str, str]:
+        from ..engine.config import read_dynamic
+
+        return read_dynamic(self.engine.directory)
+
+    @_admin_errors
+    def runtime_config(self) -> dict[str, str]:
+        from ..engine.config import _render
+
+        self.engine.apply_dynamic_config()
+        return {k: _render(v) for k, v in self.engine.config.to_dict().items()}
+
+    @_admin_errors
+    def update_dynamic_config(self, name: str, value: str) -> None:
+        from ..engine.config import update_dynamic
+
+        update_dynamic(self.engine.directory, name, value)
+        self.engine.apply_dynamic_config()
+
+    @_admin_errors
+    def delete_dynamic_config(self, name: str) -> None:
+        from ..engine.config import update_dynamic
+
+        update_dynamic(self.engine.directory, name, None)
+        self.engine.apply_dynamic_config()
+
+    @_admin_errors
+    def list_tenants(self) -> list[str]:
+        return sorted({ns.split("/")[0] for ns in self._stats.namespaces(self.engine)})
+
+    @_admin_errors
+    def list_namespaces(self, tenant: str) -> list[str]:
+        return [ns for ns in self._stats.namespaces(self.engine) if ns.split("/")[0] == tenant]
+
+    @_admin_errors
+    def list_topics(self, namespace: str, include_system: bool = True) -> list[str]:
+        return self._stats.topic_names(self.engine, namespace, include_system)
+
+    @_admin_errors
+    def unload_topic(self, topic: str) -> None:
+        full = self._stats.canonical_topic(topic)
+        if full.startswith(TC_ASSIGN_PREFIX):
+            self.engine.reload_coordinator(int(full[len(TC_ASSIGN_PREFIX):]))
+        else:
+            self.engine.reload_topic(full)
+
+    @_admin_errors
+    def broker_versions(self) -> dict[str, str]:
+        return {self.engine.config.engineBrokerServiceUrl.split("://")[-1]: self.engine.config.engineBrokerVersion}

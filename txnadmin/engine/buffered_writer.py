@@ -1,0 +1,260 @@
+"""The batched log writer (Pulsar's TxnLogBufferedWriter, PIP-160).
+
+Records are buffered and written as one entry — prefix ``0E 01 00 01`` + batched message — when
+the buffer reaches max records or max bytes, or on a re-armed max-delay tick. A record at or above
+max bytes is written alone, plain, after flushing what was buffered. With batching off every
+record is written plain. Callbacks resolve in write order with (ledger, entry, batch size, index).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol
+
+from ..codec import encode_batched_serialized
+from .position import Position
+from .writer_metrics import BufferedWriterMetrics
+
+Callback = Callable[["TxnPosition | None", "BaseException | None"], None]
+
+
+class Appender(Protocol):
+    def add_entry_async(self, payload: bytes, callback: Callable[[Optional[Position], Optional[BaseException]], None]) -> None: ...
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class WriterClosedError(Exception):
+    def __init__(self, message: str = "Transaction log buffered write has closed"):
+        super().__init__(message)
+
+
+@dataclass
+class BufferedWriterConfig:
+    enabled: bool = False
+    max_records: int = 512
+    max_size: int = 4 * 1024 * 1024
+    max_delay_ms: float = 1.0
+    key_prefix: str = "transactionLogBatchedWrite"
+
+    def validate(self) -> None:
+        """Pulsar's TransactionBatchedWriteValidator: only checked while batching is enabled."""
+        if not self.enabled:
+            return
+        for suffix, value, minimum in (("MaxRecords", self.max_records, 10), ("MaxSize", self.max_size, 131072),
+                                       ("MaxDelayInMillis", self.max_delay_ms, 1)):
+            if value < minimum:
+                raise ConfigError(f"Configuration field '{self.key_prefix}{suffix}' value must be greater than or "
+                                  f"equal to {minimum}")
+
+
+@dataclass(frozen=True)
+class TxnPosition:
+    """A record's place: its entry, and its index inside a batch of ``batch_size`` (1 = a whole entry)."""
+
+    ledger_id: int
+    entry_id: int
+    batch_size: int = 1
+    batch_index: int = 0
+
+    @property
+    def position(self) -> Position:
+        return Position(self.ledger_id, self.entry_id)
+
+    def ack_set(self) -> Optional[list[int]]:
+        """Bits [0, batch_size) set but this record's, as signed 64-bit words; None deletes the whole entry."""
+        if self.batch_size <= 1:
+            return None
+        bits = ((1 << self.batch_size) - 1) & ~(1 << self.batch_index)
+        words = []
+        while bits:
+            word = bits & ((1 << 64) - 1)
+            words.append(word - (1 << 64) if word >> 63 else word)
+            bits >>= 64
+        while words and words[-1] == 0:
+            words.pop()
+        return words
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}" + (f":{self.batch_index}/{self.batch_size}" if self.batch_size > 1 else "")
+
+
+@dataclass
+class _Pending:
+    record: bytes
+    callback: Callback
+    added_ms: float
+
+
+class BufferedWriter:
+    def __init__(self, ledger: Appender, config: BufferedWriterConfig, metrics: BufferedWriterMetrics | None = None,
+                 name: str = ""):
+        config.validate()
+        self.ledger = ledger
+        self.config = config
+        self.metrics = metrics
+        self.name = name
+        self.state = "OPEN"
+        self._buffer: list[_Pending] = []
+        self._bytes = 0
+        self._tasks: deque = deque()
+        self._cond = threading.Condition()
+        self._next_tick = time.monotonic() + config.max_delay_ms / 1000
+        self._thread = threading.Thread(target=self._run, name=f"buffered-writer {name}", daemon=True)
+        self._thread.start()
+
+    # -- public ------------------------------------------------------------------------------
+    def add(self, record: bytes, callback: Callback) -> None:
+        with self._cond:
+            self._tasks.append(("add", record, callback))
+            self._cond.notify()
+
+    def add_sync(self, record: bytes, timeout: float = 30) -> TxnPosition:
+        done = threading.Event()
+        out: list = []
+
+        def cb(pos, exc):
+            out.append((pos, exc))
+            done.set()
+
+        self.add(record, cb)
+        if not done.wait(timeout):
+            raise TimeoutError(f"{self.name}: write not acknowledged within {timeout} s")
+        pos, exc = out[0]
+        if exc is not None:
+            raise exc
+        return pos
+
+    def update_config(self, config: BufferedWriterConfig) -> None:
+        config.validate()
+        with self._cond:
+            self._tasks.append(("config", config, None))
+            self._cond.notify()
+
+    def close(self) -> None:
+        done = threading.Event()
+        with self._cond:
+            if self.state != "OPEN":
+                return
+            self.state = "CLOSING"
+            self._tasks.append(("close", done, None))
+            self._cond.notify()
+        done.wait(30)
+
+    # -- the write thread ----------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._tasks:
+                    if self._buffer:
+                        delay = self._next_tick - time.monotonic()
+                        if delay <= 0:
+                            break
+                        self._cond.wait(delay)
+                    else:
+                        self._cond.wait()
+                task = self._tasks.popleft() if self._tasks else None
+            now = time.monotonic()
+            if now >= self._next_tick:
+                # The re-armed tick: flush whatever is buffered, then arm the next one.
+                if self._buffer:
+                    self._flush("max_delay")
+                self._next_tick = now + self.config.max_delay_ms / 1000
+            if task is None:
+                continue
+            kind, arg, callback = task
+            if kind == "add":
+                self._add(arg, callback)
+            elif kind == "config":
+                if self._buffer and not arg.enabled:
+                    self._flush("max_delay")
+                self.config = arg
+            elif kind == "close":
+                self._fail_buffer(WriterClosedError())
+                self.state = "CLOSED"
+                arg.set()
+                # Later adds still get their failure callbacks, in order.
+                self._drain_closed()
+                return
+
+    def _drain_closed(self) -> None:
+        def drain():
+            while True:
+                with self._cond:
+                    while not self._tasks:
+                        self._cond.wait()
+                    kind, arg, callback = self._tasks.popleft()
+                if kind == "add":
+                    _safe(callback, None, WriterClosedError())
+        threading.Thread(target=drain, daemon=True, name=f"buffered-writer-closed {self.name}").start()
+
+    def _add(self, record: bytes, callback: Callback) -> None:
+        if self.state != "OPEN":
+            _safe(callback, None, WriterClosedError())
+            return
+        config = self.config
+        if not config.enabled:
+            self._write_plain(record, callback)
+            return
+        if len(record) >= config.max_size:
+            if self._buffer:
+                self._flush("large_data")
+            if self.metrics:
+                self.metrics.large_data()
+            self._write_plain(record, callback)
+            return
+        if not self._buffer:
+            # Arm relative to now so an idle writer does not flush a fresh record at once.
+            self._next_tick = max(self._next_tick, time.monotonic())
+        self._buffer.append(_Pending(record, callback, time.monotonic() * 1000))
+        self._bytes += len(record)
+        if len(self._buffer) >= config.max_records:
+            self._flush("max_records")
+        elif self._bytes >= config.max_size:
+            self._flush("max_size")
+
+    def _write_plain(self, record: bytes, callback: Callback) -> None:
+        def done(pos, exc):
+            if exc is not None:
+                _safe(callback, None, exc)
+            else:
+                _safe(callback, TxnPosition(pos.ledger_id, pos.entry_id, 1, 0), None)
+
+        self.ledger.add_entry_async(record, done)
+
+    def _flush(self, trigger: str) -> None:
+        batch, size = self._buffer, self._bytes
+        self._buffer, self._bytes = [], 0
+        if not batch:
+            return
+        if self.metrics:
+            self.metrics.flushed(trigger, len(batch), size, time.monotonic() * 1000 - batch[0].added_ms)
+        payload = encode_batched_serialized([p.record for p in batch])
+        count = len(batch)
+
+        def done(pos, exc):
+            for index, pending in enumerate(batch):
+                if exc is not None:
+                    _safe(pending.callback, None, exc)
+                else:
+                    _safe(pending.callback, TxnPosition(pos.ledger_id, pos.entry_id, count, index), None)
+
+        self.ledger.add_entry_async(payload, done)
+
+    def _fail_buffer(self, exc: BaseException) -> None:
+        batch, self._buffer, self._bytes = self._buffer, [], 0
+        for pending in batch:
+            _safe(pending.callback, None, exc)
+
+
+def _safe(callback: Callback, pos, exc) -> None:
+    """One callback raising must not stop the others of its batch."""
+    try:
+        callback(pos, exc)
+    except Exception:
+        pass

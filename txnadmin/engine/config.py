@@ -1,0 +1,216 @@
+"""Engine configuration, in Pulsar's broker.conf vocabulary.
+
+The file `<engine dir>/engine.conf` uses broker.conf syntax (``key=value``, ``#`` comments) and
+broker.conf names for everything that exists in Pulsar; engine-only knobs start with ``engine``.
+Dynamic settings live in `<engine dir>/dynamic-config.json` (Pulsar keeps them in the metadata
+store); a running engine polls that file, so a change from another process lands within a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+CONF_FILE = "engine.conf"
+DYNAMIC_FILE = "dynamic-config.json"
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the key and what is wrong."""
+
+
+@dataclass
+class EngineConfig:
+    # -- broker.conf names ---------------------------------------------------------------------
+    transactionCoordinatorEnabled: bool = True
+    transactionCoordinatorCount: int = 16  # engine: how many TCs `engine init` creates (Pulsar: transaction_coordinator_assign partitions)
+    transactionLogBatchedWriteEnabled: bool = False
+    transactionLogBatchedWriteMaxRecords: int = 512
+    transactionLogBatchedWriteMaxSize: int = 4 * 1024 * 1024
+    transactionLogBatchedWriteMaxDelayInMillis: int = 1
+    transactionPendingAckBatchedWriteEnabled: bool = False
+    transactionPendingAckBatchedWriteMaxRecords: int = 512
+    transactionPendingAckBatchedWriteMaxSize: int = 4 * 1024 * 1024
+    transactionPendingAckBatchedWriteMaxDelayInMillis: int = 1
+    transactionPendingAckLogIndexMinLag: int = 500
+    managedLedgerMaxEntriesPerLedger: int = 50000
+    managedLedgerMinLedgerRolloverTimeMinutes: float = 10
+    managedLedgerMaxLedgerRolloverTimeMinutes: float = 240
+    managedLedgerMaxSizePerLedgerMbytes: float = 2048
+    transactionBufferSnapshotMaxTransactionCount: int = 1000
+    transactionBufferSnapshotMinTimeInMillis: int = 5000
+    transactionBufferSegmentedSnapshotEnabled: bool = False
+    transactionBufferSnapshotSegmentSize: int = 262144
+    transactionMetaPersistCount: int = 0
+    transactionMetaPersistTimeInHour: float = 72
+    transactionMetaExpireCheckIntervalInSecond: int = 60
+    # -- engine-only knobs ---------------------------------------------------------------------
+    engineEntryLogSizeLimitBytes: int = 64 * 1024 * 1024
+    engineDefaultTransactionTimeoutMillis: int = 60_000
+    engineTimeoutCheckIntervalMillis: int = 100
+    engineBrokerServiceUrl: str = "pulsar://127.0.0.1:6650"
+    engineBrokerVersion: str = "3.3.2"
+    engineTransactionMetaPersistMaxTotal: int = 100_000  # PIP-255 memory bound across all clients of one TC
+
+    DYNAMIC_KEYS = (
+        "transactionLogBatchedWriteEnabled",
+        "transactionPendingAckBatchedWriteEnabled",
+        "transactionLogBatchedWriteMaxRecords",
+        "transactionLogBatchedWriteMaxSize",
+        "transactionLogBatchedWriteMaxDelayInMillis",
+        "transactionPendingAckBatchedWriteMaxRecords",
+        "transactionPendingAckBatchedWriteMaxSize",
+        "transactionPendingAckBatchedWriteMaxDelayInMillis",
+    )
+
+    # -- loading and saving ---------------------------------------------------------------------
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def set(self, key: str, raw: Any) -> None:
+        """Set ``key`` from text or a JSON value, converting to the field's type; ConfigError if bad."""
+        types = {f.name: f.type for f in fields(self)}
+        if key not in types:
+            raise ConfigError(f"unknown setting {key!r}")
+        kind = types[key]
+        try:
+            value = _convert(raw, kind)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: {raw!r} is not a valid {kind}") from None
+        setattr(self, key, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.names()}
+
+    @classmethod
+    def load(cls, directory: Path) -> "EngineConfig":
+        config = cls()
+        path = Path(directory) / CONF_FILE
+        if path.exists():
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                key, sep, value = line.partition("=")
+                if not sep:
+                    raise ConfigError(f"{path}:{number}: expected key=value, got {line!r}")
+                try:
+                    config.set(key.strip(), value.strip())
+                except ConfigError as exc:
+                    raise ConfigError(f"{path}:{number}: {exc}") from None
+        config.apply_dynamic(read_dynamic(directory))
+        return config
+
+    def save(self, directory: Path) -> Path:
+        lines = ["# txnadmin engine configuration (broker.conf names; engine* keys are engine-only)"]
+        lines += [f"{k}={_render(v)}" for k, v in self.to_dict().items()]
+        path = Path(directory) / CONF_FILE
+        atomic_write_text(path, "\n".join(lines) + "\n")
+        return path
+
+    def apply_dynamic(self, overrides: dict[str, str]) -> None:
+        for key, value in overrides.items():
+            if key in self.DYNAMIC_KEYS:
+                self.set(key, value)
+
+    def ledger_rollover(self) -> dict[str, float]:
+        return {
+            "max_entries_per_ledger": self.managedLedgerMaxEntriesPerLedger,
+            "min_ledger_rollover_time_ms": self.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,
+            "max_ledger_rollover_time_ms": self.managedLedgerMaxLedgerRolloverTimeMinutes * 60_000,
+            "max_size_per_ledger_bytes": int(self.managedLedgerMaxSizePerLedgerMbytes * 1024 * 1024),
+        }
+
+
+def _convert(raw: Any, kind: Any) -> Any:
+    name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    if name == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "false"):
+            return text == "true"
+        raise ValueError(raw)
+    if name == "int":
+        if isinstance(raw, bool):
+            raise ValueError(raw)
+        return int(str(raw).strip())
+    if name == "float":
+        return float(str(raw).strip())
+    return str(raw)
+
+
+def _render(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and rename, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+# -- dynamic configuration (what `brokers update-dynamic-config` writes) ------------------------
+
+def read_dynamic(directory: Path) -> dict[str, str]:
+    path = Path(directory) / DYNAMIC_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (json.JSONDecodeError, OSError) as exc:
+        raise ConfigError(f"{path}: unreadable dynamic configuration ({exc})") from None
+    return {str(k): str(v) for k, v in data.get("values", {}).items()}
+
+
+def write_dynamic(directory: Path, values: dict[str, str]) -> None:
+    atomic_write_text(Path(directory) / DYNAMIC_FILE, json.dumps({"values": values}, indent=2, sort_keys=True) + "\n")
+
+
+def update_dynamic(directory: Path, name: str, value: str | None) -> dict[str, str]:
+    """Validate and store one override (None removes it), like POST/DELETE /admin/v2/brokers/configuration."""
+    if name not in EngineConfig.DYNAMIC_KEYS:
+        raise ConfigError(f"Can't update non-dynamic configuration {name}")
+    values = read_dynamic(directory)
+    if value is None:
+        values.pop(name, None)
+    else:
+        probe = EngineConfig.load(directory)
+        probe.set(name, value)
+        probe.apply_dynamic(values)
+        probe.set(name, value)
+        validate_batching(probe)
+        values[name] = _render(getattr(probe, name))
+    write_dynamic(directory, values)
+    return values
+
+
+def validate_batching(config: EngineConfig) -> None:
+    """Pulsar's TransactionBatchedWriteValidator: thresholds are checked only while batching is on."""
+    for prefix in ("transactionLogBatchedWrite", "transactionPendingAckBatchedWrite"):
+        if not getattr(config, prefix + "Enabled"):
+            continue
+        for suffix, minimum in (("MaxRecords", 10), ("MaxSize", 131072), ("MaxDelayInMillis", 1)):
+            key = prefix + suffix
+            if getattr(config, key) < minimum:
+                raise ConfigError(
+                    f" Invalid dynamic-config value: Configuration field '{key}' value must be greater than or equal to {minimum}"
+                )

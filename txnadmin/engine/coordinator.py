@@ -1,0 +1,280 @@
+"""Transaction coordinators (Pulsar's MLTransactionMetadataStore), one per transaction log.
+
+A coordinator keeps every live transaction in memory with the log positions of all its records;
+the terminal UPDATE deletes them all from the log's cursor, so ledgers trim exactly as in Pulsar —
+and a transaction left open pins its NEW record, and with it every ledger from there on.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..codec import Subscription, TransactionMetadataEntry, TxnOp, TxnStatus
+from .buffered_writer import TxnPosition
+from .transaction_log import TransactionLog
+
+STATUS_NAMES = {v: k for k, v in TxnStatus.items()}
+OPEN, COMMITTING, COMMITTED, ABORTING, ABORTED = (
+    TxnStatus.OPEN, TxnStatus.COMMITTING, TxnStatus.COMMITTED, TxnStatus.ABORTING, TxnStatus.ABORTED,
+)
+TERMINAL = (COMMITTED, ABORTED)
+
+
+class CoordinatorError(Exception):
+    """Base of the coordinator's errors; ``status`` is the HTTP status the admin API answers with."""
+
+    status = 500
+
+
+class TransactionNotFound(CoordinatorError):
+    status = 404
+
+
+class InvalidTxnStatus(CoordinatorError):
+    status = 409
+
+
+class CoordinatorNotReady(CoordinatorError):
+    status = 503
+
+
+def can_transition(current: int, new: int) -> bool:
+    """Pulsar's TransactionUtil.canTransitionTo."""
+    if current == OPEN:
+        return new not in TERMINAL
+    if current == COMMITTING:
+        return new in (COMMITTING, COMMITTED)
+    if current == ABORTING:
+        return new in (ABORTING, ABORTED)
+    return new == current
+
+
+@dataclass
+class TxnMeta:
+    tc_id: int
+    seq: int
+    status: int
+    open_timestamp: int
+    timeout_ms: int
+    owner: str | None = None
+    produced_partitions: list[str] = field(default_factory=list)
+    acked_partitions: list[tuple[str, str]] = field(default_factory=list)
+    positions: list[TxnPosition] = field(default_factory=list)
+    last_modified: int = 0
+    # Serialises status changes of one transaction without holding up the others' log writes.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # Held by the broker role across a whole end-transaction (status, markers, final record).
+    end_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def txn_id(self) -> tuple[int, int]:
+        return (self.tc_id, self.seq)
+
+    @property
+    def status_name(self) -> str:
+        return STATUS_NAMES[self.status]
+
+    def __str__(self) -> str:
+        return f"({self.tc_id},{self.seq})"
+
+
+class TransactionCoordinator:
+    """One TC: recovery from its log, the transaction lifecycle, timeouts, stats."""
+
+    def __init__(self, tc_id: int, log: TransactionLog, clock_ms: Callable[[], int] | None = None,
+                 on_timeout: Callable[[int, int], None] | None = None):
+        self.tc_id = tc_id
+        self.log = log
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.on_timeout = on_timeout
+        self.state = "None"
+        self.txns: dict[int, TxnMeta] = {}
+        self.recover_start_time = 0
+        self.recover_end_time = 0
+        self._lock = threading.RLock()
+        self._deadlines: list[tuple[int, int]] = []  # (deadline ms, seq)
+
+    # -- recovery ----------------------------------------------------------------------------
+    def recover(self) -> list[TxnMeta]:
+        """Replay the log; returns transactions left COMMITTING/ABORTING, which the caller drives to the end."""
+        with self._lock:
+            self.state = "Initializing"
+            self.recover_start_time = self.clock_ms()
+            self.log.recover_max_local_txn_id()
+            stale: list[TxnPosition] = []
+            for item in self.log.replay():
+                rec, pos = item.record, item.position
+                seq = rec.txnid_least_bits
+                if rec.HasField("max_local_txn_id") and rec.max_local_txn_id > self.log.max_local_txn_id:
+                    self.log._max_local_txn_id = rec.max_local_txn_id
+                if rec.metadata_op == TxnOp.NEW:
+                    self.txns[seq] = TxnMeta(
+                        self.tc_id, seq, OPEN, rec.start_time, rec.timeout_ms,
+                        rec.owner if rec.HasField("owner") else None, positions=[pos],
+                        last_modified=rec.last_modification_time,
+                    )
+                    continue
+                meta = self.txns.get(seq)
+                if meta is None:
+                    stale.append(pos)  # a record of a transaction that already ended
+                    continue
+                meta.positions.append(pos)
+                meta.last_modified = rec.last_modification_time
+                if rec.metadata_op == TxnOp.ADD_PARTITION:
+                    _extend_unique(meta.produced_partitions, rec.partitions)
+                elif rec.metadata_op == TxnOp.ADD_SUBSCRIPTION:
+                    _extend_unique(meta.acked_partitions, [(s.topic, s.subscription) for s in rec.subscriptions])
+                elif rec.metadata_op == TxnOp.UPDATE:
+                    meta.status = rec.new_status
+                    if rec.new_status in TERMINAL:
+                        stale.extend(meta.positions)
+                        del self.txns[seq]
+            self.log.delete_positions(stale)
+            for meta in self.txns.values():
+                if meta.status == OPEN:
+                    heapq.heappush(self._deadlines, (meta.open_timestamp + meta.timeout_ms, meta.seq))
+            self.state = "Ready"
+            self.recover_end_time = self.clock_ms()
+            return [m for m in self.txns.values() if m.status in (COMMITTING, ABORTING)]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _ready(self) -> None:
+        if self.state != "Ready":
+            raise CoordinatorNotReady(f"Transaction coordinator {self.tc_id} is not ready (state {self.state})")
+
+    def _record(self, op: int, seq: int, **fields) -> TransactionMetadataEntry:
+        return TransactionMetadataEntry(
+            metadata_op=op, txnid_most_bits=self.tc_id, txnid_least_bits=seq,
+            last_modification_time=self.clock_ms(), max_local_txn_id=self.log.max_local_txn_id, **fields,
+        )
+
+    def new_transaction(self, timeout_ms: int, owner: str | None = None) -> TxnMeta:
+        with self._lock:
+            self._ready()
+            seq = self.log.next_local_txn_id()
+            now = self.clock_ms()
+            extra = {"owner": owner} if owner else {}
+            rec = self._record(TxnOp.NEW, seq, timeout_ms=timeout_ms, start_time=now, **extra)
+        pos = self.log.append_sync(rec)
+        with self._lock:
+            meta = TxnMeta(self.tc_id, seq, OPEN, now, timeout_ms, owner, positions=[pos], last_modified=now)
+            self.txns[seq] = meta
+            heapq.heappush(self._deadlines, (now + timeout_ms, seq))
+            return meta
+
+    def get(self, seq: int) -> TxnMeta:
+        with self._lock:
+            meta = self.txns.get(seq)
+        if meta is None:
+            raise TransactionNotFound(f"The transaction ({self.tc_id},{seq}) not found")
+        return meta
+
+    def add_produced_partitions(self, seq: int, partitions: list[str]) -> None:
+        self._add(seq, TxnOp.ADD_PARTITION, partitions=partitions)
+
+    def add_acked_subscriptions(self, seq: int, subscriptions: list[tuple[str, str]]) -> None:
+        subs = [Subscription(topic=t, subscription=s) for t, s in subscriptions]
+        self._add(seq, TxnOp.ADD_SUBSCRIPTION, subscriptions=subs)
+
+    def _add(self, seq: int, op: int, **fields) -> None:
+        with self.get(seq).lock:
+            self._add_locked(seq, op, **fields)
+
+    def _add_locked(self, seq: int, op: int, **fields) -> None:
+        with self._lock:
+            self._ready()
+            meta = self.get(seq)
+            if meta.status != OPEN:
+                raise InvalidTxnStatus(
+                    f"Expect Txn {meta} to be in OPEN status but it is in {meta.status_name} status"
+                )
+            rec = self._record(op, seq, **fields)
+        pos = self.log.append_sync(rec)
+        with self._lock:
+            meta.positions.append(pos)
+            meta.last_modified = rec.last_modification_time
+            if op == TxnOp.ADD_PARTITION:
+                _extend_unique(meta.produced_partitions, list(fields["partitions"]))
+            else:
+                _extend_unique(meta.acked_partitions, [(s.topic, s.subscription) for s in fields["subscriptions"]])
+
+    def update_status(self, seq: int, new_status: int, expected: int) -> TxnMeta:
+        """Pulsar's updateTxnStatus: current must equal ``expected``; no-op when already ``new_status``."""
+        with self.get(seq).lock:
+            return self._update_locked(seq, new_status, expected)
+
+    def _update_locked(self, seq: int, new_status: int, expected: int) -> TxnMeta:
+        with self._lock:
+            self._ready()
+            meta = self.get(seq)
+            if meta.status == new_status:
+                return meta
+            if meta.status != expected or not can_transition(meta.status, new_status):
+                raise InvalidTxnStatus(
+                    f"Expect Txn {meta} to be in {STATUS_NAMES[expected]} status but it is in {meta.status_name} status"
+                )
+            rec = self._record(TxnOp.UPDATE, seq, expected_status=expected, new_status=new_status)
+        pos = self.log.append_sync(rec)
+        with self._lock:
+            meta.positions.append(pos)
+            meta.status = new_status
+            meta.last_modified = rec.last_modification_time
+            if new_status in TERMINAL:
+                self.txns.pop(seq, None)
+                self.log.delete_positions(meta.positions)
+            return meta
+
+    # -- timeouts ----------------------------------------------------------------------------
+    def expired(self, now_ms: int | None = None) -> list[int]:
+        """Sequences of OPEN transactions whose timeout has passed (each reported once)."""
+        now = self.clock_ms() if now_ms is None else now_ms
+        out = []
+        with self._lock:
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _, seq = heapq.heappop(self._deadlines)
+                meta = self.txns.get(seq)
+                if meta is not None and meta.status == OPEN:
+                    out.append(seq)
+        return out
+
+    # -- stats -------------------------------------------------------------------------------
+    def low_water_mark(self) -> int:
+        with self._lock:
+            return (min(self.txns) - 1) if self.txns else 0
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {
+                "state": self.state,
+                "leastSigBits": self.log.max_local_txn_id,
+                "lowWaterMark": self.low_water_mark(),
+                "ongoingTxnSize": len(self.txns),
+                "recoverStartTime": self.recover_start_time,
+                "recoverEndTime": self.recover_end_time,
+            }
+
+    def internal_stats(self, metadata: bool = False) -> dict:
+        return {"transactionLogStats": {
+            "managedLedgerName": self.log.name,
+            "managedLedgerInternalStats": self.log.ledger.internal_stats(metadata),
+        }}
+
+    def snapshot(self) -> list[TxnMeta]:
+        with self._lock:
+            return list(self.txns.values())
+
+    def close(self) -> None:
+        with self._lock:
+            self.state = "Closing"
+        self.log.close()
+        self.state = "Close"
+
+
+def _extend_unique(target: list, items) -> None:
+    for item in items:
+        if item not in target:
+            target.append(item)

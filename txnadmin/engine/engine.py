@@ -1,0 +1,398 @@
+"""The embedded engine: one directory, one writer process, Pulsar's transaction components on top.
+
+Layers (imports only go downward): storage → managed ledger → buffered writer → transaction log /
+pending-ack store / topic + transaction buffer → coordinator → this module, which plays the broker:
+it owns the components, drives end-transaction across them, aborts timed-out transactions,
+applies dynamic configuration and rolls/trims ledgers in a maintenance thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from .buffered_writer import BufferedWriterConfig
+from .config import EngineConfig, read_dynamic
+from .coordinator import (
+    ABORTED, ABORTING, COMMITTED, COMMITTING, OPEN, STATUS_NAMES,
+    CoordinatorError, InvalidTxnStatus, TransactionCoordinator, TransactionNotFound, TxnMeta,
+)
+from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from .pending_ack import SUFFIX as PENDING_ACK_SUFFIX, PendingAckStore, pending_ack_topic
+from .position import Position
+from .preserver import ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver
+from .storage import LedgerStorage
+from .topic import Topic, normalize_topic
+from .transaction_log import TransactionLog
+from .writer_metrics import BufferedWriterMetrics
+
+META_COORDINATORS = "engine/coordinators"
+META_TOPICS = "engine/topics/"
+META_PENDING_ACK = "engine/pending-ack/"
+
+
+class EngineError(Exception):
+    status = 500
+
+
+class NotFound(EngineError):
+    status = 404
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def writer_config(config: EngineConfig, component: str) -> BufferedWriterConfig:
+    prefix = "transactionLogBatchedWrite" if component == "tc" else "transactionPendingAckBatchedWrite"
+    return BufferedWriterConfig(
+        enabled=getattr(config, prefix + "Enabled"),
+        max_records=getattr(config, prefix + "MaxRecords"),
+        max_size=getattr(config, prefix + "MaxSize"),
+        max_delay_ms=getattr(config, prefix + "MaxDelayInMillis"),
+    )
+
+
+@dataclass
+class StoreOpening:
+    """When a coordinator or pending-ack store opened, and whether it batches (read once, at open)."""
+
+    opened_at_ms: int
+    batching: bool
+
+
+class Engine:
+    def __init__(self, directory: Path, config: EngineConfig | None = None, *, read_only: bool = False,
+                 clock_ms: Callable[[], int] = _now_ms, maintenance: bool = True):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.config = config or EngineConfig.load(self.directory)
+        self.read_only = read_only
+        self.clock_ms = clock_ms
+        self.storage = LedgerStorage.open(self.directory, read_only=read_only,
+                                          entry_log_size_limit=self.config.engineEntryLogSizeLimitBytes)
+        self.factory = ManagedLedgerFactory(self.storage)
+        from prometheus_client import CollectorRegistry
+
+        self.registry = CollectorRegistry()
+        broker = self.config.engineBrokerServiceUrl.split("://")[-1]
+        self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", self.registry, broker=broker)
+        self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", self.registry, broker=broker)
+        self._lock = threading.RLock()
+        self.coordinators: dict[int, TransactionCoordinator] = {}
+        self.preservers: dict[int, TransactionPreserver] = {}
+        self._last_expiry_check = 0
+        self.coordinator_openings: dict[int, StoreOpening] = {}
+        self.topics: dict[str, Topic] = {}
+        self.stores: dict[tuple[str, str], PendingAckStore] = {}
+        self.store_openings: dict[tuple[str, str], StoreOpening] = {}
+        self._next_tc = 0
+        self._dynamic_seen = read_dynamic(self.directory)
+        self._stop = threading.Event()
+        self._maintenance: threading.Thread | None = None
+        if not read_only:
+            self._open_all()
+            if maintenance:
+                self._maintenance = threading.Thread(target=self._maintain, name="engine-maintenance", daemon=True)
+                self._maintenance.start()
+
+    # -- configuration ----------------------------------------------------------------------
+    def ml_config(self) -> ManagedLedgerConfig:
+        return ManagedLedgerConfig(**self.config.ledger_rollover(), clock=lambda: float(self.clock_ms()))
+
+    def coordinator_count(self) -> int:
+        raw = self.storage.meta_get(META_COORDINATORS)
+        return int(raw) if raw else self.config.transactionCoordinatorCount
+
+    # -- opening ----------------------------------------------------------------------------
+    def _open_all(self) -> None:
+        if self.storage.meta_get(META_COORDINATORS) is None:
+            self.storage.meta_put(META_COORDINATORS, str(self.config.transactionCoordinatorCount).encode())
+        for tc_id in range(self.coordinator_count()):
+            self._open_coordinator(tc_id)
+        for key in self.storage.meta_list(META_TOPICS):
+            self._open_topic(json.loads(self.storage.meta_get(key))["topic"])
+        for key in self.storage.meta_list(META_PENDING_ACK):
+            info = json.loads(self.storage.meta_get(key))
+            self._open_store(info["topic"], info["subscription"])
+        for tc_id in list(self.coordinators):
+            self._finish_recovered(tc_id)
+
+    def _open_coordinator(self, tc_id: int) -> TransactionCoordinator:
+        wc = writer_config(self.config, "tc")
+        log = TransactionLog(self.factory, tc_id, self.ml_config(), wc, self.tc_metrics)
+        tc = TransactionCoordinator(tc_id, log, self.clock_ms)
+        if self.config.transactionMetaPersistCount > 0:
+            old = self.preservers.pop(tc_id, None)
+            if old:
+                old.close()
+            self.preservers[tc_id] = TransactionPreserver(
+                self.factory, tc_id, per_client=self.config.transactionMetaPersistCount,
+                retention_ms=int(self.config.transactionMetaPersistTimeInHour * 3_600_000),
+                max_total=self.config.engineTransactionMetaPersistMaxTotal, clock_ms=self.clock_ms,
+                ml_config=self.ml_config())
+        tc.pending_end = tc.recover()
+        self.coordinators[tc_id] = tc
+        self.coordinator_openings[tc_id] = StoreOpening(self.clock_ms(), wc.enabled)
+        return tc
+
+    def _finish_recovered(self, tc_id: int) -> None:
+        tc = self.coordinators[tc_id]
+        for meta in getattr(tc, "pending_end", []):
+            self._drive_end(tc, meta, commit=meta.status == COMMITTING)
+        tc.pending_end = []
+
+    def _open_topic(self, name: str) -> Topic:
+        topic = Topic(self.factory, name, self.ml_config())
+        topic.recover(self.clock_ms)
+        self.topics[topic.name] = topic
+        return topic
+
+    def _open_store(self, topic: str, subscription: str) -> PendingAckStore:
+        wc = writer_config(self.config, "pending-ack")
+        store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
+                                self.config.transactionPendingAckLogIndexMinLag)
+        store.recover(self.clock_ms)
+        self.stores[(topic, subscription)] = store
+        self.store_openings[(topic, subscription)] = StoreOpening(self.clock_ms(), wc.enabled)
+        return store
+
+    def topic(self, name: str, create: bool = True) -> Topic:
+        full = normalize_topic(name)
+        with self._lock:
+            topic = self.topics.get(full)
+            if topic is None:
+                if not create:
+                    raise NotFound(f"Topic not found {full}")
+                self._writable()
+                self.storage.meta_put(META_TOPICS + full, json.dumps({"topic": full}).encode())
+                topic = self._open_topic(full)
+            return topic
+
+    def store(self, topic: str, subscription: str, create: bool = True) -> PendingAckStore:
+        full = normalize_topic(topic)
+        with self._lock:
+            store = self.stores.get((full, subscription))
+            if store is None:
+                if not create:
+                    raise NotFound(f"Topic not found {full}")
+                self._writable()
+                key = META_PENDING_ACK + pending_ack_topic(full, subscription)
+                self.storage.meta_put(key, json.dumps({"topic": full, "subscription": subscription}).encode())
+                store = self._open_store(full, subscription)
+            return store
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise EngineError(f"engine {self.directory} is open read-only")
+
+    # -- transactions (what a Pulsar client does) --------------------------------------------
+    def coordinator(self, tc_id: int) -> TransactionCoordinator:
+        tc = self.coordinators.get(tc_id)
+        if tc is None:
+            raise NotFound(f"Transaction coordinator not found! coordinator id : {tc_id}")
+        return tc
+
+    def begin(self, timeout_ms: int | None = None, owner: str | None = None, tc_id: int | None = None) -> tuple[int, int]:
+        self._writable()
+        with self._lock:
+            if tc_id is None:
+                tc_id = self._next_tc % len(self.coordinators)
+                self._next_tc += 1
+        meta = self.coordinator(tc_id).new_transaction(timeout_ms or self.config.engineDefaultTransactionTimeoutMillis, owner)
+        return meta.txn_id
+
+    def produce(self, txn: tuple[int, int], topic: str, payload: bytes) -> Position:
+        tc = self.coordinator(txn[0])
+        t = self.topic(topic)
+        meta = tc.get(txn[1])
+        if t.name not in meta.produced_partitions:
+            tc.add_produced_partitions(txn[1], [t.name])
+        return t.publish(payload, txn)
+
+    def publish(self, topic: str, payload: bytes) -> Position:
+        return self.topic(topic).publish(payload)
+
+    def subscribe(self, topic: str, subscription: str) -> None:
+        self.topic(topic).subscription(subscription)
+
+    def receive(self, topic: str, subscription: str, max_messages: int = 100):
+        """Committed messages for a consumer, without those another open transaction has acked."""
+        t = self.topic(topic)
+        messages = t.receive(subscription, max_messages)
+        store = self.stores.get((t.name, subscription))
+        if store is None:
+            return messages
+        return [m for m in messages if not store.is_held(m.position)]
+
+    def ack(self, txn: tuple[int, int], topic: str, subscription: str,
+            positions: list[Position | tuple[Position, list[int] | None, int | None]], cumulative: bool = False) -> None:
+        tc = self.coordinator(txn[0])
+        t = self.topic(topic)
+        meta = tc.get(txn[1])
+        if (t.name, subscription) not in meta.acked_partitions:
+            tc.add_acked_subscriptions(txn[1], [(t.name, subscription)])
+        items = [p if isinstance(p, tuple) else (p, None, None) for p in positions]
+        self.store(t.name, subscription).ack(txn, items, cumulative)
+
+    def commit(self, txn: tuple[int, int], client_name: str | None = None) -> str:
+        return self.end_transaction(txn, commit=True, client_name=client_name)
+
+    def abort(self, txn: tuple[int, int], client_name: str | None = None) -> str:
+        return self.end_transaction(txn, commit=False, client_name=client_name)
+
+    def end_transaction(self, txn: tuple[int, int], commit: bool, client_name: str | None = None) -> str:
+        """OPEN → COMMITTING/ABORTING, markers and pending-ack ends everywhere, then the terminal state.
+
+        Returns the final status. With a client name and the PIP-255 preserver on, a retry of an
+        already-ended transaction answers with its outcome instead of "not found".
+        """
+        tc = self.coordinator(txn[0])
+        preserver = self.preservers.get(txn[0])
+        try:
+            meta = tc.get(txn[1])
+        except TransactionNotFound:
+            preserved = preserver.lookup(txn, client_name) if (preserver and client_name) else None
+            if preserved is None:
+                raise
+            wanted = PRESERVED_COMMITTED if commit else PRESERVED_ABORTED
+            if preserved.status != wanted:
+                raise InvalidTxnStatus(
+                    f"Transaction ({txn[0]},{txn[1]}) is already {preserved.status.lower()}; cannot "
+                    f"{'commit' if commit else 'abort'} it"
+                ) from None
+            return preserved.status
+        target, final = (COMMITTING, COMMITTED) if commit else (ABORTING, ABORTED)
+        with meta.end_lock:
+            if meta.status == final:
+                return STATUS_NAMES[final]  # a concurrent end of the same kind finished it
+            if meta.status == OPEN:
+                tc.update_status(txn[1], target, OPEN)
+            elif meta.status != target:
+                raise InvalidTxnStatus(
+                    f"Expect Txn {meta} to be in OPEN status but it is in {meta.status_name} status"
+                )
+            if preserver and client_name:
+                # Durable before the final record: a crash after this point still answers retries right.
+                preserver.preserve(client_name, txn, PRESERVED_COMMITTED if commit else PRESERVED_ABORTED)
+            self._drive_end(tc, meta, commit)
+        return STATUS_NAMES[final]
+
+    def _drive_end(self, tc: TransactionCoordinator, meta: TxnMeta, commit: bool) -> None:
+        txn = meta.txn_id
+        for topic in list(meta.produced_partitions):
+            self.topic(topic).end_transaction(txn, commit)
+        for topic, sub in list(meta.acked_partitions):
+            t = self.topic(topic)
+            self.store(topic, sub).end(txn, commit, t.subscription(sub))
+            if not commit:
+                t.redeliver(sub)
+        tc.update_status(meta.seq, COMMITTED if commit else ABORTED, COMMITTING if commit else ABORTING)
+
+    # -- operator actions --------------------------------------------------------------------
+    def reload_coordinator(self, tc_id: int) -> None:
+        """Close and reopen a coordinator, as unloading its transaction_coordinator_assign partition does."""
+        with self._lock:
+            self.coordinator(tc_id).close()
+            self._open_coordinator(tc_id)
+            self._finish_recovered(tc_id)
+
+    def reload_topic(self, topic: str) -> None:
+        """Unload a topic: its transaction buffer and pending-ack stores reopen (and re-read batch flags)."""
+        full = normalize_topic(topic)
+        with self._lock:
+            if full not in self.topics:
+                raise NotFound(f"Topic not found {full}")
+            for key in [k for k in self.stores if k[0] == full]:
+                self.stores.pop(key).close()
+                self._open_store(*key)
+            self.topics.pop(full).close()
+            self._open_topic(full)
+
+    def scale_coordinators(self, replicas: int) -> None:
+        with self._lock:
+            current = self.coordinator_count()
+            if replicas <= current:
+                raise EngineError("Number of transaction coordinators must be more than current")
+            self.storage.meta_put(META_COORDINATORS, str(replicas).encode())
+            for tc_id in range(current, replicas):
+                self._open_coordinator(tc_id)
+
+    def abort_timed_out(self) -> list[tuple[int, int]]:
+        aborted = []
+        for tc in list(self.coordinators.values()):
+            for seq in tc.expired():
+                try:
+                    self.end_transaction((tc.tc_id, seq), commit=False)
+                    aborted.append((tc.tc_id, seq))
+                except CoordinatorError:
+                    pass  # ended meanwhile by its client
+        return aborted
+
+    def apply_dynamic_config(self) -> bool:
+        """Pick up `update-dynamic-config` changes. Like Pulsar, open stores keep the flag they read at open."""
+        values = read_dynamic(self.directory)
+        if values == self._dynamic_seen:
+            return False
+        self._dynamic_seen = values
+        fresh = EngineConfig.load(self.directory)
+        for key in EngineConfig.DYNAMIC_KEYS:
+            setattr(self.config, key, getattr(fresh, key))
+        return True
+
+    def expire_preserved(self) -> int:
+        return sum(p.expire() for p in self.preservers.values())
+
+    def maintenance_tick(self) -> None:
+        self.abort_timed_out()
+        now = self.clock_ms()
+        if self.preservers and now - self._last_expiry_check >= self.config.transactionMetaExpireCheckIntervalInSecond * 1000:
+            self._last_expiry_check = now
+            self.expire_preserved()
+        self.apply_dynamic_config()
+        for ml in self._managed_ledgers():
+            ml.maybe_rollover()
+            ml.trim()
+
+    def tc_records_written(self) -> int:
+        return sum(tc.log.records_written for tc in self.coordinators.values())
+
+    def _managed_ledgers(self):
+        mls = [tc.log.ledger for tc in self.coordinators.values()]
+        mls += [s.ledger for s in self.stores.values()]
+        mls += [t.ledger for t in self.topics.values()]
+        return mls
+
+    def _maintain(self) -> None:
+        interval = self.config.engineTimeoutCheckIntervalMillis / 1000
+        while not self._stop.wait(interval):
+            try:
+                with self._lock:
+                    self.maintenance_tick()
+            except Exception:  # keep the broker loop alive; the next tick retries
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._maintenance:
+            self._maintenance.join(timeout=5)
+        with self._lock:
+            for tc in self.coordinators.values():
+                tc.close()
+            for preserver in self.preservers.values():
+                preserver.close()
+            for store in self.stores.values():
+                store.close()
+            for topic in self.topics.values():
+                topic.close()
+        self.storage.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,384 @@
+"""Managed ledgers (Pulsar's ManagedLedgerImpl): a named log made of storage ledgers.
+
+Ledgers roll over on max entries / size / age (after the minimum age), cursors track consumers,
+and closed ledgers wholly before the slowest cursor's mark-delete are trimmed. The open ledger is
+never trimmed. The ledger list and properties live in the storage's metadata store under
+``managed-ledgers/<name>``; cursors under ``managed-ledgers/<name>/cursors/<cursor>``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable, Optional
+
+from .cursor import ManagedCursor, dumps_state
+from .position import Position
+from .storage import LedgerNotFoundError, LedgerStorage
+
+ROOT = "managed-ledgers/"
+
+
+def _wall_ms() -> float:
+    return time.time() * 1000
+
+
+@dataclass
+class ManagedLedgerConfig:
+    max_entries_per_ledger: int = 50000  # managedLedgerMaxEntriesPerLedger
+    min_ledger_rollover_time_ms: float = 10 * 60_000  # managedLedgerMinLedgerRolloverTimeMinutes
+    max_ledger_rollover_time_ms: float = 240 * 60_000  # managedLedgerMaxLedgerRolloverTimeMinutes
+    max_size_per_ledger_bytes: int = 2048 * 1024 * 1024  # managedLedgerMaxSizePerLedgerMbytes
+    deletion_at_batch_index_level_enabled: bool = True
+    clock: Callable[[], float] = field(default=_wall_ms)
+
+
+@dataclass
+class LedgerInfo:
+    ledger_id: int
+    entries: int
+    size: int
+    timestamp_ms: int
+
+    def to_json(self) -> dict:
+        return {"ledgerId": self.ledger_id, "entries": self.entries, "size": self.size, "timestamp": self.timestamp_ms}
+
+
+def _iso(ms: float) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).astimezone().isoformat(timespec="milliseconds")
+
+
+class ManagedLedger:
+    def __init__(self, factory: "ManagedLedgerFactory", name: str, config: ManagedLedgerConfig):
+        self.factory = factory
+        self.storage: LedgerStorage = factory.storage
+        self.name = name
+        self.config = config
+        self._lock = threading.RLock()
+        self._rollover_listeners: list[Callable[["ManagedLedger"], None]] = []
+        self._cursors: dict[str, ManagedCursor] = {}
+        self._closed = False
+        self.entries_added = 0
+        self.state = "LedgerOpened"
+        raw = self.storage.meta_get(self._key())
+        info = json.loads(raw) if raw else {"ledgers": [], "properties": {}}
+        self._properties: dict[str, str] = dict(info.get("properties", {}))
+        self._ledgers: list[LedgerInfo] = [LedgerInfo(**l) for l in info.get("ledgers", [])]
+        self._recover_last_ledger()
+        for key in self.storage.meta_list(self._key() + "/cursors/"):
+            cname = key.rsplit("/", 1)[1]
+            state = json.loads(self.storage.meta_get(key))
+            self._cursors[cname] = ManagedCursor(self, cname, Position(-1, -1), state)
+        self._start_ledger()
+
+    # -- metadata ----------------------------------------------------------------------------
+    def _key(self) -> str:
+        return ROOT + self.name
+
+    def _persist_info(self) -> None:
+        info = {"ledgers": [l.__dict__ for l in self._ledgers], "properties": self._properties}
+        self.storage.meta_put(self._key(), json.dumps(info, separators=(",", ":")).encode())
+
+    def _persist_cursor(self, cursor: ManagedCursor) -> None:
+        self.storage.meta_put(f"{self._key()}/cursors/{cursor.name}", dumps_state(cursor))
+
+    def _recover_last_ledger(self) -> None:
+        """After a restart the last ledger may still be OPEN in storage: close it; drop it if empty."""
+        if not self._ledgers:
+            return
+        last = self._ledgers[-1]
+        try:
+            meta = self.storage.ledger_metadata(last.ledger_id)
+            if meta.state == "OPEN":
+                meta = self.storage.close_ledger(last.ledger_id)
+            last.entries, last.size = meta.entries, meta.length
+        except LedgerNotFoundError:
+            last.entries = 0
+        if last.entries == 0:
+            self._ledgers.pop()
+            try:
+                self.storage.delete_ledger(last.ledger_id)
+            except LedgerNotFoundError:
+                pass
+
+    def _start_ledger(self) -> None:
+        ledger_id = self.storage.create_ledger({
+            "application": "pulsar", "component": "managed-ledger", "pulsar/managed-ledger": self.name,
+        })
+        now = int(self.config.clock())
+        self._ledgers.append(LedgerInfo(ledger_id, 0, 0, now))
+        self._current_created = now
+        self._issued = 0  # adds sent to the current ledger
+        self._persist_info()
+
+    # -- properties and listeners -------------------------------------------------------------
+    def properties(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._properties)
+
+    def set_properties(self, updates: dict[str, str]) -> None:
+        with self._lock:
+            self._properties.update({k: str(v) for k, v in updates.items()})
+            self._persist_info()
+
+    def add_rollover_listener(self, fn: Callable[["ManagedLedger"], None]) -> None:
+        self._rollover_listeners.append(fn)
+
+    # -- ledgers -----------------------------------------------------------------------------
+    @property
+    def current_ledger_id(self) -> int:
+        return self._ledgers[-1].ledger_id
+
+    def ledgers(self) -> list[LedgerInfo]:
+        with self._lock:
+            return [LedgerInfo(**l.__dict__) for l in self._ledgers]
+
+    @property
+    def last_confirmed_entry(self) -> Position:
+        with self._lock:
+            for info in reversed(self._ledgers):
+                if info.entries:
+                    return Position(info.ledger_id, info.entries - 1)
+            return Position(self._ledgers[0].ledger_id, -1) if self._ledgers else Position(-1, -1)
+
+    def next_write_position(self) -> Position:
+        with self._lock:
+            return Position(self.current_ledger_id, self._ledgers[-1].entries)
+
+    def next_position(self, pos: Position) -> Optional[Position]:
+        """The entry after ``pos`` that exists, skipping ledger ends and empty ledgers; None at the end."""
+        with self._lock:
+            for info in self._ledgers:
+                if info.ledger_id < pos.ledger_id:
+                    continue
+                if info.ledger_id == pos.ledger_id:
+                    if pos.entry_id + 1 < info.entries:
+                        return Position(info.ledger_id, pos.entry_id + 1)
+                    continue
+                if info.entries:
+                    return Position(info.ledger_id, 0)
+            return None
+
+    def entries_between(self, after: Position) -> int:
+        with self._lock:
+            total = 0
+            for info in self._ledgers:
+                if info.ledger_id > after.ledger_id:
+                    total += info.entries
+                elif info.ledger_id == after.ledger_id:
+                    total += max(0, info.entries - after.entry_id - 1)
+            return total
+
+    def _full(self, now: float) -> bool:
+        current = self._ledgers[-1]
+        age = now - self._current_created
+        if age < self.config.min_ledger_rollover_time_ms:
+            return False
+        return (self._issued >= self.config.max_entries_per_ledger
+                or current.size >= self.config.max_size_per_ledger_bytes
+                or (self._issued > 0 and age >= self.config.max_ledger_rollover_time_ms))
+
+    def rollover(self) -> None:
+        """Close the current ledger and start a new one (also what a reload does)."""
+        with self._lock:
+            for fn in self._rollover_listeners:
+                fn(self)
+            current = self._ledgers[-1]
+            meta = self.storage.close_ledger(current.ledger_id)
+            current.entries, current.size = meta.entries, meta.length
+            if current.entries == 0 and len(self._ledgers) > 1:
+                self._ledgers.pop()
+                self.storage.delete_ledger(meta.ledger_id)
+            elif current.entries == 0:
+                self._ledgers.pop()
+                self.storage.delete_ledger(meta.ledger_id)
+            self._start_ledger()
+
+    def maybe_rollover(self) -> bool:
+        with self._lock:
+            if self._closed or not self._full(self.config.clock()):
+                return False
+            self.rollover()
+            return True
+
+    # -- writing -----------------------------------------------------------------------------
+    def add_entry(self, payload: bytes) -> Position:
+        done = threading.Event()
+        result: list = []
+
+        def cb(pos, exc):
+            result.append((pos, exc))
+            done.set()
+
+        self.add_entry_async(payload, cb)
+        done.wait()
+        pos, exc = result[0]
+        if exc is not None:
+            raise exc
+        return pos
+
+    def add_entry_async(self, payload: bytes, callback: Callable[[Optional[Position], Optional[BaseException]], None]) -> None:
+        with self._lock:
+            if self._closed:
+                callback(None, RuntimeError(f"managed ledger {self.name} is closed"))
+                return
+            if self._full(self.config.clock()):
+                self.rollover()
+            info = self._ledgers[-1]
+            self._issued += 1
+            ledger_id = info.ledger_id
+            size = len(payload)
+
+            def done(entry_id, exc):
+                if exc is None:
+                    with self._lock:
+                        if entry_id + 1 > info.entries:  # a close may already have counted it
+                            info.entries = entry_id + 1
+                            info.size += size
+                        self.entries_added += 1
+                    callback(Position(ledger_id, entry_id), None)
+                else:
+                    callback(None, exc)
+
+            self.storage.add_entry_async(ledger_id, payload, done)
+
+    # -- reading -----------------------------------------------------------------------------
+    def read_entry(self, pos: Position) -> bytes:
+        return self.storage.read_entry(pos.ledger_id, pos.entry_id)
+
+    def read_entries(self, start: Position, max_entries: int) -> list[tuple[Position, bytes]]:
+        """Up to ``max_entries`` confirmed entries from ``start`` on, crossing into later ledgers."""
+        out: list[tuple[Position, bytes]] = []
+        with self._lock:
+            spans = [(l.ledger_id, l.entries) for l in self._ledgers if l.ledger_id >= start.ledger_id]
+        for ledger_id, entries in spans:
+            first = max(start.entry_id, 0) if ledger_id == start.ledger_id else 0
+            if first >= entries:
+                continue
+            last = min(entries - 1, first + max_entries - len(out) - 1)
+            for offset, data in enumerate(self.storage.read_entries(ledger_id, first, last)):
+                out.append((Position(ledger_id, first + offset), data))
+            if len(out) >= max_entries:
+                break
+        return out
+
+    # -- cursors and trimming ---------------------------------------------------------------
+    def open_cursor(self, name: str) -> ManagedCursor:
+        with self._lock:
+            cursor = self._cursors.get(name)
+            if cursor is None:
+                # A new cursor starts at the end, as in Pulsar.
+                cursor = ManagedCursor(self, name, self.last_confirmed_entry)
+                self._cursors[name] = cursor
+                self._persist_cursor(cursor)
+            return cursor
+
+    def cursors(self) -> dict[str, ManagedCursor]:
+        with self._lock:
+            return dict(self._cursors)
+
+    def delete_cursor(self, name: str) -> None:
+        with self._lock:
+            if self._cursors.pop(name, None) is not None:
+                self.storage.meta_delete(f"{self._key()}/cursors/{name}")
+
+    def trim(self) -> list[int]:
+        """Delete closed ledgers wholly before the slowest cursor's mark-delete; never the open ledger."""
+        with self._lock:
+            if self._cursors:
+                slowest = min(c.mark_delete_position for c in self._cursors.values())
+            else:
+                slowest = self.last_confirmed_entry
+            deleted = []
+            while len(self._ledgers) > 1:
+                first = self._ledgers[0]
+                wholly_before = first.ledger_id < slowest.ledger_id or (
+                    first.ledger_id == slowest.ledger_id and slowest.entry_id >= first.entries - 1
+                )
+                if not wholly_before:
+                    break
+                self._ledgers.pop(0)
+                deleted.append(first.ledger_id)
+            if deleted:
+                self._persist_info()
+                for ledger_id in deleted:
+                    try:
+                        self.storage.delete_ledger(ledger_id)
+                    except LedgerNotFoundError:
+                        pass
+            return deleted
+
+    # -- stats ------------------------------------------------------------------------------
+    def internal_stats(self, include_ledger_metadata: bool = False) -> dict:
+        with self._lock:
+            current = self._ledgers[-1]
+            ledgers = []
+            for info in self._ledgers:
+                is_current = info is current
+                item = {"ledgerId": info.ledger_id, "entries": 0 if is_current else info.entries,
+                        "size": 0 if is_current else info.size, "offloaded": False, "underReplicated": False}
+                if include_ledger_metadata:
+                    try:
+                        item["metadata"] = self.storage.ledger_metadata(info.ledger_id).to_bookkeeper_string(
+                            password="OMITTED")
+                    except LedgerNotFoundError:
+                        pass
+                ledgers.append(item)
+            return {
+                "entriesAddedCounter": self.entries_added,
+                "numberOfEntries": sum(l.entries for l in self._ledgers),
+                "totalSize": sum(l.size for l in self._ledgers),
+                "currentLedgerEntries": current.entries,
+                "currentLedgerSize": current.size,
+                "lastLedgerCreatedTimestamp": _iso(self._current_created),
+                "waitingCursorsCount": 0,
+                "pendingAddEntriesCount": max(0, self._issued - current.entries),
+                "lastConfirmedEntry": str(self.last_confirmed_entry),
+                "state": self.state,
+                "ledgers": ledgers,
+                "cursors": {name: c.stats() for name, c in sorted(self._cursors.items())},
+                "properties": dict(self._properties),
+            }
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.state = "Closed"
+            current = self._ledgers[-1]
+        meta = self.storage.close_ledger(current.ledger_id)
+        with self._lock:
+            current.entries, current.size = meta.entries, meta.length
+            self._persist_info()
+
+
+class ManagedLedgerFactory:
+    def __init__(self, storage: LedgerStorage):
+        self.storage = storage
+
+    def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
+        return ManagedLedger(self, name, config or ManagedLedgerConfig())
+
+    def list_names(self) -> list[str]:
+        keys = self.storage.meta_list(ROOT)
+        return sorted(k[len(ROOT):] for k in keys if "/cursors/" not in k)
+
+    def exists(self, name: str) -> bool:
+        return self.storage.meta_get(ROOT + name) is not None
+
+    def delete(self, name: str) -> None:
+        raw = self.storage.meta_get(ROOT + name)
+        if raw is None:
+            return
+        for info in json.loads(raw).get("ledgers", []):
+            try:
+                self.storage.delete_ledger(info["ledger_id"])
+            except LedgerNotFoundError:
+                pass
+        updates = {k: None for k in self.storage.meta_list(ROOT + name + "/cursors/")}
+        updates[ROOT + name] = None
+        self.storage.meta_put_many(updates)

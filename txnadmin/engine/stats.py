@@ -1,0 +1,119 @@
+"""Pulsar-shaped stats of the engine's components (field names as Pulsar's admin JSON has them)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .coordinator import TxnMeta
+from .engine import Engine, NotFound
+from .position import Position
+from .topic import normalize_topic
+
+
+def coordinators_list(engine: Engine) -> list[dict]:
+    url = engine.config.engineBrokerServiceUrl
+    return [{"id": tc_id, "brokerServiceUrl": url} for tc_id in sorted(engine.coordinators)]
+
+
+def coordinator_stats(engine: Engine, tc_id: Optional[int] = None) -> dict:
+    if tc_id is not None:
+        return engine.coordinator(tc_id).stats()
+    if not engine.coordinators:
+        raise NotFound("Transaction coordinator not found")
+    return {str(i): engine.coordinators[i].stats() for i in sorted(engine.coordinators)}
+
+
+def transaction_metadata(engine: Engine, meta: TxnMeta) -> dict:
+    out = {
+        "txnId": str(meta),
+        "status": meta.status_name,
+        "openTimestamp": meta.open_timestamp,
+        "timeoutAt": meta.timeout_ms,  # a duration in ms, despite Pulsar's name
+    }
+    if meta.owner:
+        out["owner"] = meta.owner
+    out["producedPartitions"] = {
+        topic: transaction_in_buffer_stats(engine, meta.txn_id, topic) for topic in meta.produced_partitions
+    }
+    acked: dict[str, dict] = {}
+    for topic, sub in meta.acked_partitions:
+        acked.setdefault(topic, {})[sub] = transaction_in_pending_ack_stats(engine, meta.txn_id, topic, sub)
+    out["ackedPartitions"] = acked
+    return out
+
+
+def transaction_in_buffer_stats(engine: Engine, txn: tuple[int, int], topic: str) -> dict:
+    buffer = engine.topic(topic, create=False).buffer
+    out: dict = {}
+    start = buffer.ongoing.get(txn)
+    if start is not None:
+        out["startPosition"] = str(start)
+    out["aborted"] = txn in buffer.aborted
+    return out
+
+
+def transaction_in_pending_ack_stats(engine: Engine, txn: tuple[int, int], topic: str, sub: str) -> dict:
+    store = engine.store(topic, sub, create=False)
+    pos = store.txn_cumulative_position(txn)
+    return {"cumulativeAckPosition": str(pos)} if pos is not None else {}
+
+
+def slow_transactions(engine: Engine, timeout_ms: int, tc_id: Optional[int] = None) -> dict:
+    """Pulsar's rule: every in-memory transaction whose configured timeout is greater than ``timeout_ms``."""
+    tcs = [engine.coordinator(tc_id)] if tc_id is not None else [engine.coordinators[i] for i in sorted(engine.coordinators)]
+    out = {}
+    for tc in tcs:
+        for meta in sorted(tc.snapshot(), key=lambda m: m.seq):
+            if meta.timeout_ms > timeout_ms:
+                out[str(meta)] = transaction_metadata(engine, meta)
+    return out
+
+
+def low_water_marks(engine: Engine) -> dict[int, int]:
+    return {tc_id: tc.low_water_mark() for tc_id, tc in sorted(engine.coordinators.items())}
+
+
+def transaction_buffer_stats(engine: Engine, topic: str, lwm: bool = False, segment_stats: bool = False) -> dict:
+    return engine.topic(topic, create=False).buffer.stats(low_water_marks(engine) if lwm else None)
+
+
+def pending_ack_stats(engine: Engine, topic: str, sub: str, lwm: bool = False) -> dict:
+    return engine.store(topic, sub, create=False).stats(low_water_marks(engine) if lwm else None)
+
+
+def pending_ack_internal_stats(engine: Engine, topic: str, sub: str, metadata: bool = False) -> dict:
+    return engine.store(topic, sub, create=False).internal_stats(metadata)
+
+
+def position_stats_in_pending_ack(engine: Engine, topic: str, sub: str, ledger_id: int, entry_id: int,
+                                  batch_index: Optional[int] = None) -> dict:
+    t = engine.topic(topic, create=False)
+    store = engine.store(t.name, sub, create=False)
+    pos = Position(ledger_id, entry_id)
+    if ledger_id < 0 or entry_id < 0 or pos > t.ledger.last_confirmed_entry:
+        return {"state": "InvalidPosition"}
+    return {"state": store.position_state(pos, batch_index, t.subscription(sub))}
+
+
+def topic_names(engine: Engine, namespace: str, include_system: bool) -> list[str]:
+    """Topics of a namespace as `namespaces topics` lists them (system topics only when asked)."""
+    names = [t for t in engine.topics if t.split("://", 1)[1].rsplit("/", 1)[0] == namespace]
+    if include_system:
+        names += [s.store_topic for s in engine.stores.values()
+                  if s.store_topic.split("://", 1)[1].rsplit("/", 1)[0] == namespace]
+        if namespace == "pulsar/system":
+            names += [f"persistent://pulsar/system/__transaction_log_{i}" for i in sorted(engine.coordinators)]
+            names += [f"persistent://pulsar/system/transaction_coordinator_assign-partition-{i}"
+                      for i in sorted(engine.coordinators)]
+    return sorted(names)
+
+
+def namespaces(engine: Engine) -> list[str]:
+    found = {t.split("://", 1)[1].rsplit("/", 1)[0] for t in engine.topics}
+    found |= {s.store_topic.split("://", 1)[1].rsplit("/", 1)[0] for s in engine.stores.values()}
+    found.add("pulsar/system")
+    return sorted(found)
+
+
+def canonical_topic(name: str) -> str:
+    return normalize_topic(name)

@@ -1,0 +1,128 @@
+"""A coordinator's transaction log: managed ledger + cursor + buffered writer (Pulsar's MLTransactionLogImpl).
+
+Records go through the buffered writer (batched or plain); every record's position, batch index
+included, is handed back so the coordinator can delete exactly that record once its transaction ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from ..codec import EntryDecodeError, TransactionMetadataEntry, decode_entry
+from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
+from .managed_ledger import ManagedLedger, ManagedLedgerFactory
+from .ackset import has_bit
+from .position import Position
+
+CURSOR_NAME = "transaction.subscription"
+MAX_LOCAL_TXN_ID = "max_local_txn_id"
+
+
+def transaction_log_name(tc_id: int) -> str:
+    return f"pulsar/system/persistent/__transaction_log_{tc_id}"
+
+
+def transaction_log_topic(tc_id: int) -> str:
+    return f"persistent://pulsar/system/__transaction_log_{tc_id}"
+
+
+@dataclass(frozen=True)
+class ReplayedRecord:
+    record: TransactionMetadataEntry
+    position: TxnPosition
+
+
+class TransactionLog:
+    def __init__(self, factory: ManagedLedgerFactory, tc_id: int, ml_config, writer_config: BufferedWriterConfig,
+                 metrics=None):
+        self.tc_id = tc_id
+        self.name = transaction_log_name(tc_id)
+        self.ledger: ManagedLedger = factory.open(self.name, ml_config)
+        self.cursor = self.ledger.open_cursor(CURSOR_NAME)
+        self.writer_config = writer_config
+        self.writer = BufferedWriter(self.ledger, writer_config, metrics, name=self.name)
+        self._max_local_txn_id = -1
+        self.records_written = 0  # since this process opened the log
+        self._lock = threading.Lock()
+        # Like Pulsar's sequence-id interceptor: the highest id is kept as a property at rollover,
+        # so it survives even when every ledger has been trimmed.
+        self.ledger.add_rollover_listener(lambda ml: ml.set_properties({MAX_LOCAL_TXN_ID: str(self._max_local_txn_id)}))
+
+    # -- sequence ----------------------------------------------------------------------------
+    def recover_max_local_txn_id(self) -> int:
+        """Last record of the last entry wins; the ML property covers a log with no entries left."""
+        value = int(self.ledger.properties().get(MAX_LOCAL_TXN_ID, "-1"))
+        last = self.ledger.last_confirmed_entry
+        if last is not None and last.entry_id >= 0:
+            try:
+                decoded = decode_entry(self.ledger.read_entry(last), "txn-log")
+                if decoded.records[-1].HasField("max_local_txn_id"):
+                    value = max(value, decoded.records[-1].max_local_txn_id)
+            except (EntryDecodeError, LookupError):
+                pass
+        self._max_local_txn_id = value
+        return value
+
+    def next_local_txn_id(self) -> int:
+        with self._lock:
+            self._max_local_txn_id += 1
+            return self._max_local_txn_id
+
+    @property
+    def max_local_txn_id(self) -> int:
+        return self._max_local_txn_id
+
+    # -- writing -----------------------------------------------------------------------------
+    def append(self, record: TransactionMetadataEntry,
+               callback: Callable[[TxnPosition | None, BaseException | None], None]) -> None:
+        self.records_written += 1
+        self.writer.add(record.SerializeToString(), callback)
+
+    def append_sync(self, record: TransactionMetadataEntry, timeout: float = 30) -> TxnPosition:
+        self.records_written += 1
+        return self.writer.add_sync(record.SerializeToString(), timeout)
+
+    def delete_positions(self, positions: list[TxnPosition]) -> None:
+        """Delete records from the cursor: whole entries, or single records of a batch (batch-index delete)."""
+        if positions:
+            self.cursor.delete_many([(p.position, p.ack_set()) for p in positions])
+
+    def update_writer_config(self, config: BufferedWriterConfig) -> None:
+        self.writer_config = config
+        self.writer.update_config(config)
+
+    # -- replay ------------------------------------------------------------------------------
+    def replay(self) -> Iterator[ReplayedRecord]:
+        """Every live record after the mark-delete position, skipping records already deleted."""
+        start = self.cursor.mark_delete_position
+        next_pos = Position(start.ledger_id, start.entry_id + 1)
+        while True:
+            batch = self.ledger.read_entries(next_pos, 100)
+            if not batch:
+                return
+            for pos, payload in batch:
+                next_pos = Position(pos.ledger_id, pos.entry_id + 1)
+                if self.cursor.is_deleted(pos):
+                    continue
+                try:
+                    decoded = decode_entry(payload, "txn-log")
+                except EntryDecodeError:
+                    # Pulsar skips what it cannot deserialize; we do the same and keep going.
+                    continue
+                size = len(decoded.records)
+                if size == 0:
+                    continue
+                if size == 1 and not decoded.batched:
+                    yield ReplayedRecord(decoded.records[0], TxnPosition(pos.ledger_id, pos.entry_id, 1, 0))
+                    continue
+                remaining = self.cursor.deleted_batch_indexes(pos)
+                for index, record in enumerate(decoded.records):
+                    if remaining is not None and not has_bit(remaining, index):
+                        continue  # this record of the batch was already deleted
+                    yield ReplayedRecord(record, TxnPosition(pos.ledger_id, pos.entry_id, size, index))
+
+    def close(self) -> None:
+        self.writer.close()
+        self.ledger.close()

@@ -1,0 +1,169 @@
+"""A transactional workload on the engine: produce, consume-and-ack, commit/abort/time out.
+
+Each worker runs transactions like a Pulsar client does (begin → produce → receive+ack in the txn
+→ commit, abort, or walk away and let the coordinator time it out). Deterministic per seed.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .coordinator import CoordinatorError
+from .engine import Engine
+from .pending_ack import PendingAckConflict
+
+
+@dataclass
+class WorkloadSpec:
+    rate: float = 200.0  # transactions per second, all workers together (0 = unlimited)
+    concurrency: int = 8
+    duration_s: float = 10.0
+    topics: int = 2
+    subscriptions: int = 2
+    messages_per_txn: int = 2
+    acks_per_txn: int = 2
+    abort_ratio: float = 0.1
+    timeout_ratio: float = 0.0
+    txn_timeout_ms: int = 10_000
+    message_bytes: int = 100
+    seed: int = 1
+    namespace: str = "public/default"
+
+    def topic_names(self) -> list[str]:
+        return [f"persistent://{self.namespace}/txn-topic-{i}" for i in range(self.topics)]
+
+    def subscription_names(self) -> list[str]:
+        return [f"sub-{i}" for i in range(self.subscriptions)]
+
+
+@dataclass
+class WorkloadStats:
+    started: int = 0
+    committed: int = 0
+    aborted: int = 0
+    left_open: int = 0
+    produced: int = 0
+    acked: int = 0
+    errors: int = 0
+    conflicts: int = 0
+    last_error: str = ""
+    committed_ids: list[tuple[int, int]] = field(default_factory=list)
+    acked_positions: list[tuple[str, str, str]] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"started": self.started, "committed": self.committed, "aborted": self.aborted,
+                "leftOpen": self.left_open, "produced": self.produced, "acked": self.acked,
+                "conflicts": self.conflicts, "errors": self.errors, "lastError": self.last_error,
+                "elapsedSeconds": round(self.elapsed_s, 3),
+                "txnPerSecond": round(self.started / self.elapsed_s, 1) if self.elapsed_s else 0.0}
+
+
+class _RateLimiter:
+    def __init__(self, rate: float):
+        self.interval = 1.0 / rate if rate > 0 else 0.0
+        self.next = time.monotonic()
+        self.lock = threading.Lock()
+
+    def wait(self, stop: threading.Event) -> bool:
+        if not self.interval:
+            return not stop.is_set()
+        with self.lock:
+            slot = max(self.next, time.monotonic())
+            self.next = slot + self.interval
+        delay = slot - time.monotonic()
+        return not stop.wait(delay) if delay > 0 else not stop.is_set()
+
+
+def run_workload(engine: Engine, spec: WorkloadSpec, stop: Optional[threading.Event] = None,
+                 on_progress: Optional[Callable[[WorkloadStats], None]] = None,
+                 on_commit: Optional[Callable[[tuple[int, int], list, list], None]] = None) -> WorkloadStats:
+    """Run until ``spec.duration_s`` passes or ``stop`` is set; returns the counters.
+
+    ``on_commit(txn, produced, acked)`` is called after each successful commit (the CLI journals it so a
+    kill -9 can be checked afterwards).
+    """
+    stop = stop or threading.Event()
+    stats = WorkloadStats()
+    lock = threading.Lock()
+    topics = spec.topic_names()
+    subs = spec.subscription_names()
+    for t in topics:
+        for s in subs:
+            engine.subscribe(t, s)
+    limiter = _RateLimiter(spec.rate)
+    deadline = time.monotonic() + spec.duration_s if spec.duration_s > 0 else float("inf")
+    start = time.monotonic()
+
+    def worker(index: int) -> None:
+        rng = random.Random(spec.seed * 1000 + index)
+        while time.monotonic() < deadline and limiter.wait(stop):
+            try:
+                _one_transaction(engine, spec, rng, topics, subs, stats, lock, on_commit)
+            except (CoordinatorError, PendingAckConflict) as exc:
+                with lock:
+                    stats.errors += 1
+                    stats.last_error = str(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True, name=f"workload-{i}")
+               for i in range(spec.concurrency)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(timeout=0.25)
+        stats.elapsed_s = time.monotonic() - start
+        if on_progress:
+            on_progress(stats)
+        if stop.is_set():
+            deadline = 0
+    stats.elapsed_s = time.monotonic() - start
+    return stats
+
+
+def _one_transaction(engine, spec, rng, topics, subs, stats, lock, on_commit) -> None:
+    txn = engine.begin(spec.txn_timeout_ms, owner="workload")
+    with lock:
+        stats.started += 1
+    payload = bytes(rng.getrandbits(8) for _ in range(min(spec.message_bytes, 64))) * max(1, spec.message_bytes // 64)
+    produced = []
+    for _ in range(spec.messages_per_txn):
+        topic = rng.choice(topics)
+        produced.append((topic, str(engine.produce(txn, topic, payload))))
+    with lock:
+        stats.produced += spec.messages_per_txn
+    acked = []
+    if spec.acks_per_txn:
+        topic, sub = rng.choice(topics), rng.choice(subs)
+        messages = engine.receive(topic, sub, spec.acks_per_txn)
+        if messages:
+            try:
+                engine.ack(txn, topic, sub, [m.position for m in messages])
+            except PendingAckConflict:
+                # A redelivered message another transaction already holds: give up like a client would.
+                engine.abort(txn)
+                with lock:
+                    stats.conflicts += 1
+                    stats.aborted += 1
+                return
+            acked = [(topic, sub, str(m.position)) for m in messages]
+    roll = rng.random()
+    if roll < spec.timeout_ratio:
+        with lock:
+            stats.left_open += 1
+        return
+    if roll < spec.timeout_ratio + spec.abort_ratio:
+        engine.abort(txn)
+        with lock:
+            stats.aborted += 1
+        return
+    engine.commit(txn)
+    with lock:
+        stats.committed += 1
+        stats.acked += len(acked)
+    if on_commit:
+        on_commit(txn, produced, acked)
