@@ -118,7 +118,15 @@ class LocalAdmin:
 
     @_admin_errors
     def transaction_metadata(self, txn: TxnId) -> Json:
-        meta = self.engine.coordinator(txn.most_bits).get(txn.least_bits)
+        from ..engine.coordinator import TransactionNotFound
+
+        try:
+            meta = self.engine.coordinator(txn.most_bits).get(txn.least_bits)
+        except TransactionNotFound:
+            preserved = self._stats.preserved_metadata(self.engine, (txn.most_bits, txn.least_bits))
+            if preserved is None:
+                raise
+            return preserved
         return self._stats.transaction_metadata(self.engine, meta)
 
     @_admin_errors

@@ -141,3 +141,76 @@ def set_(
         fail(str(exc).strip(), EXIT_USAGE)
     except EngineDirError as exc:
         fail(str(exc), EXIT_UNREADABLE)
+
+
+txn_app = typer.Typer(help="Act as a transactional client (begin, commit, abort) against an engine directory.",
+                      no_args_is_help=True)
+app.add_typer(txn_app, name="txn")
+
+
+def _client_engine(directory: Optional[Path]):
+    from ..engine.engine import Engine
+    from ..engine.manage import EngineDirError, require_engine
+
+    try:
+        return Engine(require_engine(_dir(directory)), maintenance=False)
+    except EngineDirError as exc:
+        fail(str(exc), EXIT_UNREADABLE)
+    except Exception as exc:
+        fail(f"{_dir(directory)}: {exc}", EXIT_UNREADABLE)
+
+
+@txn_app.command("begin")
+def txn_begin(
+    directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
+    timeout_ms: int = typer.Option(60_000, "--timeout-ms"),
+    owner: Optional[str] = typer.Option(None, "--owner"),
+    produce: list[str] = typer.Option([], "--produce", help="TOPIC=TEXT: publish a message in the transaction."),
+) -> None:
+    """Open a transaction (and optionally produce in it); prints its id."""
+    engine = _client_engine(directory)
+    try:
+        txn = engine.begin(timeout_ms, owner)
+        for item in produce:
+            topic, sep, text = item.partition("=")
+            if not sep:
+                fail(f"--produce {item!r}: expected TOPIC=TEXT", EXIT_USAGE)
+            engine.produce(txn, topic, text.encode())
+    finally:
+        engine.close()
+    print_json({"txnId": f"({txn[0]},{txn[1]})", "mostSigBits": txn[0], "leastSigBits": txn[1]})
+
+
+def _end(directory, most: int, least: int, client_name: Optional[str], commit: bool) -> None:
+    from ..engine.coordinator import CoordinatorError
+
+    engine = _client_engine(directory)
+    try:
+        status = engine.end_transaction((most, least), commit, client_name)
+    except CoordinatorError as exc:
+        fail(str(exc), 1)
+    finally:
+        engine.close()
+    print_json({"txnId": f"({most},{least})", "status": status})
+
+
+@txn_app.command("commit")
+def txn_commit(
+    most: int = typer.Option(..., "--most-sig-bits", "-m"),
+    least: int = typer.Option(..., "--least-sig-bits", "-l"),
+    client_name: Optional[str] = typer.Option(None, "--client-name", help="PIP-255: makes a retried commit idempotent."),
+    directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
+) -> None:
+    """Commit a transaction; with --client-name a retry after a lost answer succeeds (PIP-255)."""
+    _end(directory, most, least, client_name, True)
+
+
+@txn_app.command("abort")
+def txn_abort(
+    most: int = typer.Option(..., "--most-sig-bits", "-m"),
+    least: int = typer.Option(..., "--least-sig-bits", "-l"),
+    client_name: Optional[str] = typer.Option(None, "--client-name", help="PIP-255: makes a retried abort idempotent."),
+    directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
+) -> None:
+    """Abort a transaction; with --client-name a retry after a lost answer succeeds (PIP-255)."""
+    _end(directory, most, least, client_name, False)

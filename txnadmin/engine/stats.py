@@ -42,6 +42,16 @@ def transaction_metadata(engine: Engine, meta: TxnMeta) -> dict:
     return out
 
 
+def preserved_metadata(engine: Engine, txn: tuple[int, int]) -> Optional[dict]:
+    """A terminated transaction the PIP-255 preserver remembers, marked as such (Pulsar would answer 404)."""
+    preserver = engine.preservers.get(txn[0])
+    found = preserver.lookup(txn) if preserver else None
+    if found is None:
+        return None
+    return {"txnId": f"({txn[0]},{txn[1]})", "status": found.status, "preserved": True,
+            "clientName": found.client_name, "endTimestamp": found.end_time}
+
+
 def transaction_in_buffer_stats(engine: Engine, txn: tuple[int, int], topic: str) -> dict:
     buffer = engine.topic(topic, create=False).buffer
     out: dict = {}
