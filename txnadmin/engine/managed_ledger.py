@@ -52,8 +52,10 @@ def _iso(ms: float) -> str:
 
 
 class ManagedLedger:
-    def __init__(self, factory: "ManagedLedgerFactory", name: str, config: ManagedLedgerConfig):
+    def __init__(self, factory: "ManagedLedgerFactory", name: str, config: ManagedLedgerConfig,
+                 read_only: bool = False):
         self.factory = factory
+        self.read_only = read_only
         self.storage: LedgerStorage = factory.storage
         self.name = name
         self.config = config
@@ -67,22 +69,43 @@ class ManagedLedger:
         info = json.loads(raw) if raw else {"ledgers": [], "properties": {}}
         self._properties: dict[str, str] = dict(info.get("properties", {}))
         self._ledgers: list[LedgerInfo] = [LedgerInfo(**l) for l in info.get("ledgers", [])]
-        self._recover_last_ledger()
+        if read_only:
+            self._observe_last_ledger()
+        else:
+            self._recover_last_ledger()
         for key in self.storage.meta_list(self._key() + "/cursors/"):
             cname = key.rsplit("/", 1)[1]
             state = json.loads(self.storage.meta_get(key))
             self._cursors[cname] = ManagedCursor(self, cname, Position(-1, -1), state)
-        self._start_ledger()
+        if not read_only:
+            self._start_ledger()
+
+    def _observe_last_ledger(self) -> None:
+        """Read-only view from another process: the open ledger's progress comes from storage."""
+        if not self._ledgers:
+            raise LedgerNotFoundError(f"managed ledger {self.name}: has no ledgers")
+        last = self._ledgers[-1]
+        try:
+            meta = self.storage.ledger_metadata(last.ledger_id)
+            last.entries, last.size = meta.entries, meta.length
+        except LedgerNotFoundError:
+            pass
+        self._current_created = last.timestamp_ms
+        self._issued = last.entries
 
     # -- metadata ----------------------------------------------------------------------------
     def _key(self) -> str:
         return ROOT + self.name
 
     def _persist_info(self) -> None:
+        if self.read_only:
+            return
         info = {"ledgers": [l.__dict__ for l in self._ledgers], "properties": self._properties}
         self.storage.meta_put(self._key(), json.dumps(info, separators=(",", ":")).encode())
 
     def _persist_cursor(self, cursor: ManagedCursor) -> None:
+        if self.read_only:
+            raise RuntimeError(f"managed ledger {self.name} is open read-only")
         self.storage.meta_put(f"{self._key()}/cursors/{cursor.name}", dumps_state(cursor))
 
     def _recover_last_ledger(self) -> None:
@@ -345,7 +368,8 @@ class ManagedLedger:
 
     def close(self) -> None:
         with self._lock:
-            if self._closed:
+            if self._closed or self.read_only:
+                self._closed = True
                 return
             self._closed = True
             self.state = "Closed"
@@ -362,6 +386,12 @@ class ManagedLedgerFactory:
 
     def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
         return ManagedLedger(self, name, config or ManagedLedgerConfig())
+
+    def open_read_only(self, name: str) -> ManagedLedger:
+        """A view for stats and reads, e.g. from a second process while the writer runs."""
+        if not self.exists(name):
+            raise LedgerNotFoundError(f"managed ledger {name}: not found")
+        return ManagedLedger(self, name, ManagedLedgerConfig(), read_only=True)
 
     def list_names(self) -> list[str]:
         keys = self.storage.meta_list(ROOT)

@@ -1,0 +1,212 @@
+"""The batched log writer on a real managed ledger and real storage (TxnLogBufferedWriter semantics)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from txnadmin.codec import TransactionMetadataEntry, TxnOp, decode_entry
+from txnadmin.engine.buffered_writer import (
+    BufferedWriter, BufferedWriterConfig, ConfigError, TxnPosition, WriterClosedError,
+)
+from txnadmin.engine.managed_ledger import ManagedLedgerFactory
+from txnadmin.engine.storage import LedgerStorage
+from txnadmin.engine.writer_metrics import BufferedWriterMetrics
+
+HOUR_MS = 3_600_000.0  # a max delay that never fires during a test: flushes come from counts and sizes only
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    storage = LedgerStorage.open(tmp_path)
+    ml = ManagedLedgerFactory(storage).open("pulsar/system/persistent/__transaction_log_0")
+    yield ml
+    ml.close()
+    storage.close()
+
+
+def record(seq: int, pad: int = 0) -> bytes:
+    rec = TransactionMetadataEntry(metadata_op=TxnOp.NEW, txnid_most_bits=0, txnid_least_bits=seq,
+                                   timeout_ms=1000, start_time=1, last_modification_time=1, max_local_txn_id=seq)
+    if pad:
+        rec.owner = "x" * pad
+    return rec.SerializeToString()
+
+
+class Collector:
+    def __init__(self, expected: int):
+        self.results: list[tuple[int, TxnPosition | None, BaseException | None]] = []
+        self.done = threading.Event()
+        self.expected = expected
+        self.lock = threading.Lock()
+
+    def cb(self, index: int):
+        def callback(pos, exc):
+            with self.lock:
+                self.results.append((index, pos, exc))
+                if len(self.results) >= self.expected:
+                    self.done.set()
+        return callback
+
+    def wait(self):
+        assert self.done.wait(20), f"only {len(self.results)} of {self.expected} callbacks arrived"
+        return self.results
+
+
+def make_writer(ledger, registry=None, **cfg):
+    metrics = BufferedWriterMetrics("pulsar_txn_tc", registry or CollectorRegistry())
+    config = BufferedWriterConfig(**{"enabled": True, "max_records": 10, "max_size": 131072,
+                                     "max_delay_ms": HOUR_MS, **cfg})
+    return BufferedWriter(ledger, config, metrics, name="test"), metrics
+
+
+def entries(ledger):
+    out = []
+    for info in ledger.ledgers():
+        for pos, data in ledger.read_entries(__import__("txnadmin.engine.position", fromlist=["Position"]).Position(info.ledger_id, 0), 10_000):
+            if pos.ledger_id == info.ledger_id:
+                out.append((pos, data))
+    return out
+
+
+def test_max_records_flush_positions_and_order(ledger):
+    writer, metrics = make_writer(ledger)
+    col = Collector(20)
+    for i in range(20):
+        writer.add(record(i), col.cb(i))
+    results = col.wait()
+    assert [i for i, _, _ in results] == list(range(20))  # callbacks in write order
+    positions = [p for _, p, _ in results]
+    assert {(p.batch_size) for p in positions} == {10}
+    assert [p.batch_index for p in positions] == list(range(10)) * 2
+    assert positions[0].position != positions[10].position
+    assert metrics.flush_counts()["max_records"] == 2
+    decoded = [decode_entry(d, "txn-log") for _, d in entries(ledger)]
+    assert all(d.batched for d in decoded)
+    assert [r.txnid_least_bits for d in decoded for r in d.records] == list(range(20))
+    writer.close()
+
+
+def test_ack_set_of_a_batched_position():
+    assert TxnPosition(1, 2, 3, 1).ack_set() == [0b101]
+    assert TxnPosition(1, 2, 1, 0).ack_set() is None
+    words = TxnPosition(1, 2, 70, 64).ack_set()
+    assert words == [-1, (1 << 6) - 2]  # word 0 all ones (signed -1), bit 64 cleared in word 1
+    assert TxnPosition(1, 2, 3, 1).position == TxnPosition(1, 2, 9, 0).position
+
+
+def test_max_size_flush(ledger):
+    writer, metrics = make_writer(ledger, max_records=1000, max_size=131072)
+    big = record(0, pad=40_000)
+    col = Collector(4)
+    for i in range(4):
+        writer.add(big, col.cb(i))
+    results = col.wait()
+    assert metrics.flush_counts()["max_size"] == 1  # 4 × ~40 KB crosses 128 KiB on the fourth
+    assert {p.batch_size for _, p, _ in results} == {4}
+    writer.close()
+
+
+def test_large_record_flushes_the_buffer_then_goes_plain(ledger):
+    writer, metrics = make_writer(ledger, max_records=1000, max_size=131072)
+    col = Collector(3)
+    writer.add(record(1), col.cb(0))
+    writer.add(record(2), col.cb(1))
+    writer.add(record(3, pad=140_000), col.cb(2))
+    results = col.wait()
+    assert metrics.flush_counts()["large_data"] == 2  # the flush trigger and the plain write are both counted
+    small, large = results[0][1], results[2][1]
+    assert small.batch_size == 2 and large.batch_size == 1
+    datas = entries(ledger)
+    assert decode_entry(datas[0][1]).batched and not decode_entry(datas[1][1]).batched
+    writer.close()
+
+
+def test_delay_tick_flushes_a_batch_of_one_still_prefixed(ledger):
+    writer, metrics = make_writer(ledger, max_delay_ms=5)
+    pos = writer.add_sync(record(7))
+    assert pos.batch_size == 1 and pos.ack_set() is None
+    assert metrics.flush_counts()["max_delay"] == 1
+    data = ledger.read_entry(pos.position)
+    assert data[:4] == b"\x0e\x01\x00\x01"  # old brokers cannot read even a batch of one
+    writer.close()
+
+
+def test_disabled_writes_plain_and_records_no_metrics(ledger):
+    registry = CollectorRegistry()
+    writer, metrics = make_writer(ledger, registry, enabled=False)
+    positions = [writer.add_sync(record(i)) for i in range(3)]
+    assert [p.entry_id for p in positions] == [0, 1, 2]
+    assert all(not decode_entry(ledger.read_entry(p.position)).batched for p in positions)
+    assert sum(metrics.flush_counts().values()) == 0
+    assert registry.get_sample_value("pulsar_txn_tc_bufferedwriter_batch_records_count", {"broker": "127.0.0.1:8080"}) == 0
+    writer.close()
+
+
+def test_runtime_toggle_applies_to_the_next_record(ledger):
+    writer, _ = make_writer(ledger, enabled=False, max_delay_ms=2)
+    plain = writer.add_sync(record(1))
+    writer.update_config(BufferedWriterConfig(enabled=True, max_records=10, max_size=131072, max_delay_ms=2))
+    batched = writer.add_sync(record(2))
+    writer.update_config(BufferedWriterConfig(enabled=False))
+    plain_again = writer.add_sync(record(3))
+    forms = [decode_entry(ledger.read_entry(p.position)).form.value for p in (plain, batched, plain_again)]
+    assert forms == ["plain", "batched", "plain"]
+    writer.close()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("max_records", 9, "'transactionLogBatchedWriteMaxRecords' value must be greater than or equal to 10"),
+    ("max_size", 131071, "'transactionLogBatchedWriteMaxSize' value must be greater than or equal to 131072"),
+    ("max_delay_ms", 0, "'transactionLogBatchedWriteMaxDelayInMillis' value must be greater than or equal to 1"),
+])
+def test_validation_only_when_enabled(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        BufferedWriterConfig(enabled=True, **{field: value}).validate()
+    BufferedWriterConfig(enabled=False, **{field: value}).validate()
+
+
+def test_close_fails_buffered_and_later_records(ledger):
+    writer, _ = make_writer(ledger, max_records=1000)
+    col = Collector(3)
+    writer.add(record(1), col.cb(0))
+    writer.add(record(2), col.cb(1))
+    writer.close()
+    writer.add(record(3), col.cb(2))
+    results = col.wait()
+    assert all(isinstance(exc, WriterClosedError) for _, _, exc in results)
+    assert str(results[0][2]) == "Transaction log buffered write has closed"
+    assert writer.state == "CLOSED"
+    assert entries(ledger) == []
+
+
+def test_a_failed_write_fails_every_record_of_its_batch(tmp_path):
+    storage = LedgerStorage.open(tmp_path)
+    ml = ManagedLedgerFactory(storage).open("x")
+    writer, _ = make_writer(ml, max_records=10)
+    storage.close_ledger(ml.current_ledger_id)  # the ledger is fenced under the writer's feet
+    col = Collector(10)
+    for i in range(10):
+        writer.add(record(i), col.cb(i))
+    results = col.wait()
+    assert len({type(exc) for _, _, exc in results}) == 1 and results[0][2] is not None
+    assert all(pos is None for _, pos, _ in results)
+    writer.close()
+    storage.close()
+
+
+def test_one_failing_callback_does_not_stop_the_rest(ledger):
+    writer, _ = make_writer(ledger, max_records=10)
+    col = Collector(9)
+
+    def boom(pos, exc):
+        raise RuntimeError("client bug")
+
+    writer.add(record(0), boom)
+    for i in range(1, 10):
+        writer.add(record(i), col.cb(i))
+    results = col.wait()
+    assert all(exc is None for _, _, exc in results)
+    writer.close()
