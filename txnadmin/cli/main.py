@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from .. import __version__
+from . import downgrade
 from . import engine as engine_cli
 from . import inspect
 
@@ -34,6 +35,7 @@ def root(
 
 app.add_typer(inspect.app, name="inspect")
 app.add_typer(engine_cli.app, name="engine")
+app.add_typer(downgrade.app, name="downgrade")
 
 
 def main() -> None:

@@ -1,0 +1,90 @@
+"""`txnadmin downgrade` end to end through the CLI on an engine directory, including kill -9 mid-start."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from typer.testing import CliRunner
+
+from txnadmin.cli.main import app
+
+runner = CliRunner()
+TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
+
+
+def _engine(tmp_path):
+    d = tmp_path / "e"
+    sets = ["managedLedgerMaxEntriesPerLedger=20", "managedLedgerMinLedgerRolloverTimeMinutes=0",
+            "transactionPendingAckLogIndexMinLag=5", "transactionLogBatchedWriteEnabled=true",
+            "transactionPendingAckBatchedWriteEnabled=true"]
+    args = ["engine", "init", str(d), "-c", "2"]
+    for s in sets:
+        args += ["--set", s]
+    assert runner.invoke(app, args).exit_code == 0
+    return d
+
+
+def _load(d, seconds="1.5"):
+    result = runner.invoke(app, ["engine", "run", str(d), "--duration", seconds, "--rate", "0", "--concurrency", "4",
+                                 "--abort-ratio", "0", "-o", "json"])
+    assert result.exit_code == 0, result.output
+
+
+def test_start_status_json_and_exit_codes(tmp_path):
+    d = _engine(tmp_path)
+    _load(d)
+    state = tmp_path / "checklist.json"
+    started = runner.invoke(app, ["downgrade", "start", "-u", f"local:{d}", "--state", str(state), "-o", "json"])
+    assert started.exit_code == 0, started.output
+    assert json.loads(started.stdout)["coordinators"] == 2
+    waiting = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state), "-o", "json"])
+    assert waiting.exit_code == 1
+    report = json.loads(waiting.stdout)
+    assert report["safe"] is False
+    for comp in report["components"]:
+        assert {"component", "name", "lastBatchedLedgerId", "oldestLedgerId", "done", "reason"} <= set(comp)
+    _load(d, "3")
+    done = runner.invoke(app, ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state), "--timeout", "20",
+                               "--interval", "0.5", "-o", "json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["safe"] is True
+
+
+def test_unreadable_target_and_missing_checklist(tmp_path):
+    missing = runner.invoke(app, ["downgrade", "status", "-u", f"local:{tmp_path / 'nope'}", "--state",
+                                  str(tmp_path / "s.json")])
+    assert missing.exit_code == 3 and "engine init" in missing.stderr
+    d = _engine(tmp_path)
+    no_state = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(tmp_path / "s.json")])
+    assert no_state.exit_code == 1 and "downgrade start" in no_state.stderr
+    garbage = tmp_path / "bad.json"
+    garbage.write_text("{not json")
+    bad = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(garbage)])
+    assert bad.exit_code == 3 and "bad.json" in bad.stderr
+
+
+def test_killed_start_resumes_to_the_same_verdict(tmp_path):
+    d = _engine(tmp_path)
+    _load(d)
+    state = tmp_path / "s.json"
+    rng = random.Random(7)
+    for _ in range(3):
+        proc = subprocess.Popen(TXNADMIN + ["downgrade", "start", "-u", f"local:{d}", "--state", str(state)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 1.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if state.exists():
+            json.loads(state.read_text())  # never half-written
+    final = subprocess.run(TXNADMIN + ["downgrade", "start", "-u", f"local:{d}", "--state", str(state), "-o", "json"],
+                           capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr
+    _load(d, "3")
+    done = runner.invoke(app, ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state), "--timeout", "20",
+                               "--interval", "0.5", "-o", "json"])
+    assert done.exit_code == 0, done.output

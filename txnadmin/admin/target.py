@@ -1,0 +1,128 @@
+"""Which Pulsar (or engine) a command talks to, and why.
+
+Highest first: ``--admin-url/-u`` (``http(s)://host:port`` or ``local:PATH``), ``$TXNADMIN_ADMIN_URL``,
+a Pulsar ``client.conf`` (``--conf`` or ``$PULSAR_CLIENT_CONF``: ``webServiceUrl``, ``authPlugin``,
+``authParams``, TLS keys), then the embedded engine directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from .protocol import TargetUnreachableError, TransactionsAdmin
+
+ENV_URL = "TXNADMIN_ADMIN_URL"
+ENV_CONF = "PULSAR_CLIENT_CONF"
+
+
+@dataclass
+class Target:
+    url: str  # http(s)://… or local:PATH
+    source: str  # why this target: "--admin-url", "$TXNADMIN_ADMIN_URL", "client.conf (path)", "embedded default"
+    auth_plugin: Optional[str] = None
+    auth_params: Optional[str] = None
+    tls: dict = field(default_factory=dict)
+
+    @property
+    def is_local(self) -> bool:
+        return self.url.startswith("local:")
+
+    @property
+    def engine_dir(self) -> Path:
+        return Path(self.url[len("local:"):]).expanduser()
+
+    def describe(self) -> dict:
+        out = {"target": self.url, "source": self.source}
+        if self.auth_plugin:
+            out["authPlugin"] = self.auth_plugin
+            out["authParams"] = "****" if self.auth_params else None
+        out.update({k: v for k, v in self.tls.items() if v is not None})
+        return out
+
+
+def read_client_conf(path: Path) -> dict[str, str]:
+    """Java properties as Pulsar's client.conf uses them (``key=value``, ``#``/``!`` comments)."""
+    values: dict[str, str] = {}
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise TargetUnreachableError(f"{path}: cannot read client.conf ({exc.strerror or exc})") from None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min([i for i in (line.find("="), line.find(":")) if i >= 0], default=-1)
+        if sep < 0:
+            continue
+        values[line[:sep].strip()] = line[sep + 1:].strip()
+    return values
+
+
+def resolve_target(admin_url: Optional[str] = None, conf: Optional[Path] = None) -> Target:
+    if admin_url:
+        return Target(_normalize(admin_url), "--admin-url")
+    if os.environ.get(ENV_URL):
+        return Target(_normalize(os.environ[ENV_URL]), f"${ENV_URL}")
+    conf_path = conf or (Path(os.environ[ENV_CONF]) if os.environ.get(ENV_CONF) else None)
+    if conf_path:
+        values = read_client_conf(conf_path)
+        url = values.get("webServiceUrl") or values.get("serviceUrl", "")
+        if not url or not url.startswith(("http://", "https://")):
+            raise TargetUnreachableError(f"{conf_path}: Can't find any admin url to use (webServiceUrl)")
+        return Target(url.rstrip("/"), f"client.conf ({conf_path})", values.get("authPlugin") or None,
+                      values.get("authParams") or None, {
+                          "tlsTrustCertsFilePath": values.get("tlsTrustCertsFilePath") or None,
+                          "tlsAllowInsecureConnection": values.get("tlsAllowInsecureConnection") or None,
+                          "tlsEnableHostnameVerification": values.get("tlsEnableHostnameVerification") or None,
+                      })
+    from ..engine import default_engine_dir
+
+    return Target(f"local:{default_engine_dir()}", "embedded default")
+
+
+def _normalize(url: str) -> str:
+    url = url.strip()
+    if url.startswith(("http://", "https://", "local:")):
+        return url.rstrip("/") if not url.startswith("local:") else url
+    raise TargetUnreachableError(f"admin URL {url!r}: use http(s)://host:port or local:PATH")
+
+
+def open_admin(target: Target) -> TransactionsAdmin:
+    """An admin for the target; for a local engine held by a running server, go through that server."""
+    if target.is_local:
+        server = _running_server(target.engine_dir)
+        if server is None:
+            from .local import LocalAdmin
+
+            return LocalAdmin(target.engine_dir)
+        url, token = server
+        return _http_admin(url, token=token)
+    return _http_admin(target.url, target=target)
+
+
+def _http_admin(url: str, token: Optional[str] = None, target: Optional[Target] = None) -> TransactionsAdmin:
+    from .http import HttpAdmin
+
+    if target is not None:
+        return HttpAdmin.from_target(target)
+    return HttpAdmin(url, token=token)
+
+
+def _running_server(engine_dir: Path) -> Optional[tuple[str, Optional[str]]]:
+    """`txnadmin serve` / `engine run` record their loopback URL in the engine dir while they hold it."""
+    import json
+
+    path = engine_dir / "server.json"
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    pid = info.get("pid")
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return None
+    return info["url"], info.get("token")
