@@ -1,0 +1,193 @@
+"""`txnadmin scan` on fixtures built from the published formats, with both engines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from txnadmin.cli.main import app
+from txnadmin.scan import REGISTRY, DumpFormat, Finding, ScanInputError, register, run_scan, unregister
+
+import dumpgen as g
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def bookie(tmp_path):
+    """Two entry logs: TC log 10 (batched + plain), a pending-ack ledger 11, a message ledger 12 full of 0E 01,
+    trimmed TC ledger 9 (batched, not live), and a cursor ledger 13 (not judged)."""
+    d = tmp_path / "bookie" / "current"
+    d.mkdir(parents=True)
+    g.write_entry_log(d / "0.log", [
+        (9, 0, g.batched(3)), (10, 0, g.batched(2, 10)), (12, 0, g.pulsar_message(0)), (10, 1, g.plain(20)),
+        (11, 0, __import__("txnadmin.codec", fromlist=["encode_batched"]).encode_batched([g.ack_record(1)])),
+    ])
+    g.write_entry_log(d / "1.log", [(12, i, g.pulsar_message(i)) for i in range(1, 50)]
+                      + [(10, 2, g.batched(1, 30)), (13, 0, g.batched(2))])
+    g.ledger_list(tmp_path / "ledgers.txt", {10: g.TC_ML.format(1), 11: g.ACK_ML, 12: g.MSG_ML, 13: g.TC_ML.format(1)},
+                  cursor={13: "transaction.subscription"})
+    return tmp_path
+
+
+@pytest.mark.parametrize("engine", ["python", "spark"])
+def test_entry_logs_with_live_list(bookie, engine, request):
+    if engine == "spark":
+        request.getfixturevalue("spark")
+    result = run_scan([str(bookie / "bookie")], bookie / "ledgers.txt", engine=engine)
+    assert result.engine.startswith(engine)
+    assert result.verdict == "batched"
+    by_id = {l["ledgerId"]: l for l in result.ledgers}
+    assert by_id[10]["batchedEntries"] == 2 and by_id[10]["entries"] == 3  # a batch of one still counts
+    assert by_id[11]["batchedEntries"] == 1
+    assert result.live_batched_entries == 3
+    assert 12 not in by_id or by_id[12]["transactionLedger"] is False  # 0E 01 messages never count
+    assert 13 not in by_id  # cursor ledgers are skipped
+    assert [d["ledgerId"] for d in result.dead_ledgers] == []  # 9 is filtered out by id with the live list
+
+
+def test_trimmed_ledger_is_reported_apart_without_the_filter(bookie):
+    from txnadmin.scan.job import collect_inputs, judge, scan_in_process
+    from txnadmin.scan.ledgers import read_ledger_list
+
+    inputs, notes = collect_inputs([str(bookie / "bookie")])
+    counts, notable = scan_in_process(inputs, None)
+    result = judge(counts, notable, read_ledger_list(bookie / "ledgers.txt"), "python", inputs, notes)
+    dead = {d["ledgerId"]: d for d in result.dead_ledgers}
+    assert dead[9]["batchedEntries"] == 1 and dead[9]["live"] is False
+    assert result.live_batched_entries == 3
+
+
+def test_clean_when_only_plain_entries_remain(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(10, i, g.plain(i)) for i in range(5)]
+                      + [(12, i, g.pulsar_message(i)) for i in range(5)])
+    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0), 12: g.MSG_ML})
+    result = runner.invoke(app, ["scan", str(tmp_path / "0.log"), "--ledgers", str(tmp_path / "l.txt"), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["verdict"] == "clean" and out["liveBatchedEntries"] == 0
+    assert {"ledgerId", "managedLedger", "live", "transactionLedger", "entries", "batchedEntries"} <= set(out["ledgers"][0])
+
+
+def test_cli_exit_1_and_report_jsonl(bookie, tmp_path):
+    report = tmp_path / "findings.jsonl"
+    result = runner.invoke(app, ["scan", str(bookie / "bookie"), "--ledgers", str(bookie / "ledgers.txt"),
+                                 "--engine", "python", "--report", str(report), "-o", "json"])
+    assert result.exit_code == 1
+    rows = [json.loads(l) for l in report.read_text().splitlines()]
+    assert sum(r["form"] == "batched" for r in rows) == 3
+
+
+def test_report_parquet(bookie, tmp_path):
+    import pyarrow.parquet as pq
+
+    run_scan([str(bookie / "bookie")], bookie / "ledgers.txt", engine="python", report=tmp_path / "f.parquet")
+    table = pq.read_table(tmp_path / "f.parquet")
+    assert set(table.column_names) >= {"file", "offset", "ledgerId", "entryId", "form"}
+
+
+def test_truncated_and_corrupt_files_are_located_not_fatal(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.batched(2)), (10, 1, g.batched(2))], truncate_last=10)
+    (tmp_path / "bad.log").write_bytes(b"BKLO" + b"\x00" * 1020 + b"\x7f\xff\xff\xff" + b"junk")
+    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0)})
+    result = run_scan([str(tmp_path / "0.log"), str(tmp_path / "bad.log")], tmp_path / "l.txt", engine="python")
+    assert result.live_batched_entries == 1
+    assert len(result.unreadable) == 2
+    assert {u["file"].rsplit("/", 1)[1] for u in result.unreadable} == {"0.log", "bad.log"}
+    assert all(u["offset"] >= 1024 for u in result.unreadable)
+
+
+def test_suspicious_prefix_is_reported_with_file_and_offset(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, b"\x0e\x01\x00\x02" + g.batched(1)[4:]),
+                                           (10, 1, b"\x0e\x01\x00\x01\xff\xff")])
+    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0)})
+    result = run_scan([str(tmp_path / "0.log")], tmp_path / "l.txt", engine="python")
+    assert result.verdict == "clean" and len(result.suspicious) == 2
+    assert "unknown batch version 2" in result.suspicious[0]["detail"]
+    assert result.suspicious[0]["offset"] == 1024
+
+
+def test_nothing_readable_is_exit_3(tmp_path):
+    (tmp_path / "x.log").write_bytes(b"BKLO")
+    result = runner.invoke(app, ["scan", str(tmp_path / "x.log")])
+    assert result.exit_code == 3 and "nothing readable" in result.stderr
+    missing = runner.invoke(app, ["scan", str(tmp_path / "absent")])
+    assert missing.exit_code == 3 and "no such file" in missing.stderr
+    unknown = runner.invoke(app, ["scan", str(tmp_path / "x.log"), "--format", "tape"])
+    assert unknown.exit_code == 3 and "unknown" in unknown.stderr
+
+
+ENTRIES = [(10, 0, g.batched(2)), (10, 1, g.plain(5)), (10, 2, b""), (12, 0, g.pulsar_message(1))]
+
+
+@pytest.mark.parametrize("name, text, fmt", [
+    ("hex417.txt", g.readledger_hex(ENTRIES, "4.17").encode(), "readledger-hex"),
+    ("hex418.txt", g.readledger_hex(ENTRIES, "4.18").encode(), "readledger-hex"),
+    ("readlog.txt", g.readlog(ENTRIES[:2]).encode(), "readlog"),
+    ("bookie.txt", g.readledger_bookie(ENTRIES[:2]).encode(), "readledger-bookie"),
+])
+def test_text_dumps_are_detected_and_exact(tmp_path, name, text, fmt):
+    from txnadmin.scan import detect
+
+    (tmp_path / name).write_bytes(text)
+    assert detect(str(tmp_path / name)).name == fmt
+    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0), 12: g.MSG_ML})
+    result = run_scan([str(tmp_path / name)], tmp_path / "l.txt", engine="python")
+    tc = next(l for l in result.ledgers if l["ledgerId"] == 10)
+    assert tc["batchedEntries"] == 1 and result.verdict == "batched"
+
+
+def test_string_dump_checks_the_prefix_only(tmp_path):
+    (tmp_path / "s.txt").write_bytes(g.readledger_string(ENTRIES[:2]))
+    from txnadmin.scan import detect
+
+    assert detect(str(tmp_path / "s.txt")).name == "readledger-string"
+    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0)})
+    result = runner.invoke(app, ["scan", str(tmp_path / "s.txt"), "--ledgers", str(tmp_path / "l.txt")])
+    assert result.exit_code == 1
+    assert "not trustworthy" in result.stdout
+
+
+def test_a_format_registered_by_a_plugin_is_used(tmp_path):
+    def read(path, wanted):
+        for line in open(path).read().splitlines()[1:]:  # after the FAKE magic line
+            lid, eid, form = line.split()
+            yield Finding(path, 0, int(lid), int(eid), form, "", "")
+
+    register(DumpFormat("fake", "test format", lambda head: 99 if head.startswith(b"FAKE") else 0, read))
+    try:
+        (tmp_path / "f.txt").write_text("FAKE\n10 0 plain\n10 1 batched\n")
+        g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(3)})
+        result = run_scan([str(tmp_path / "f.txt")], tmp_path / "l.txt", engine="python")
+        assert result.live_batched_entries == 1 and result.inputs[0]["format"] == "fake"
+    finally:
+        unregister("fake")
+    assert "fake" not in REGISTRY
+
+
+def test_engine_dump_then_scan_agrees_with_the_engine(tmp_path, spark):
+    from txnadmin.codec import decode_entry
+    from txnadmin.engine.storage import LedgerStorage
+
+    d = tmp_path / "e"
+    assert runner.invoke(app, ["engine", "init", str(d), "-c", "2", "--set", "transactionLogBatchedWriteEnabled=true",
+                               "--set", "transactionPendingAckBatchedWriteEnabled=true",
+                               "--set", "managedLedgerMaxEntriesPerLedger=30",
+                               "--set", "managedLedgerMinLedgerRolloverTimeMinutes=0"]).exit_code == 0
+    assert runner.invoke(app, ["engine", "run", str(d), "--duration", "1.5", "--rate", "0", "-o", "json"]).exit_code == 0
+    assert runner.invoke(app, ["engine", "dump", str(d), "--out", str(tmp_path / "dump")]).exit_code == 0
+    storage = LedgerStorage.open(d, read_only=True)
+    truth = {}
+    for meta in storage.list_ledgers():
+        ml = meta.custom_metadata.get("pulsar/managed-ledger", "")
+        if "__transaction_log_" in ml or ml.endswith("__transaction_pending_ack"):
+            truth[meta.ledger_id] = sum(decode_entry(e).batched for e in
+                                        storage.read_entries(meta.ledger_id, 0, meta.last_entry_id)) if meta.entries else 0
+    storage.close()
+    assert sum(truth.values()) > 0
+    for engine in ("python", "spark"):
+        result = run_scan([str(tmp_path / "dump" / "ledgers")], tmp_path / "dump" / "ledgers.txt", engine=engine)
+        scanned = {l["ledgerId"]: l["batchedEntries"] for l in result.ledgers if l["transactionLedger"]}
+        assert {k: v for k, v in scanned.items() if v} == {k: v for k, v in truth.items() if v}

@@ -1,0 +1,128 @@
+"""The Spark path: a Python data source that yields Arrow batches of small columns per file group.
+
+Only this module imports pyspark. Files are grouped into a few partitions per core (a partition
+costs tens of milliseconds, one per small file would dominate); each partition runs the same
+readers as the in-process scan, on the executors, and never ships payloads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Optional
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from .formats import REGISTRY, Finding
+from .job import NOTABLE, ScanInput
+
+SCHEMA = ("file string, offset long, ledgerId long, entryId long, form string, detail string, first8 string")
+BATCH_ROWS = 8192
+
+
+class FileGroup(InputPartition):
+    def __init__(self, files: list[tuple[str, str]]):
+        super().__init__(files)
+        self.files = files
+
+
+class DumpReader(DataSourceReader):
+    def __init__(self, options: dict):
+        self.files = json.loads(options["files"])
+        self.wanted = json.loads(options.get("ledgers", "null"))
+        self.partition_count = int(options.get("partitions", "4"))
+
+    def partitions(self):
+        groups: list[list] = [[] for _ in range(max(1, min(self.partition_count, len(self.files))))]
+        sizes = [0] * len(groups)
+        for path, fmt, size in sorted(self.files, key=lambda f: -f[2]):
+            i = sizes.index(min(sizes))  # greedy: the lightest group takes the next largest file
+            groups[i].append((path, fmt))
+            sizes[i] += size
+        return [FileGroup(g) for g in groups if g]
+
+    def read(self, partition: FileGroup):
+        import pyarrow as pa
+
+        wanted = set(self.wanted) if self.wanted is not None else None
+        accept = wanted.__contains__ if wanted is not None else None
+        cols = {k: [] for k in ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8")}
+        for path, fmt in partition.files:
+            for f in REGISTRY[fmt].read(path, accept):
+                cols["file"].append(f.file)
+                cols["offset"].append(f.offset)
+                cols["ledgerId"].append(f.ledger_id)
+                cols["entryId"].append(f.entry_id)
+                cols["form"].append(f.form)
+                cols["detail"].append(f.detail)
+                cols["first8"].append(f.first8)
+                if len(cols["file"]) >= BATCH_ROWS:
+                    yield _batch(pa, cols)
+                    cols = {k: [] for k in cols}
+        if cols["file"]:
+            yield _batch(pa, cols)
+
+
+def _batch(pa, cols):
+    return pa.RecordBatch.from_pydict({
+        "file": pa.array(cols["file"], pa.string()), "offset": pa.array(cols["offset"], pa.int64()),
+        "ledgerId": pa.array(cols["ledgerId"], pa.int64()), "entryId": pa.array(cols["entryId"], pa.int64()),
+        "form": pa.array(cols["form"], pa.string()), "detail": pa.array(cols["detail"], pa.string()),
+        "first8": pa.array(cols["first8"], pa.string()),
+    })
+
+
+class DumpDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "txnadmin_dumps"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema):
+        return DumpReader(self.options)
+
+
+def spark_session(master: Optional[str] = None):
+    """One session per process; Python workers run this interpreter (so they can import txnadmin)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.appName("txnadmin-scan").master(master or "local[*]")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(BATCH_ROWS))
+               .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(DumpDataSource)
+    return spark
+
+
+def scan_with_spark(inputs: list[ScanInput], wanted: Optional[set[int]], master: Optional[str],
+                    report: Optional[Path]):
+    from pyspark.sql import functions as F
+
+    spark = spark_session(master)
+    parallelism = spark.sparkContext.defaultParallelism
+    df = (spark.read.format(DumpDataSource.name())
+          .option("files", json.dumps([(str(Path(i.path).resolve()), i.format, i.size) for i in inputs]))
+          .option("ledgers", json.dumps(sorted(wanted) if wanted is not None else None))
+          .option("partitions", str(max(1, 2 * parallelism)))
+          .load())
+    df = df.cache() if report else df
+    counts: dict[tuple[int, str], int] = defaultdict(int)
+    for row in df.groupBy("ledgerId", "form").count().collect():
+        counts[(row["ledgerId"], row["form"])] += row["count"]
+    notable = [Finding(r["file"], r["offset"], r["ledgerId"], r["entryId"], r["form"], r["detail"], r["first8"])
+               for r in df.filter(F.col("form").isin(*NOTABLE)).limit(100_000).collect()]
+    if report:
+        fmt = "parquet" if str(report).endswith(".parquet") else "json"
+        df.write.mode("overwrite").format(fmt).save(str(report))
+        df.unpersist()
+    return counts, notable
