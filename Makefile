@@ -29,7 +29,7 @@ check-java:
 
 # The main job: a guided downgrade rehearsal on the embedded engine (see docs/).
 run: $(VENV)/.installed check-java
-	$(VENV)/bin/txnadmin demo
+	$(VENV)/bin/txnadmin rehearse
 
 test: $(VENV)/.installed-test check-java
 	$(PY) -m pytest -q

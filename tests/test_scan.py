@@ -45,7 +45,8 @@ def test_entry_logs_with_live_list(bookie, engine, request):
     assert result.live_batched_entries == 3
     assert 12 not in by_id or by_id[12]["transactionLedger"] is False  # 0E 01 messages never count
     assert 13 not in by_id  # cursor ledgers are skipped
-    assert [d["ledgerId"] for d in result.dead_ledgers] == []  # 9 is filtered out by id with the live list
+    assert [d["ledgerId"] for d in result.dead_ledgers] == [9]  # trimmed: still in the entry log, reported apart
+    assert result.dead_ledgers[0]["batchedEntries"] == 1
 
 
 def test_trimmed_ledger_is_reported_apart_without_the_filter(bookie):
@@ -77,7 +78,7 @@ def test_cli_exit_1_and_report_jsonl(bookie, tmp_path):
                                  "--engine", "python", "--report", str(report), "-o", "json"])
     assert result.exit_code == 1
     rows = [json.loads(l) for l in report.read_text().splitlines()]
-    assert sum(r["form"] == "batched" for r in rows) == 3
+    assert sum(r["form"] == "batched" and r["ledgerId"] != 9 for r in rows) == 3  # 9 is trimmed
 
 
 def test_report_parquet(bookie, tmp_path):

@@ -8,6 +8,7 @@ from .. import __version__
 from . import downgrade
 from . import engine as engine_cli
 from . import inspect
+from . import rehearse as rehearse_cli
 from . import scan as scan_cli
 
 app = typer.Typer(
@@ -38,6 +39,7 @@ app.add_typer(inspect.app, name="inspect")
 app.add_typer(engine_cli.app, name="engine")
 app.add_typer(downgrade.app, name="downgrade")
 app.command("scan")(scan_cli.scan)
+app.command("rehearse")(rehearse_cli.rehearse)
 
 
 def main() -> None:

@@ -22,3 +22,23 @@ def engine_summary(engine: Engine) -> dict:
         "tcLedgersMin": min(ledger_counts, default=0),
         "tcLedgersMax": max(ledger_counts, default=0),
     }
+
+
+def is_transaction_ledger(managed_ledger: str) -> bool:
+    return "/__transaction_log_" in managed_ledger or managed_ledger.endswith("__transaction_pending_ack")
+
+
+def batched_census(storage) -> dict[int, dict]:
+    """The engine's own count of batched entries in every live transaction-log and pending-ack ledger."""
+    from ..codec import has_batch_prefix
+
+    out = {}
+    for meta in storage.list_ledgers():
+        ml = meta.custom_metadata.get("pulsar/managed-ledger", "")
+        if not is_transaction_ledger(ml) or "pulsar/cursor" in meta.custom_metadata:
+            continue
+        batched = 0
+        if meta.last_entry_id >= 0:
+            batched = sum(has_batch_prefix(e) for e in storage.read_entries(meta.ledger_id, 0, meta.last_entry_id))
+        out[meta.ledger_id] = {"managedLedger": ml, "entries": meta.last_entry_id + 1, "batchedEntries": batched}
+    return out

@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from .coordinator import CoordinatorError
 from .engine import Engine
 from .pending_ack import PendingAckConflict
 
@@ -104,10 +103,12 @@ def run_workload(engine: Engine, spec: WorkloadSpec, stop: Optional[threading.Ev
         while time.monotonic() < deadline and limiter.wait(stop):
             try:
                 _one_transaction(engine, spec, rng, topics, subs, stats, lock, on_commit)
-            except (CoordinatorError, PendingAckConflict) as exc:
+            except Exception as exc:  # a client sees the error and moves on (e.g. a store reloading under it)
                 with lock:
                     stats.errors += 1
-                    stats.last_error = str(exc)
+                    stats.last_error = f"{type(exc).__name__}: {exc}"
+                if stop.wait(0.01):
+                    break
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True, name=f"workload-{i}")
                for i in range(spec.concurrency)]

@@ -75,11 +75,14 @@ def collect_inputs(paths: Iterable[str], fmt: str = "auto") -> tuple[list[ScanIn
     return inputs, notes
 
 
-def ledger_filter(live: Optional[dict[int, LiveLedger]]) -> Optional[set[int]]:
-    """With a live list, entry logs skip every ledger that is not a transaction ledger or is gone."""
+def skipped_ledgers(live: Optional[dict[int, LiveLedger]]) -> set[int]:
+    """Live ledgers that are not transaction ledgers (messages, cursors): readers skip them by id.
+
+    Ledgers absent from the live list are still read, so trimmed ones can be reported apart.
+    """
     if live is None:
-        return None
-    return {l.ledger_id for l in live.values() if l.transaction_ledger}
+        return set()
+    return {l.ledger_id for l in live.values() if not l.transaction_ledger}
 
 
 def judge(counts: dict[tuple[int, str], int], notable: list[Finding], live: Optional[dict[int, LiveLedger]],
@@ -124,12 +127,12 @@ def judge(counts: dict[tuple[int, str], int], notable: list[Finding], live: Opti
                       live is not None, notes)
 
 
-def scan_in_process(inputs: list[ScanInput], wanted: Optional[set[int]],
+def scan_in_process(inputs: list[ScanInput], skip: set[int],
                     progress: Optional[Callable[[int, int], None]] = None,
                     on_finding: Optional[Callable[[Finding], None]] = None):
     counts: dict[tuple[int, str], int] = defaultdict(int)
     notable: list[Finding] = []
-    accept = None if wanted is None else wanted.__contains__
+    accept = (lambda ledger: ledger not in skip) if skip else None
     total = sum(i.size for i in inputs)
     done = 0
     for item in inputs:
@@ -163,7 +166,7 @@ def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str
         live = read_ledger_list(ledgers_file) if ledgers_file else None
     except LedgerListError as exc:
         raise ScanInputError(str(exc)) from None
-    wanted = ledger_filter(live)
+    skip = skipped_ledgers(live)
     if engine not in ("auto", "spark", "python"):
         raise ScanInputError(f"--engine {engine!r}: use auto, spark or python")
     if engine == "auto":
@@ -174,11 +177,11 @@ def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str
                                  "(or use --engine python)")
         from .spark import scan_with_spark
 
-        counts, notable = scan_with_spark(inputs, wanted, master, report)
+        counts, notable = scan_with_spark(inputs, skip, master, report)
         return judge(counts, notable, live, f"spark ({master or 'local[*]'})", inputs, notes)
     writer = _ReportWriter(report) if report else None
     try:
-        counts, notable = scan_in_process(inputs, wanted, progress, writer.write if writer else None)
+        counts, notable = scan_in_process(inputs, skip, progress, writer.write if writer else None)
     finally:
         if writer:
             writer.close()

@@ -19,6 +19,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from .formats import REGISTRY, Finding
 from .job import NOTABLE, ScanInput
 
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 SCHEMA = ("file string, offset long, ledgerId long, entryId long, form string, detail string, first8 string")
 BATCH_ROWS = 8192
 
@@ -32,7 +33,7 @@ class FileGroup(InputPartition):
 class DumpReader(DataSourceReader):
     def __init__(self, options: dict):
         self.files = json.loads(options["files"])
-        self.wanted = json.loads(options.get("ledgers", "null"))
+        self.skip = json.loads(options.get("skip", "[]"))
         self.partition_count = int(options.get("partitions", "4"))
 
     def partitions(self):
@@ -47,8 +48,8 @@ class DumpReader(DataSourceReader):
     def read(self, partition: FileGroup):
         import pyarrow as pa
 
-        wanted = set(self.wanted) if self.wanted is not None else None
-        accept = wanted.__contains__ if wanted is not None else None
+        skip = set(self.skip)
+        accept = (lambda ledger: ledger not in skip) if skip else None
         cols = {k: [] for k in ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8")}
         for path, fmt in partition.files:
             for f in REGISTRY[fmt].read(path, accept):
@@ -95,6 +96,8 @@ def spark_session(master: Optional[str] = None):
 
     builder = (SparkSession.builder.appName("txnadmin-scan").master(master or "local[*]")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG4J}")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(BATCH_ROWS))
                .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
@@ -104,7 +107,7 @@ def spark_session(master: Optional[str] = None):
     return spark
 
 
-def scan_with_spark(inputs: list[ScanInput], wanted: Optional[set[int]], master: Optional[str],
+def scan_with_spark(inputs: list[ScanInput], skip: set[int], master: Optional[str],
                     report: Optional[Path]):
     from pyspark.sql import functions as F
 
@@ -112,7 +115,7 @@ def scan_with_spark(inputs: list[ScanInput], wanted: Optional[set[int]], master:
     parallelism = spark.sparkContext.defaultParallelism
     df = (spark.read.format(DumpDataSource.name())
           .option("files", json.dumps([(str(Path(i.path).resolve()), i.format, i.size) for i in inputs]))
-          .option("ledgers", json.dumps(sorted(wanted) if wanted is not None else None))
+          .option("skip", json.dumps(sorted(skip)))
           .option("partitions", str(max(1, 2 * parallelism)))
           .load())
     df = df.cache() if report else df

@@ -1,0 +1,56 @@
+"""`txnadmin rehearse`: a full PIP-160 downgrade on a fresh embedded engine (what `make run` runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._common import EXIT_FAILURE, EXIT_OK, print_json
+
+
+def rehearse(
+    directory: Optional[Path] = typer.Option(None, "--dir", help="Keep the engine, dump and checklist here "
+                                                                   "(default: a new temporary directory)."),
+    warmup: float = typer.Option(4.0, "--warmup", help="Seconds of batched workload before the downgrade starts."),
+    timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for 'safe' at most."),
+    scan_engine: str = typer.Option("auto", "--scan-engine", help="auto (Spark when Java is present), spark, python."),
+    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+) -> None:
+    """Workload with batching on → downgrade start → wait until safe → dump → Spark scan → verdict.
+
+    Exit 0 only when the procedure, the scan and the engine's own census all say no batched entry is live.
+    """
+    from ..procedures.rehearsal import rehearse as run
+
+    def show(name: str, info: dict) -> None:
+        if output != "json":
+            details = ", ".join(f"{k}={v}" for k, v in info.items())
+            typer.echo(f"• {name}" + (f": {details}" if details else ""))
+
+    result = run(directory, warmup, timeout, scan_engine, show)
+    if output == "json":
+        print_json(result.to_json())
+    else:
+        _checklist(result)
+    raise typer.Exit(EXIT_OK if result.safe else EXIT_FAILURE)
+
+
+def _checklist(result) -> None:
+    status = result.status or {}
+    ok = lambda b: "[x]" if b else "[ ]"  # noqa: E731
+    typer.echo("")
+    typer.echo("PIP-160 downgrade checklist")
+    typer.echo(f"  {ok(status.get('flagsDisabled'))} batching disabled for coordinators and pending-ack stores")
+    typer.echo(f"  {ok(bool(status.get('logs')))} LastBatched recorded for {status.get('logs', 0)} logs "
+               f"(stores reloaded so they reopened without batching)")
+    typer.echo(f"  {ok(status.get('safe'))} every log's oldest live ledger is newer than its LastBatched")
+    scan = result.scan or {}
+    typer.echo(f"  {ok(scan.get('verdict') == 'clean')} scan of the dumped ledgers: {scan.get('verdict')} "
+               f"({scan.get('engine')}, {scan.get('trimmedLedgersStillInLogs', 0)} trimmed ledgers still in entry "
+               "logs, not counted)")
+    typer.echo(f"  {ok(result.census_batched_live == 0)} engine census: {result.census_batched_live} batched "
+               "entries in live transaction ledgers")
+    typer.echo("")
+    typer.echo("verdict: " + ("SAFE to downgrade" if result.safe else "NOT SAFE") + f"   (files in {result.directory})")
