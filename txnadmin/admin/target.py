@@ -61,26 +61,48 @@ def read_client_conf(path: Path) -> dict[str, str]:
     return values
 
 
-def resolve_target(admin_url: Optional[str] = None, conf: Optional[Path] = None) -> Target:
-    if admin_url:
-        return Target(_normalize(admin_url), "--admin-url")
-    if os.environ.get(ENV_URL):
-        return Target(_normalize(os.environ[ENV_URL]), f"${ENV_URL}")
+def resolve_target(admin_url: Optional[str] = None, conf: Optional[Path] = None, auth_plugin: Optional[str] = None,
+                   auth_params: Optional[str] = None, tls: Optional[dict] = None) -> Target:
+    """Flags win over everything; client.conf fills in what flags leave out (as pulsar-admin does)."""
+    target = _resolve(admin_url, conf)
+    if auth_plugin:
+        target.auth_plugin = auth_plugin
+    if auth_params:
+        target.auth_params = auth_params
+    for key, value in (tls or {}).items():
+        if value is not None:
+            target.tls[key] = value
+    return target
+
+
+def _resolve(admin_url: Optional[str], conf: Optional[Path]) -> Target:
     conf_path = conf or (Path(os.environ[ENV_CONF]) if os.environ.get(ENV_CONF) else None)
+    conf_values = read_client_conf(conf_path) if conf_path else {}
+
+    def with_conf(target: Target) -> Target:
+        if conf_values and not target.is_local:
+            target.auth_plugin = conf_values.get("authPlugin") or None
+            target.auth_params = conf_values.get("authParams") or None
+            target.tls = _tls(conf_values)
+        return target
+
+    if admin_url:
+        return with_conf(Target(_normalize(admin_url), "--admin-url"))
+    if os.environ.get(ENV_URL):
+        return with_conf(Target(_normalize(os.environ[ENV_URL]), f"${ENV_URL}"))
     if conf_path:
-        values = read_client_conf(conf_path)
-        url = values.get("webServiceUrl") or values.get("serviceUrl", "")
+        url = conf_values.get("webServiceUrl") or conf_values.get("serviceUrl", "")
         if not url or not url.startswith(("http://", "https://")):
             raise TargetUnreachableError(f"{conf_path}: Can't find any admin url to use (webServiceUrl)")
-        return Target(url.rstrip("/"), f"client.conf ({conf_path})", values.get("authPlugin") or None,
-                      values.get("authParams") or None, {
-                          "tlsTrustCertsFilePath": values.get("tlsTrustCertsFilePath") or None,
-                          "tlsAllowInsecureConnection": values.get("tlsAllowInsecureConnection") or None,
-                          "tlsEnableHostnameVerification": values.get("tlsEnableHostnameVerification") or None,
-                      })
+        return with_conf(Target(url.rstrip("/"), f"client.conf ({conf_path})"))
     from ..engine import default_engine_dir
 
     return Target(f"local:{default_engine_dir()}", "embedded default")
+
+
+def _tls(values: dict[str, str]) -> dict:
+    keys = ("tlsTrustCertsFilePath", "tlsAllowInsecureConnection", "tlsEnableHostnameVerification")
+    return {k: values.get(k) or None for k in keys}
 
 
 def _normalize(url: str) -> str:

@@ -17,8 +17,13 @@ def admin_for(admin_url: Optional[str], conf: Optional[Path]):
     from ..admin.target import open_admin, resolve_target
     from ._common import EXIT_UNREADABLE, fail
 
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    opts = (ctx.find_root().obj if ctx else None) or {}
     try:
-        target = resolve_target(admin_url, conf)
+        target = resolve_target(admin_url or opts.get("admin_url"), conf or opts.get("conf"), opts.get("auth_plugin"),
+                                opts.get("auth_params"), opts.get("tls"))
         return target, open_admin(target)
     except TargetUnreachableError as exc:
         fail(exc.reason, EXIT_UNREADABLE)

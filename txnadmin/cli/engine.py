@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import signal
 import threading
 from pathlib import Path
@@ -88,8 +89,11 @@ def run(
         if journal_fh:
             journal_fh.write(json.dumps({"txn": list(txn), "produced": produced, "acked": acked}) + "\n")
 
+    from ..server.run import BackgroundServer
     from .render import workload_view
 
+    # Other shells reach this live engine through a loopback server recorded in the directory.
+    server = BackgroundServer(engine, token=secrets.token_urlsafe(24)).start()
     live = workload_view(engine) if output == "table" and stdout_is_terminal() else None
     try:
         if live:
@@ -98,6 +102,7 @@ def run(
         else:
             stats = run_workload(engine, spec, stop, on_commit=on_commit)
     finally:
+        server.stop()
         engine.close()
         if journal_fh:
             journal_fh.close()

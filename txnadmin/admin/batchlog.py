@@ -1,0 +1,153 @@
+"""PIP-160's proposed batch-log commands, built on the dynamic-config API Pulsar actually has.
+
+Pulsar reads `transactionLogBatchedWriteEnabled` / `transactionPendingAckBatchedWriteEnabled` only
+when a coordinator or pending-ack store opens, so a change reaches open stores only after they
+reopen. txnadmin records when it made a change (in ``~/.txnadmin/batchlog-changes.json``) and
+derives, per store, whether it has reopened since: its current (newest) ledger was created after
+the change. Key names follow the PIP, typo included: ``coodinatorArray``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+from .protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, NotFoundError, TransactionsAdmin
+
+TC_ASSIGN = "persistent://pulsar/system/transaction_coordinator_assign-partition-{}"
+PENDING_ACK_SUFFIX = "__transaction_pending_ack"
+DERIVATION = ("derived: a store batches when the flag was on at its last open; it counts as reopened since "
+              "txnadmin's last change when its newest ledger was created after that change")
+
+
+def changes_file() -> Path:
+    return Path(os.environ.get("TXNADMIN_HOME", Path.home() / ".txnadmin")) / "batchlog-changes.json"
+
+
+def _load_changes() -> dict:
+    try:
+        return json.loads(changes_file().read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _save_change(target: str, flag: str, enabled: bool, previous: bool) -> None:
+    changes = _load_changes()
+    changes.setdefault(target, {})[flag] = {"enabled": enabled, "previous": previous, "at": int(time.time() * 1000)}
+    path = changes_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(changes, indent=2))
+    os.replace(tmp, path)
+
+
+def _flag_value(admin: TransactionsAdmin, flag: str) -> bool:
+    return str(admin.runtime_config().get(flag, "false")).lower() == "true"
+
+
+def pending_ack_stores(admin: TransactionsAdmin, concurrency: int = 16) -> list[str]:
+    namespaces = [ns for tenant in admin.list_tenants() for ns in admin.list_namespaces(tenant)]
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        lists = list(pool.map(lambda ns: admin.list_topics(ns, True), namespaces))
+    return sorted(t for topics in lists for t in topics if t.endswith(PENDING_ACK_SUFFIX))
+
+
+def origin_topics(admin: TransactionsAdmin, stores: list[str]) -> list[str]:
+    """Topics whose unload reopens the given stores (longest existing prefix of `<topic>-<sub>`)."""
+    out = set()
+    by_ns: dict[str, set[str]] = {}
+    for store in stores:
+        ns = store.split("://", 1)[1].rsplit("/", 1)[0]
+        if ns not in by_ns:
+            by_ns[ns] = {t for t in admin.list_topics(ns, False)}
+        base = store[: -len(PENDING_ACK_SUFFIX)]
+        for i in range(len(base) - 1, 0, -1):
+            if base[i] == "-" and base[:i] in by_ns[ns]:
+                out.add(base[:i])
+                break
+    return sorted(out)
+
+
+def set_batch_log(admin: TransactionsAdmin, target: str, component: str, enable: bool, reload: bool = False,
+                  concurrency: int = 16) -> dict:
+    flag = TC_BATCH_FLAG if component == "tc" else PENDING_ACK_BATCH_FLAG
+    previous = _flag_value(admin, flag)
+    admin.update_dynamic_config(flag, "true" if enable else "false")
+    _save_change(target, flag, enable, previous)
+    reloaded: list[str] = []
+    if reload:
+        if component == "tc":
+            units = [TC_ASSIGN.format(c["id"]) for c in admin.list_coordinators()]
+        else:
+            units = origin_topics(admin, pending_ack_stores(admin, concurrency))
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            list(pool.map(admin.unload_topic, units))
+        reloaded = units
+    return {"config": flag, "value": enable, "previous": previous, "reloaded": reloaded}
+
+
+def _created_ms(internal_ml: dict) -> Optional[int]:
+    text = internal_ml.get("lastLedgerCreatedTimestamp")
+    if not text:
+        return None
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def _store_batching(ml: dict, change: Optional[dict], flag_now: bool) -> tuple[bool, bool]:
+    """(batching, reopened since the change) for one store from its managed-ledger internal stats."""
+    if change is None:
+        return flag_now, True
+    created = _created_ms(ml)
+    reopened = created is not None and created >= change["at"]
+    return (change["enabled"] if reopened else change["previous"]), reopened
+
+
+def tc_batch_log_stat(admin: TransactionsAdmin, target: str, concurrency: int = 16) -> dict:
+    flag_now = _flag_value(admin, TC_BATCH_FLAG)
+    change = _load_changes().get(target, {}).get(TC_BATCH_FLAG)
+    ids = [int(c["id"]) for c in admin.list_coordinators()]
+
+    def one(tc_id: int) -> tuple[str, bool, bool]:
+        ml = admin.coordinator_internal_stats(tc_id)["transactionLogStats"]["managedLedgerInternalStats"]
+        return (str(tc_id), *_store_batching(ml, change, flag_now))
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        rows = list(pool.map(one, sorted(ids)))
+    return {"txnTcBatchLogEnabled": flag_now, "coodinatorArray": [{tc: batching} for tc, batching, _ in rows],
+            "reopenedSinceChange": {tc: reopened for tc, _, reopened in rows},
+            "lastChange": change, "derived": DERIVATION}
+
+
+def pending_ack_batch_log_stat(admin: TransactionsAdmin, target: str, concurrency: int = 16) -> dict:
+    from ..procedures.downgrade import _resolve_store
+
+    flag_now = _flag_value(admin, PENDING_ACK_BATCH_FLAG)
+    change = _load_changes().get(target, {}).get(PENDING_ACK_BATCH_FLAG)
+    stores = pending_ack_stores(admin, concurrency)
+    topics_by_ns: dict[str, set[str]] = {}
+
+    def one(store: str) -> Optional[dict]:
+        ns = store.split("://", 1)[1].rsplit("/", 1)[0]
+        if ns not in topics_by_ns:
+            topics_by_ns[ns] = set(admin.list_topics(ns, False))
+        info = _resolve_store(admin, store, topics_by_ns[ns])
+        try:
+            stats = admin.pending_ack_internal_stats(info["topic"], info["subscription"])
+        except NotFoundError:
+            return None
+        batching, reopened = _store_batching(stats["pendingAckLogStats"]["managedLedgerInternalStats"], change, flag_now)
+        return {"topic": info["topic"], "subscription": info["subscription"], "batchLogEnabled": batching,
+                "reopenedSinceChange": reopened}
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        rows = [r for r in pool.map(one, stores) if r is not None]
+    return {"txnPendingAckBatchLogEnabled": flag_now, "subscriptionArray": rows, "lastChange": change,
+            "derived": DERIVATION}

@@ -1,0 +1,36 @@
+"""`txnadmin serve`: the embedded engine over Pulsar's admin REST paths (and /metrics)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail
+
+
+def serve(
+    engine_dir: Optional[Path] = typer.Option(None, "--engine-dir", help="Engine directory (default: the embedded one)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (loopback by default)."),
+    port: int = typer.Option(8080, "--port", help="Port (0 = any free port)."),
+    token_file: Optional[Path] = typer.Option(None, "--token-file", help="Require `Authorization: Bearer <token>`."),
+) -> None:
+    """Serve /admin/v3/transactions/…, the /admin/v2 calls txnadmin needs, and /metrics until Ctrl-C."""
+    from ..admin.protocol import TargetUnreachableError
+    from ..engine import default_engine_dir
+    from ..server.run import serve_forever
+
+    token = None
+    if token_file:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            fail(f"{token_file}: cannot read token ({exc.strerror or exc})", EXIT_USAGE)
+        if not token:
+            fail(f"{token_file}: empty token", EXIT_USAGE)
+    try:
+        serve_forever(engine_dir or default_engine_dir(), host, port, token,
+                      on_ready=lambda url: typer.echo(f"serving {engine_dir or default_engine_dir()} at {url}"))
+    except TargetUnreachableError as exc:
+        fail(exc.reason, EXIT_UNREADABLE)

@@ -1,0 +1,26 @@
+"""`txnadmin target`: which Pulsar or engine commands talk to, and why."""
+
+from __future__ import annotations
+
+import typer
+
+from ._common import EXIT_UNREADABLE, fail, print_json
+
+
+def target(ctx: typer.Context, output: str = typer.Option("table", "--output", "-o", help="table or json.")) -> None:
+    """Print the target in use and where it came from (flags > env > client.conf > embedded engine). Secrets masked."""
+    from ..admin.protocol import TargetUnreachableError
+    from ..admin.target import resolve_target
+
+    opts = ctx.find_root().obj or {}
+    try:
+        t = resolve_target(opts.get("admin_url"), opts.get("conf"), opts.get("auth_plugin"), opts.get("auth_params"),
+                           opts.get("tls"))
+    except TargetUnreachableError as exc:
+        fail(exc.reason, EXIT_UNREADABLE)
+    info = t.describe()
+    if output == "json":
+        print_json(info)
+    else:
+        for key, value in info.items():
+            typer.echo(f"{key}: {value}")

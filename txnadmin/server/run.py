@@ -1,0 +1,114 @@
+"""Running the REST server: in the foreground (`txnadmin serve`) or beside a workload (`engine run`).
+
+While a server holds an engine directory it records ``{"url", "token", "pid"}`` in
+``<dir>/server.json`` (mode 600, written atomically, removed on exit), so `local:PATH` commands in
+other shells reach the live engine through it instead of failing on the writer lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+from pathlib import Path
+from typing import Optional
+
+SERVER_FILE = "server.json"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _metrics_route(engine):
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    return Route("/metrics", lambda request: Response(generate_latest(engine.registry), media_type=CONTENT_TYPE_LATEST))
+
+
+def _record(directory: Path, url: str, token: Optional[str]) -> Path:
+    path = directory / SERVER_FILE
+    tmp = directory / f".{SERVER_FILE}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"url": url, "token": token, "pid": os.getpid()}, fh)
+    os.replace(tmp, path)
+    return path
+
+
+def _forget(directory: Path) -> None:
+    try:
+        info = json.loads((directory / SERVER_FILE).read_text())
+        if info.get("pid") == os.getpid():
+            (directory / SERVER_FILE).unlink()
+    except (OSError, json.JSONDecodeError):
+        pass
+
+
+class BackgroundServer:
+    """uvicorn in a thread over an engine; ``stop()`` shuts it down and removes server.json."""
+
+    def __init__(self, engine, host: str = "127.0.0.1", port: int = 0, token: Optional[str] = None,
+                 record: bool = True):
+        import uvicorn
+
+        from ..admin.local import LocalAdmin
+        from .app import create_app
+
+        self.engine = engine
+        self.port = port or free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        self.token = token
+        app = create_app(LocalAdmin(engine), token, [_metrics_route(engine)])
+        self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=self.port, log_level="error",
+                                                     access_log=False, lifespan="off"))
+        self._thread = threading.Thread(target=self._server.run, name="txnadmin-serve", daemon=True)
+        self._record = record
+
+    def start(self) -> "BackgroundServer":
+        self._thread.start()
+        for _ in range(200):
+            if self._server.started:
+                break
+            threading.Event().wait(0.025)
+        if self._record:
+            _record(self.engine.directory, self.url, self.token)
+        return self
+
+    def stop(self) -> None:
+        if self._record:
+            _forget(self.engine.directory)
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+def serve_forever(engine_dir: Path, host: str, port: int, token: Optional[str], on_ready=None) -> None:
+    """Open the engine, serve until SIGINT/SIGTERM, then close everything."""
+    import uvicorn
+
+    from ..admin.local import LocalAdmin
+    from .app import create_app
+
+    admin = LocalAdmin(engine_dir)
+    engine = admin.engine
+    port = port or free_port(host)
+    url = f"http://{host}:{port}"
+    # Other local shells get the token through server.json (mode 600).
+    local_token = token or secrets.token_urlsafe(24)
+    app = create_app(admin, local_token, [_metrics_route(engine)])
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="error", access_log=False,
+                                           lifespan="off"))
+    _record(engine.directory, url, local_token)
+    if on_ready:
+        on_ready(url)
+    try:
+        server.run()
+    finally:
+        _forget(engine.directory)
+        admin.close()
