@@ -46,7 +46,9 @@ def token_from_auth(auth_plugin: Optional[str], auth_params: Optional[str]) -> O
         try:
             params = json.loads(params).get("token", "")
         except json.JSONDecodeError:
-            raise AdminError("authParams: not valid JSON", 0) from None
+            raise TargetUnreachableError("authParams: not valid JSON") from None
+        if not params.startswith(("token:", "file:")):
+            return params or None
     if params.startswith("token:"):
         return params[len("token:"):]
     if params.startswith("file:"):
@@ -83,6 +85,7 @@ class HttpAdmin:
     def from_target(cls, target) -> "HttpAdmin":
         tls = target.tls
         return cls(target.url, token=token_from_auth(target.auth_plugin, target.auth_params),
+                   timeout=float(tls.get("requestTimeout") or 30.0),
                    tls_trust_certs=tls.get("tlsTrustCertsFilePath"),
                    tls_allow_insecure=str(tls.get("tlsAllowInsecureConnection", "false")).lower() == "true",
                    tls_hostname_verification=str(tls.get("tlsEnableHostnameVerification", "false")).lower() == "true")

@@ -39,7 +39,7 @@ class Target:
         if self.auth_plugin:
             out["authPlugin"] = self.auth_plugin
             out["authParams"] = "****" if self.auth_params else None
-        out.update({k: v for k, v in self.tls.items() if v is not None})
+        out.update({k: v for k, v in self.tls.items() if v is not None and k != "requestTimeout"})
         return out
 
 

@@ -47,12 +47,14 @@ def root(
     tls_trust_cert_path: Optional[str] = typer.Option(None, "--tls-trust-cert-path", help="CA certificates file."),
     tls_enable_hostname_verification: Optional[bool] = typer.Option(
         None, "--tls-enable-hostname-verification", help="Check the server's hostname (Pulsar's default: off)."),
+    request_timeout: Optional[float] = typer.Option(None, "--request-timeout", help="Seconds per HTTP request (default 30)."),
 ) -> None:
     """The operator's toolkit for Apache Pulsar transactions."""
     ctx.obj = {"admin_url": admin_url, "conf": conf, "auth_plugin": auth_plugin, "auth_params": auth_params,
                "tls": {"tlsAllowInsecureConnection": _bool_text(tls_allow_insecure),
                        "tlsTrustCertsFilePath": tls_trust_cert_path,
-                       "tlsEnableHostnameVerification": _bool_text(tls_enable_hostname_verification)}}
+                       "tlsEnableHostnameVerification": _bool_text(tls_enable_hostname_verification),
+                       "requestTimeout": request_timeout}}
 
 
 def _bool_text(value: Optional[bool]) -> Optional[str]:

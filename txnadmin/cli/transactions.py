@@ -66,7 +66,9 @@ def _print(value: Any, output: Optional[str], default: Callable[[Any], str] | No
     elif output == "table":
         (table or _generic_table)(value)
     else:
-        typer.echo(default(value) if default else pretty(value))
+        text = default(value) if default else pretty(value)
+        if text:  # an empty map prints nothing, as pulsar-admin does
+            typer.echo(text)
 
 
 def _generic_table(value: Any) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import socket
+import sys
 import threading
 from pathlib import Path
 from typing import Optional
@@ -107,6 +109,8 @@ def serve_forever(engine_dir: Path, host: str, port: int, token: Optional[str], 
     _record(engine.directory, url, local_token)
     if on_ready:
         on_ready(url)
+    # uvicorn re-raises SIGTERM after its graceful shutdown; turn it into an exit that runs the cleanup below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         server.run()
     finally:
