@@ -16,6 +16,7 @@ from . import scan as scan_cli
 from . import serve as serve_cli
 from . import target as target_cli
 from . import transactions
+from . import upgrade as upgrade_cli
 
 app = typer.Typer(
     name="txnadmin",
@@ -68,6 +69,7 @@ app.command("scan")(scan_cli.scan)
 app.command("rehearse")(rehearse_cli.rehearse)
 app.command("serve")(serve_cli.serve)
 app.command("target")(target_cli.target)
+app.command("upgrade")(upgrade_cli.upgrade)
 app.add_typer(transactions.app, name="transactions")
 app.add_typer(transactions.app, name="txn", hidden=True)
 

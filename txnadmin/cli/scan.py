@@ -19,7 +19,10 @@ def scan(
     output: str = typer.Option("table", "--output", "-o", help="table or json."),
     report: Optional[Path] = typer.Option(None, "--report", help="Write per-entry findings (.parquet or .jsonl)."),
 ) -> None:
-    """Exit 0 clean, 1 batched entries remain in live transaction ledgers, 3 input unreadable."""
+    """Prove that no batched entries remain in transaction ledgers, from bookie entry logs or shell dumps.
+
+    Exit 0 clean, 1 batched entries remain in live transaction ledgers, 3 input unreadable.
+    """
     from ..scan import ScanInputError, run_scan
 
     if output not in ("table", "json"):

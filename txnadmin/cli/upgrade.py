@@ -1,0 +1,57 @@
+"""`txnadmin upgrade`: enable PIP-160 batching after a rolling upgrade, and confirm it took."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._common import EXIT_FAILURE, EXIT_OK, fail, print_json
+from ._target import AdminUrl, Conf, admin_for
+
+
+def upgrade(
+    min_version: str = typer.Option("2.11.0", "--min-version", help="Oldest broker version that reads batched entries."),
+    no_reload: bool = typer.Option(False, "--no-reload", help="Do not unload stores; confirm after your own restart."),
+    max_records: Optional[int] = typer.Option(None, "--max-records", help="…BatchedWriteMaxRecords for both logs."),
+    max_size: Optional[int] = typer.Option(None, "--max-size", help="…BatchedWriteMaxSize (bytes) for both logs."),
+    max_delay_ms: Optional[int] = typer.Option(None, "--max-delay-ms", help="…BatchedWriteMaxDelayInMillis."),
+    admin_url: Optional[str] = AdminUrl,
+    conf: Optional[Path] = Conf,
+    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+) -> None:
+    """Check broker versions, enable batching for coordinators and pending-ack stores, confirm every store batches.
+
+    Exit 0 when every store reports enabled, 1 when not (or brokers are too old), 3 when the target is unreadable.
+    """
+    from ..procedures.downgrade import DowngradeError
+    from ..procedures.upgrade import upgrade as run
+
+    thresholds = {}
+    for suffix, value in (("MaxRecords", max_records), ("MaxSize", max_size), ("MaxDelayInMillis", max_delay_ms)):
+        if value is not None:
+            thresholds[f"transactionLogBatchedWrite{suffix}"] = str(value)
+            thresholds[f"transactionPendingAckBatchedWrite{suffix}"] = str(value)
+    target, admin = admin_for(admin_url, conf)
+    try:
+        result = run(admin, target.url, min_version, not no_reload, thresholds)
+    except DowngradeError as exc:
+        fail(str(exc), exc.exit_code)
+    finally:
+        getattr(admin, "close", lambda: None)()
+    if output == "json":
+        print_json(result.to_json())
+    else:
+        typer.echo(f"checked: {result.checked}")
+        for w in result.warnings:
+            typer.echo(f"warning: {w}")
+        on_tc = sum(1 for c in result.coordinators if list(c.values())[0])
+        on_sub = sum(1 for s in result.subscriptions if s["batchLogEnabled"])
+        typer.echo(f"batching enabled: {on_tc}/{len(result.coordinators)} coordinators, "
+                   f"{on_sub}/{len(result.subscriptions)} pending-ack stores")
+        typer.echo("watch next:")
+        for item in result.to_json()["watch"]:
+            typer.echo(f"  - {item}")
+        typer.echo("verdict: " + ("enabled everywhere" if result.confirmed else "not confirmed everywhere yet"))
+    raise typer.Exit(EXIT_OK if result.confirmed else EXIT_FAILURE)

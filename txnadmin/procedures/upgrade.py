@@ -1,0 +1,82 @@
+"""Guided enable of PIP-160 batching after a rolling upgrade.
+
+1. Check every broker reports a version that reads batched entries (PIP-160's reader and writer
+   shipped in Pulsar 2.11.0); 2. enable both flags (dynamic config); 3. reload coordinators and
+   topics with pending-ack stores so they reopen batching; 4. confirm every store reports enabled.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..admin.batchlog import pending_ack_batch_log_stat, set_batch_log, tc_batch_log_stat
+from ..admin.protocol import AdminError, TransactionsAdmin
+from .downgrade import DowngradeError
+
+MIN_VERSION = "2.11.0"
+WATCH = [
+    "pulsar_txn_tc_bufferedwriter_batch_records (records per entry; PIP-160 pays off when this is well above 1)",
+    "pulsar_txn_tc_bufferedwriter_flush_trigger_max_delay_total vs _max_records_total (who decides the flushes)",
+    "pulsar_txn_pending_ack_store_bufferedwriter_* (the same for pending-ack stores)",
+    "txnadmin metrics <broker>/metrics for shares and a tuning recommendation",
+]
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        raise ValueError(f"unrecognised version {text!r}")
+    return tuple(int(x or 0) for x in m.groups())
+
+
+@dataclass
+class UpgradeResult:
+    versions: dict[str, str]
+    checked: str
+    enabled: bool = False
+    thresholds: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    coordinators: list = field(default_factory=list)
+    subscriptions: list = field(default_factory=list)
+
+    @property
+    def confirmed(self) -> bool:
+        tc_ok = all(list(c.values())[0] for c in self.coordinators)
+        sub_ok = all(s["batchLogEnabled"] for s in self.subscriptions)
+        return self.enabled and tc_ok and sub_ok
+
+    def to_json(self) -> dict:
+        return {"versions": self.versions, "checked": self.checked, "enabled": self.enabled,
+                "thresholds": self.thresholds, "warnings": self.warnings, "confirmed": self.confirmed,
+                "coodinatorArray": self.coordinators, "subscriptionArray": self.subscriptions, "watch": WATCH}
+
+
+def upgrade(admin: TransactionsAdmin, target: str, min_version: str = MIN_VERSION, reload: bool = True,
+            thresholds: Optional[dict[str, str]] = None) -> UpgradeResult:
+    try:
+        versions = admin.broker_versions()
+    except AdminError as exc:
+        raise DowngradeError(f"cannot read broker versions: {exc.reason}", 3) from None
+    floor = parse_version(min_version)
+    old = {b: v for b, v in versions.items() if parse_version(v) < floor}
+    checked = (f"GET /admin/v2/brokers/version answered by {', '.join(sorted(versions))}; every version must be "
+               f">= {min_version}, the first release whose brokers read batched entries")
+    if old:
+        raise DowngradeError("brokers too old to read batched entries: "
+                             + ", ".join(f"{b} runs {v}" for b, v in sorted(old.items()))
+                             + f" (need >= {min_version}); finish the rolling upgrade first", 1)
+    result = UpgradeResult(versions, checked)
+    for name, value in (thresholds or {}).items():
+        try:
+            admin.update_dynamic_config(name, value)
+            result.thresholds[name] = value
+        except AdminError as exc:
+            result.warnings.append(f"{name}: {exc.reason.strip()} — set it in broker.conf and restart the brokers")
+    set_batch_log(admin, target, "tc", True, reload)
+    set_batch_log(admin, target, "pending-ack", True, reload)
+    result.enabled = True
+    result.coordinators = tc_batch_log_stat(admin, target)["coodinatorArray"]
+    result.subscriptions = pending_ack_batch_log_stat(admin, target)["subscriptionArray"]
+    return result
