@@ -1,0 +1,78 @@
+"""Cluster mode is real: a Spark standalone master and worker on 127.0.0.1, and `txnadmin scan --master`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import dumpgen as g
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"spark process exited with {proc.returncode}")
+            time.sleep(0.2)
+    raise TimeoutError(f"nothing listening on {port}")
+
+
+@pytest.mark.slow
+def test_standalone_cluster_gives_the_same_report_as_local(tmp_path):
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).parent
+    env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+               SPARK_LOG_DIR=str(tmp_path / "logs"), SPARK_WORKER_DIR=str(tmp_path / "work"))
+    d = tmp_path / "dumps"
+    d.mkdir()
+    g.write_entry_log(d / "0.log", [(10, 0, g.batched(2)), (10, 1, g.plain(1)), (12, 0, g.pulsar_message(0))])
+    g.write_entry_log(d / "1.log", [(11, 0, g.batched(1)), (9, 0, g.batched(3))])
+    g.ledger_list(tmp_path / "ledgers.txt", {10: g.TC_ML.format(0), 11: g.ACK_ML, 12: g.MSG_ML})
+    port = _free_port()
+    spark_class = str(spark_home / "bin" / "spark-class")
+    master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(_free_port())], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        _wait_port(port, master)
+        worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
+                                   "--host", "127.0.0.1", "--cores", "2", "--memory", "1g", "--webui-port",
+                                   str(_free_port())], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args = [str(d), "--ledgers", str(tmp_path / "ledgers.txt"), "-o", "json"]
+        cli = [sys.executable, "-m", "txnadmin.cli.main", "scan"]
+        clustered = subprocess.run(cli + args + ["--master", f"spark://127.0.0.1:{port}"], env=env,
+                                   capture_output=True, text=True, timeout=240)
+        local = subprocess.run(cli + args + ["--engine", "python"], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        for proc in (worker, master):
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    assert clustered.returncode == 1, clustered.stderr[-2000:]
+    a, b = json.loads(clustered.stdout), json.loads(local.stdout)
+    assert a["engine"] == f"spark (spark://127.0.0.1:{port})"
+    for key in ("verdict", "liveBatchedEntries", "ledgers", "trimmedLedgers", "suspiciousEntries", "unreadable"):
+        assert a[key] == b[key], key
+    assert a["liveBatchedEntries"] == 2 and [t["ledgerId"] for t in a["trimmedLedgers"]] == [9]
