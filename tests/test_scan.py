@@ -54,7 +54,7 @@ def test_trimmed_ledger_is_reported_apart_without_the_filter(bookie):
     from txnadmin.scan.ledgers import read_ledger_list
 
     inputs, notes = collect_inputs([str(bookie / "bookie")])
-    counts, notable = scan_in_process(inputs, None)
+    counts, notable = scan_in_process(inputs, set())
     result = judge(counts, notable, read_ledger_list(bookie / "ledgers.txt"), "python", inputs, notes)
     dead = {d["ledgerId"]: d for d in result.dead_ledgers}
     assert dead[9]["batchedEntries"] == 1 and dead[9]["live"] is False

@@ -35,8 +35,10 @@ class Finding:
                 "form": self.form, "detail": self.detail, "first8": self.first8}
 
 
-LedgerFilter = Optional[Callable[[int], bool]]
-Reader = Callable[[str, LedgerFilter], Iterator[Finding]]
+# Ledger ids a reader skips without looking at their payloads (live ledgers that are not transaction ledgers).
+Skip = frozenset
+Reader = Callable[[str, Skip], Iterator[Finding]]
+NO_SKIP: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -85,12 +87,12 @@ def _sniff_entrylog(head: bytes) -> int:
     return 100 if head[:4] == b"BKLO" else 0
 
 
-def read_entrylog(path: str, wanted: LedgerFilter = None, start: int = ENTRYLOG_HEADER,
+def read_entrylog(path: str, skip: Skip = NO_SKIP, start: int = ENTRYLOG_HEADER,
                   end: Optional[int] = None) -> Iterator[Finding]:
     """Walk `[int32 size][ledgerId][entryId][LAC][length][digest][payload]` records with mmap.
 
     Only the 4 payload bytes after the 36-byte header are looked at, and a body is decoded only when
-    they are the batch prefix; ledgers the filter rejects are skipped without touching their payload.
+    they are the batch prefix; ledgers in ``skip`` are passed over without touching their payload.
     """
     with open(path, "rb") as fh:
         size = fh.seek(0, 2)
@@ -116,7 +118,7 @@ def read_entrylog(path: str, wanted: LedgerFilter = None, start: int = ENTRYLOG_
                                   f"bad or truncated record (size {length}, {size - pos - 4} bytes left)", "")
                     return
                 body = pos + 4
-                if ledger >= 0 and entry >= 0 and (wanted is None or wanted(ledger)):
+                if ledger >= 0 and entry >= 0 and ledger not in skip:
                     if length < 32 + DIGEST_LEN:
                         yield Finding(path, pos, ledger, entry, UNREADABLE, f"record of {length} bytes is too short", "")
                     else:
@@ -197,12 +199,12 @@ def _hex_payload(lines: list[bytes], netty: bool) -> tuple[bytes, Optional[str]]
     return bytes(out), None
 
 
-def _make_hex_reader(skip: int, netty: bool) -> Reader:
-    def read(path: str, wanted: LedgerFilter = None) -> Iterator[Finding]:
+def _make_hex_reader(header_bytes: int, netty: bool) -> Reader:
+    def read(path: str, skip: Skip = NO_SKIP) -> Iterator[Finding]:
         found = False
         for offset, ledger, entry, lines in _text_entries(path):
             found = True
-            if entry < 0 or (wanted is not None and not wanted(ledger)):
+            if entry < 0 or ledger in skip:
                 continue
             payload, problem = _hex_payload(lines, netty)
             if problem:
@@ -211,11 +213,11 @@ def _make_hex_reader(skip: int, netty: bool) -> Reader:
             if any(l.startswith(b"Warn: Index is outside") for l in lines) and not payload:
                 yield Finding(path, offset, ledger, entry, EMPTY, "empty entry", "")
                 continue
-            if skip and len(payload) < skip:
-                yield Finding(path, offset, ledger, entry, UNREADABLE, f"stored entry shorter than {skip} bytes",
-                              payload[:8].hex())
+            if header_bytes and len(payload) < header_bytes:
+                yield Finding(path, offset, ledger, entry, UNREADABLE,
+                              f"stored entry shorter than {header_bytes} bytes", payload[:8].hex())
                 continue
-            yield _finding(path, offset, ledger, entry, payload[skip:])
+            yield _finding(path, offset, ledger, entry, payload[header_bytes:])
         if not found:
             yield Finding(path, 0, -1, -1, UNREADABLE, "no entry headers found", "")
 
@@ -243,12 +245,12 @@ def _sniff_text(kind: str) -> Callable[[bytes], int]:
     return sniff
 
 
-def read_string_dump(path: str, wanted: LedgerFilter = None) -> Iterator[Finding]:
+def read_string_dump(path: str, skip: Skip = NO_SKIP) -> Iterator[Finding]:
     """The default string formatter: only the first bytes survive, so only the prefix can be judged."""
     found = False
     for offset, ledger, entry, lines in _text_entries(path):
         found = True
-        if entry < 0 or (wanted is not None and not wanted(ledger)):
+        if entry < 0 or ledger in skip:
             continue
         first = lines[0] if lines else b""
         if first.startswith(b"\x0e\x01\x00\x01"):

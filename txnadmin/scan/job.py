@@ -132,11 +132,11 @@ def scan_in_process(inputs: list[ScanInput], skip: set[int],
                     on_finding: Optional[Callable[[Finding], None]] = None):
     counts: dict[tuple[int, str], int] = defaultdict(int)
     notable: list[Finding] = []
-    accept = (lambda ledger: ledger not in skip) if skip else None
+    skip = frozenset(skip)
     total = sum(i.size for i in inputs)
     done = 0
     for item in inputs:
-        for finding in REGISTRY[item.format].read(item.path, accept):
+        for finding in REGISTRY[item.format].read(item.path, skip):
             counts[(finding.ledger_id, finding.form)] += 1
             if finding.form in NOTABLE:
                 notable.append(finding)

@@ -20,7 +20,8 @@ from .formats import REGISTRY, Finding
 from .job import NOTABLE, ScanInput
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
-SCHEMA = ("file string, offset long, ledgerId long, entryId long, form string, detail string, first8 string")
+SCHEMA = ("file string, offset long, ledgerId long, entryId long, form string, detail string, first8 string, "
+          "count long")
 BATCH_ROWS = 8192
 
 
@@ -35,6 +36,9 @@ class DumpReader(DataSourceReader):
         self.files = json.loads(options["files"])
         self.skip = json.loads(options.get("skip", "[]"))
         self.partition_count = int(options.get("partitions", "4"))
+        # Summary mode: plain/empty entries are counted per ledger inside the partition, so only counts and
+        # notable findings cross into the JVM; the per-entry report needs every row.
+        self.summary = options.get("summary", "true") == "true"
 
     def partitions(self):
         groups: list[list] = [[] for _ in range(max(1, min(self.partition_count, len(self.files))))]
@@ -48,21 +52,30 @@ class DumpReader(DataSourceReader):
     def read(self, partition: FileGroup):
         import pyarrow as pa
 
-        skip = set(self.skip)
-        accept = (lambda ledger: ledger not in skip) if skip else None
-        cols = {k: [] for k in ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8")}
+        from .job import NOTABLE
+
+        skip = frozenset(self.skip)
+        cols = {k: [] for k in ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8", "count")}
+        tallies: dict[tuple[str, int, str], int] = {}
+
+        def add(f: Finding, count: int) -> None:
+            for key, value in (("file", f.file), ("offset", f.offset), ("ledgerId", f.ledger_id),
+                               ("entryId", f.entry_id), ("form", f.form), ("detail", f.detail),
+                               ("first8", f.first8), ("count", count)):
+                cols[key].append(value)
+
         for path, fmt in partition.files:
-            for f in REGISTRY[fmt].read(path, accept):
-                cols["file"].append(f.file)
-                cols["offset"].append(f.offset)
-                cols["ledgerId"].append(f.ledger_id)
-                cols["entryId"].append(f.entry_id)
-                cols["form"].append(f.form)
-                cols["detail"].append(f.detail)
-                cols["first8"].append(f.first8)
+            for f in REGISTRY[fmt].read(path, skip):
+                if self.summary and f.form not in NOTABLE:
+                    key = (f.file, f.ledger_id, f.form)
+                    tallies[key] = tallies.get(key, 0) + 1
+                    continue
+                add(f, 1)
                 if len(cols["file"]) >= BATCH_ROWS:
                     yield _batch(pa, cols)
                     cols = {k: [] for k in cols}
+        for (file, ledger, form), n in tallies.items():
+            add(Finding(file, -1, ledger, -1, form, "", ""), n)
         if cols["file"]:
             yield _batch(pa, cols)
 
@@ -72,7 +85,7 @@ def _batch(pa, cols):
         "file": pa.array(cols["file"], pa.string()), "offset": pa.array(cols["offset"], pa.int64()),
         "ledgerId": pa.array(cols["ledgerId"], pa.int64()), "entryId": pa.array(cols["entryId"], pa.int64()),
         "form": pa.array(cols["form"], pa.string()), "detail": pa.array(cols["detail"], pa.string()),
-        "first8": pa.array(cols["first8"], pa.string()),
+        "first8": pa.array(cols["first8"], pa.string()), "count": pa.array(cols["count"], pa.int64()),
     })
 
 
@@ -117,15 +130,23 @@ def scan_with_spark(inputs: list[ScanInput], skip: set[int], master: Optional[st
           .option("files", json.dumps([(str(Path(i.path).resolve()), i.format, i.size) for i in inputs]))
           .option("skip", json.dumps(sorted(skip)))
           .option("partitions", str(max(1, 2 * parallelism)))
+          .option("summary", "false" if report else "true")
           .load())
-    df = df.cache() if report else df
     counts: dict[tuple[int, str], int] = defaultdict(int)
-    for row in df.groupBy("ledgerId", "form").count().collect():
-        counts[(row["ledgerId"], row["form"])] += row["count"]
-    notable = [Finding(r["file"], r["offset"], r["ledgerId"], r["entryId"], r["form"], r["detail"], r["first8"])
-               for r in df.filter(F.col("form").isin(*NOTABLE)).limit(100_000).collect()]
+    notable: list[Finding] = []
     if report:
         fmt = "parquet" if str(report).endswith(".parquet") else "json"
-        df.write.mode("overwrite").format(fmt).save(str(report))
-        df.unpersist()
+        df.drop("count").write.mode("overwrite").format(fmt).save(str(report))
+        rows = df.groupBy("ledgerId", "form").agg(F.sum("count").alias("n")).collect()
+        for row in rows:
+            counts[(row["ledgerId"], row["form"])] += row["n"]
+        picked = df.filter(F.col("form").isin(*NOTABLE)).limit(100_000).collect()
+    else:
+        picked = []
+        for row in df.collect():  # one pass: per-ledger counts plus the few notable entries
+            counts[(row["ledgerId"], row["form"])] += row["count"]
+            if row["form"] in NOTABLE:
+                picked.append(row)
+    notable = [Finding(r["file"], r["offset"], r["ledgerId"], r["entryId"], r["form"], r["detail"], r["first8"])
+               for r in picked]
     return counts, notable
