@@ -105,14 +105,23 @@ class BufferedWriter:
         self._tasks: deque = deque()
         self._cond = threading.Condition()
         self._next_tick = time.monotonic() + config.max_delay_ms / 1000
-        self._thread = threading.Thread(target=self._run, name=f"buffered-writer {name}", daemon=True)
-        self._thread.start()
+        # The write thread starts with the first record and leaves after a quiet spell, so thousands of
+        # idle pending-ack stores do not hold thousands of threads.
+        self._thread: Optional[threading.Thread] = None
 
     # -- public ------------------------------------------------------------------------------
-    def add(self, record: bytes, callback: Callback) -> None:
+    IDLE_EXIT_S = 5.0
+
+    def _submit(self, task: tuple) -> None:
         with self._cond:
-            self._tasks.append(("add", record, callback))
+            self._tasks.append(task)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"buffered-writer {self.name}", daemon=True)
+                self._thread.start()
             self._cond.notify()
+
+    def add(self, record: bytes, callback: Callback) -> None:
+        self._submit(("add", record, callback))
 
     def add_sync(self, record: bytes, timeout: float = 30) -> TxnPosition:
         done = threading.Event()
@@ -132,9 +141,7 @@ class BufferedWriter:
 
     def update_config(self, config: BufferedWriterConfig) -> None:
         config.validate()
-        with self._cond:
-            self._tasks.append(("config", config, None))
-            self._cond.notify()
+        self._submit(("config", config, None))
 
     def close(self) -> None:
         done = threading.Event()
@@ -142,8 +149,7 @@ class BufferedWriter:
             if self.state != "OPEN":
                 return
             self.state = "CLOSING"
-            self._tasks.append(("close", done, None))
-            self._cond.notify()
+        self._submit(("close", done, None))
         done.wait(30)
 
     # -- the write thread ----------------------------------------------------------------------
@@ -156,8 +162,9 @@ class BufferedWriter:
                         if delay <= 0:
                             break
                         self._cond.wait(delay)
-                    else:
-                        self._cond.wait()
+                    elif not self._cond.wait(self.IDLE_EXIT_S) and not self._tasks:
+                        self._thread = None  # quiet: leave; the next submit starts a new thread
+                        return
                 task = self._tasks.popleft() if self._tasks else None
             now = time.monotonic()
             if now >= self._next_tick:
@@ -178,23 +185,22 @@ class BufferedWriter:
                 self._fail_buffer(WriterClosedError())
                 self.state = "CLOSED"
                 arg.set()
-                # Later adds still get their failure callbacks, in order.
                 self._drain_closed()
                 return
 
     def _drain_closed(self) -> None:
-        def drain():
-            while True:
-                with self._cond:
-                    while not self._tasks:
-                        self._cond.wait()
-                    kind, arg, callback = self._tasks.popleft()
-                if kind == "add":
-                    _safe(callback, None, WriterClosedError())
-        threading.Thread(target=drain, daemon=True, name=f"buffered-writer-closed {self.name}").start()
+        """After close, answer what is still queued with the closed error, then let the thread go."""
+        while True:
+            with self._cond:
+                if not self._tasks:
+                    self._thread = None
+                    return
+                kind, arg, callback = self._tasks.popleft()
+            if kind == "add":
+                _safe(callback, None, WriterClosedError())
 
     def _add(self, record: bytes, callback: Callback) -> None:
-        if self.state != "OPEN":
+        if self.state == "CLOSED":
             _safe(callback, None, WriterClosedError())
             return
         config = self.config

@@ -1,0 +1,130 @@
+"""`downgrade status` over many pending-ack stores, through HTTP against a real `txnadmin serve`.
+
+    python bench/downgrade_status.py [--stores 10000] [--write-docs]
+
+Builds an engine with N topics, each with a transactional subscription (so N pending-ack stores),
+serves it, runs `downgrade start` once, then times `status` sequentially (the baseline: what a
+script looping over pulsar-admin calls does) and with bounded concurrency — same server, same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+
+def build(directory: Path, stores: int) -> float:
+    from txnadmin.engine.config import EngineConfig
+    from txnadmin.engine.engine import Engine
+
+    t = time.perf_counter()
+    config = EngineConfig()
+    config.transactionCoordinatorCount = 4
+    config.transactionPendingAckBatchedWriteEnabled = True
+    config.save(directory)
+    engine = Engine(directory, EngineConfig.load(directory), maintenance=False)
+    for i in range(stores):
+        topic = f"persistent://public/default/orders-{i}"
+        engine.subscribe(topic, "billing")
+        engine.store(topic, "billing")
+    engine.close()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--stores", type=int, default=10_000)
+    parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    from txnadmin.admin.http import HttpAdmin
+    from txnadmin.procedures.downgrade import start, status
+
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp) / "engine"
+        built = build(directory, args.stores)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        token = "bench-token"
+        (Path(tmp) / "token").write_text(token)
+        proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "serve", "--engine-dir", str(directory),
+                                 "--port", str(port), "--token-file", str(Path(tmp) / "token")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            t = time.perf_counter()
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    break
+                except OSError:
+                    if proc.poll() is not None:
+                        raise SystemExit(proc.stderr.read().decode())
+                    time.sleep(0.2)
+            opened = time.perf_counter() - t
+            admin = HttpAdmin(f"http://127.0.0.1:{port}", token=token)
+            state = Path(tmp) / "state.json"
+            t = time.perf_counter()
+            recorded = start(admin, state, concurrency=32)
+            started = time.perf_counter() - t
+            rows = []
+            for c in [int(x) for x in args.concurrency.split(",")]:
+                t = time.perf_counter()
+                report = status(admin, state, concurrency=c)
+                rows.append((c, time.perf_counter() - t, len(report.logs)))
+            admin.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    baseline = rows[0][1]
+    table = Table(title=f"downgrade status over {args.stores:,} pending-ack stores via HTTP (txnadmin serve)")
+    for col in ("concurrency", "logs checked", "seconds", "logs/s", "speed-up vs sequential"):
+        table.add_column(col, justify="right")
+    lines = []
+    for c, secs, logs in rows:
+        row = (str(c), f"{logs:,}", f"{secs:0.2f}", f"{logs / secs:0.0f}", f"{baseline / secs:0.1f}×")
+        table.add_row(*row)
+        lines.append(row)
+    console = Console()
+    console.print(table)
+    console.print(f"setup: engine built in {built:0.1f} s, served after {opened:0.1f} s; `downgrade start` "
+                  f"(flags, {len(recorded['pendingAckStores']):,} unloads, recording) took {started:0.1f} s")
+    if args.write_docs:
+        write_docs(lines, args.stores, started)
+
+
+def write_docs(rows, stores: int, started: float) -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text()
+    header = "## Downgrade status"
+    body = [header, "", f"`python bench/downgrade_status.py --stores {stores}`: `downgrade status` over {stores:,} "
+            "pending-ack stores plus 4 coordinators, through HttpAdmin against a real `txnadmin serve` on the same "
+            "2-core machine; concurrency 1 is the baseline (one call after another, as a shell loop over pulsar-admin "
+            "would do, minus the JVM start per call).", "",
+            "| concurrency | logs checked | seconds | logs/s | speed-up vs sequential |", "|---|---|---|---|---|"]
+    body += ["| " + " | ".join(r) + " |" for r in rows]
+    body += ["", f"`downgrade start` on the same target (disable, unload every topic, record) took {started:0.1f} s."]
+    section = "\n".join(body) + "\n"
+    if header in text:
+        start = text.index(header)
+        end = text.find("\n## ", start + len(header))
+        text = text[:start] + section + (text[end + 1:] if end != -1 else "")
+    else:
+        text = text.rstrip() + "\n\n" + section
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
