@@ -11,16 +11,13 @@ AdminUrl = typer.Option(None, "--admin-url", "-u", help="http(s)://host:port or 
 Conf = typer.Option(None, "--conf", help="A Pulsar client.conf (webServiceUrl, authPlugin, authParams, TLS).")
 
 
-def admin_for(admin_url: Optional[str], conf: Optional[Path]):
-    """Resolve and open the target; one-line error and exit 3 when it cannot be reached."""
+def admin_for(ctx: typer.Context, admin_url: Optional[str], conf: Optional[Path]):
+    """Resolve and open the target (this command's -u/--conf, else the root options); exit 3 when unreachable."""
     from ..admin.protocol import TargetUnreachableError
     from ..admin.target import open_admin, resolve_target
     from ._common import EXIT_UNREADABLE, fail
 
-    import click
-
-    ctx = click.get_current_context(silent=True)
-    opts = (ctx.find_root().obj if ctx else None) or {}
+    opts = ctx.find_root().obj or {}
     try:
         target = resolve_target(admin_url or opts.get("admin_url"), conf or opts.get("conf"), opts.get("auth_plugin"),
                                 opts.get("auth_params"), opts.get("tls"))

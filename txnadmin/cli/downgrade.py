@@ -42,6 +42,7 @@ def _progress(label: str):
 
 @app.command("start")
 def start(
+    ctx: typer.Context,
     state: Path = StateOpt,
     no_reload: bool = typer.Option(False, "--no-reload",
                                    help="Do not unload coordinators and topics (you restart brokers yourself); "
@@ -54,7 +55,7 @@ def start(
     """Disable batching, reload the stores, and record each log's LastBatched ledger (resumable)."""
     from ..procedures.downgrade import start as do_start
 
-    target, admin = admin_for(admin_url, conf)
+    target, admin = admin_for(ctx, admin_url, conf)
     bar, progress = _progress("recording")
     try:
         if bar:
@@ -98,6 +99,7 @@ def _render_report(report, output: str) -> None:
 
 @app.command("status")
 def status(
+    ctx: typer.Context,
     state: Path = StateOpt,
     concurrency: int = typer.Option(16, "--concurrency", min=1, max=256),
     admin_url: Optional[str] = AdminUrl,
@@ -107,7 +109,7 @@ def status(
     """Per log: LastBatched, OldestExists, done or why it waits. Exit 0 when safe, 1 when not yet."""
     from ..procedures.downgrade import status as do_status
 
-    _, admin = admin_for(admin_url, conf)
+    _, admin = admin_for(ctx, admin_url, conf)
     bar, progress = _progress("checking")
     try:
         if bar:
@@ -123,6 +125,7 @@ def status(
 
 @app.command("wait")
 def wait(
+    ctx: typer.Context,
     state: Path = StateOpt,
     timeout: float = typer.Option(3600.0, "--timeout", help="Seconds to wait at most."),
     interval: float = typer.Option(10.0, "--interval", help="Seconds between checks."),
@@ -135,7 +138,7 @@ def wait(
 
     if interval <= 0 or timeout < 0:
         fail("--interval must be > 0 and --timeout >= 0", EXIT_USAGE)
-    _, admin = admin_for(admin_url, conf)
+    _, admin = admin_for(ctx, admin_url, conf)
     bar, _ = _progress("waiting")
     try:
         if bar:

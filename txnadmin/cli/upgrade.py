@@ -12,6 +12,7 @@ from ._target import AdminUrl, Conf, admin_for
 
 
 def upgrade(
+    ctx: typer.Context,
     min_version: str = typer.Option("2.11.0", "--min-version", help="Oldest broker version that reads batched entries."),
     no_reload: bool = typer.Option(False, "--no-reload", help="Do not unload stores; confirm after your own restart."),
     max_records: Optional[int] = typer.Option(None, "--max-records", help="…BatchedWriteMaxRecords for both logs."),
@@ -33,7 +34,7 @@ def upgrade(
         if value is not None:
             thresholds[f"transactionLogBatchedWrite{suffix}"] = str(value)
             thresholds[f"transactionPendingAckBatchedWrite{suffix}"] = str(value)
-    target, admin = admin_for(admin_url, conf)
+    target, admin = admin_for(ctx, admin_url, conf)
     try:
         result = run(admin, target.url, min_version, not no_reload, thresholds)
     except DowngradeError as exc:

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Scripted PIP-160 downgrade checklist. Usage: downgrade-checklist.sh TARGET [STATE] [TIMEOUT_SECONDS]
+#   TARGET: http(s)://broker:8080 or local:/path/to/engine (credentials: --conf or PULSAR_CLIENT_CONF)
+# Exit 0 only when it is safe to downgrade the brokers; 1 when still waiting at the timeout; 3 when the target
+# cannot be read. Re-run it at any time: every step resumes where it was.
+set -uo pipefail
+TXNADMIN=${TXNADMIN:-txnadmin}
+target=${1:?usage: downgrade-checklist.sh TARGET [STATE] [TIMEOUT_SECONDS]}
+state=${2:-txnadmin-downgrade.json}
+timeout=${3:-3600}
+
+echo "1/3 disable batching, reload stores, record LastBatched ledgers"
+"$TXNADMIN" -u "$target" downgrade start --state "$state" -o json || exit $?
+
+echo "2/3 wait until no live ledger may hold a batched entry (up to ${timeout}s)"
+"$TXNADMIN" -u "$target" downgrade wait --state "$state" --timeout "$timeout" --interval 2 -o json > "$state.status.json"
+code=$?
+python3 - "$state.status.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+for c in report["components"]:
+    if not c["done"]:
+        print(f"  waiting: {c['component']} {c['name']}: {c['reason']}" + (f" -> {c['suggestion']}" if c.get("suggestion") else ""))
+print(f"  {report['logs'] - report['waiting']} of {report['logs']} logs done")
+PY
+if [ "$code" -ne 0 ]; then echo "3/3 not safe yet (exit $code)"; exit "$code"; fi
+
+echo "3/3 safe: downgrade the brokers now (keep the batching flags off)"
