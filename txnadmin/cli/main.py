@@ -11,6 +11,7 @@ from .. import __version__
 from . import downgrade
 from . import engine as engine_cli
 from . import inspect
+from . import metrics as metrics_cli
 from . import rehearse as rehearse_cli
 from . import scan as scan_cli
 from . import serve as serve_cli
@@ -70,6 +71,7 @@ app.command("rehearse")(rehearse_cli.rehearse)
 app.command("serve")(serve_cli.serve)
 app.command("target")(target_cli.target)
 app.command("upgrade")(upgrade_cli.upgrade)
+app.command("metrics")(metrics_cli.metrics)
 app.add_typer(transactions.app, name="transactions")
 app.add_typer(transactions.app, name="txn", hidden=True)
 

@@ -209,9 +209,7 @@ class BufferedWriter:
             return
         if len(record) >= config.max_size:
             if self._buffer:
-                self._flush("large_data")
-            if self.metrics:
-                self.metrics.large_data()
+                self._flush("large_data")  # Pulsar counts the forced flush; the large record itself is not observed
             self._write_plain(record, callback)
             return
         if not self._buffer:

@@ -82,6 +82,12 @@ class Engine:
         broker = self.config.engineBrokerServiceUrl.split("://")[-1]
         self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", self.registry, broker=broker)
         self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", self.registry, broker=broker)
+        from prometheus_client import Counter
+
+        # Transaction counters as a broker exports them (per coordinator).
+        self.txn_ended = Counter("pulsar_txn", "Transactions by outcome", ["coordinator_id", "outcome"],
+                                 registry=self.registry)
+        self.registry.register(_ActiveTransactions(self))
         self._lock = threading.RLock()
         self.coordinators: dict[int, TransactionCoordinator] = {}
         self.preservers: dict[int, TransactionPreserver] = {}
@@ -292,6 +298,7 @@ class Engine:
             if not commit:
                 t.redeliver(sub)
         tc.update_status(meta.seq, COMMITTED if commit else ABORTED, COMMITTING if commit else ABORTING)
+        self.txn_ended.labels(str(tc.tc_id), "committed" if commit else "aborted").inc()
 
     # -- operator actions --------------------------------------------------------------------
     def reload_coordinator(self, tc_id: int) -> None:
@@ -329,6 +336,7 @@ class Engine:
                 try:
                     self.end_transaction((tc.tc_id, seq), commit=False)
                     aborted.append((tc.tc_id, seq))
+                    self.txn_ended.labels(str(tc.tc_id), "timeout").inc()
                 except CoordinatorError:
                     pass  # ended meanwhile by its client
         return aborted
@@ -396,3 +404,19 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _ActiveTransactions:
+    """`pulsar_txn_active_count{coordinator_id}`, read from the coordinators at scrape time."""
+
+    def __init__(self, engine: "Engine"):
+        self.engine = engine
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily("pulsar_txn_active_count", "Open transactions", labels=["coordinator_id"])
+        for tc_id, tc in sorted(self.engine.coordinators.items()):
+            family.add_metric([str(tc_id)], len(tc.txns))
+        yield family
+

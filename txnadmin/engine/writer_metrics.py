@@ -42,9 +42,5 @@ class BufferedWriterMetrics:
         # Pulsar observes milliseconds / 1000.0 against buckets 1, 5, 10.
         self.oldest_record_delay.observe(oldest_delay_ms / 1000.0)
 
-    def large_data(self) -> None:
-        self._triggers["large_data"].inc()
-        self._counts["large_data"] += 1
-
     def flush_counts(self) -> dict[str, int]:
         return dict(self._counts)

@@ -1,0 +1,100 @@
+"""`txnadmin metrics`: shares and recommendations from real expositions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+from typer.testing import CliRunner
+
+from txnadmin.cli.main import app
+from txnadmin.engine.writer_metrics import BufferedWriterMetrics
+from txnadmin.metrics import analyze_registry
+
+runner = CliRunner()
+FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
+
+
+def run(*args):
+    result = runner.invoke(app, ["metrics", *args, "-o", "json"])
+    return result, (json.loads(result.stdout) if result.exit_code == 0 else None)
+
+
+def test_saved_broker_exposition_with_implemented_names():
+    result, out = run(str(FIXTURES / "broker-implemented.prom"))
+    assert result.exit_code == 0, result.output
+    tc, ack = out["components"]
+    assert tc["metricNames"] == "implemented" and tc["flushes"] == 990
+    assert round(tc["triggerShares"]["max_delay"], 3) == round(970 / 990, 3)
+    assert tc["recordsPerEntry"]["mean"] == 3.0
+    assert "98 % of flushes are by delay with 3.0 records on average: batching buys little" in tc["recommendation"]["reason"]
+    assert tc["recommendation"]["set"] == {"transactionLogBatchedWriteMaxDelayInMillis": 5}
+    assert "10 flushes were forced by records of at least max size" in tc["recommendation"]["reason"]
+    assert ack["recommendation"]["set"] == {"transactionPendingAckBatchedWriteMaxRecords": 1024}
+    assert ack["recordsPerEntry"]["mean"] == 750.0
+
+
+def test_pip160_names_are_accepted_and_named():
+    result, out = run(str(FIXTURES / "broker-pip160.prom"))
+    assert result.exit_code == 0, result.output
+    (tc,) = out["components"]
+    assert tc["metricNames"] == "pip-160" and tc["flushes"] == 100  # summed over both coordinators
+    assert tc["triggerShares"]["max_records"] == 1.0 and tc["recordsPerEntry"]["mean"] == 80.0
+
+
+def test_config_thresholds_are_used(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("transactionPendingAckBatchedWriteMaxRecords=2000\n")
+    _, out = run(str(FIXTURES / "broker-implemented.prom"), "--config", str(conf))
+    ack = out["components"][1]["recommendation"]
+    assert ack["set"] == {"transactionPendingAckBatchedWriteMaxRecords": 4000} and not ack["assumedDefaults"]
+
+
+def test_an_exposition_generated_by_prometheus_client_round_trips():
+    registry = CollectorRegistry()
+    metrics = BufferedWriterMetrics("pulsar_txn_tc", registry, broker="b:8080")
+    for _ in range(8):
+        metrics.flushed("max_records", 512, 60_000, 0.5)
+    for _ in range(2):
+        metrics.flushed("max_delay", 100, 9_000, 1.0)
+    reports = analyze_registry(registry)
+    tc = next(r for r in reports if r.component == "transaction coordinator log")
+    assert tc.flushes == 10 and tc.trigger_shares()["max_records"] == 0.8
+    assert tc.records.mean == (8 * 512 + 2 * 100) / 10
+    assert tc.recommendation["set"] == {"transactionLogBatchedWriteMaxRecords": 1024}
+    text = generate_latest(registry).decode()
+    assert "pulsar_txn_tc_bufferedwriter_batch_records_bucket" in text
+
+
+def test_a_rehearsal_engine_through_its_server(tmp_path):
+    import threading
+
+    from txnadmin.engine.engine import Engine
+    from txnadmin.engine.manage import init_engine
+    from txnadmin.engine.workload import WorkloadSpec, run_workload
+    from txnadmin.server.run import BackgroundServer
+
+    init_engine(tmp_path / "e", {"transactionCoordinatorCount": "2", "transactionLogBatchedWriteEnabled": "true",
+                                 "transactionPendingAckBatchedWriteEnabled": "true"})
+    engine = Engine(tmp_path / "e")
+    server = BackgroundServer(engine, token="t0k").start()
+    try:
+        run_workload(engine, WorkloadSpec(rate=0, concurrency=8, duration_s=1.0), threading.Event())
+        result, out = run(f"local:{tmp_path / 'e'}")
+    finally:
+        server.stop()
+        engine.close()
+    assert result.exit_code == 0, result.output
+    tc = out["components"][0]
+    assert tc["flushes"] > 0 and tc["recordsPerEntry"]["mean"] >= 1 and tc["recommendation"]["reason"]
+
+
+def test_unreadable_or_empty_sources_exit_3(tmp_path):
+    result = runner.invoke(app, ["metrics", str(tmp_path / "none.prom")])
+    assert result.exit_code == 3 and "cannot read" in result.stderr
+    (tmp_path / "other.prom").write_text("# TYPE up gauge\nup 1\n")
+    result = runner.invoke(app, ["metrics", str(tmp_path / "other.prom")])
+    assert result.exit_code == 3 and "pulsar_txn_tc_bufferedwriter_*" in result.stderr
+    result = runner.invoke(app, ["metrics", f"local:{tmp_path}"])
+    assert result.exit_code == 3 and "no running engine" in result.stderr

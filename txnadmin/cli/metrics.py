@@ -1,0 +1,70 @@
+"""`txnadmin metrics`: buffered-writer metrics per component, and a tuning recommendation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
+
+
+def metrics(
+    source: str = typer.Argument(..., help="A broker's /metrics URL, a saved exposition file, or local:PATH."),
+    token: Optional[str] = typer.Option(None, "--token", envvar="TXNADMIN_TOKEN", help="Bearer token for the URL."),
+    config: Optional[Path] = typer.Option(None, "--config", help="broker.conf / engine.conf with the current thresholds."),
+    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+) -> None:
+    """Flush triggers (shares), records and bytes per entry, oldest-record delay, and what to set.
+
+    Exit 0 ok, 2 usage, 3 when the source is unreadable or holds no writer metrics.
+    """
+    from ..metrics import MetricsError, analyze_text, fetch
+
+    if output not in ("table", "json"):
+        fail(f"--output {output!r}: use table or json", EXIT_USAGE)
+    thresholds = _thresholds(config) if config else {}
+    try:
+        reports = analyze_text(fetch(source, token), thresholds)
+    except MetricsError as exc:
+        fail(str(exc), EXIT_UNREADABLE)
+    if output == "json":
+        print_json({"source": source, "components": [r.to_json() for r in reports]})
+        raise typer.Exit(EXIT_OK)
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for r in reports:
+        table = Table(title=f"{r.component} ({r.names} metric names)")
+        for col in ("flushes", "by records", "by size", "by delay", "large-record flushes", "records/entry",
+                    "bytes/entry", "oldest delay"):
+            table.add_column(col, justify="right")
+        shares = r.trigger_shares()
+        table.add_row(f"{r.flushes:g}", f"{shares['max_records']:.0%}", f"{shares['max_size']:.0%}",
+                      f"{shares['max_delay']:.0%}", f"{r.triggers.get('large_data', 0):g}", f"{r.records.mean:.1f}",
+                      f"{r.size.mean:.0f}", f"{r.delay.mean * 1000:.1f} ms")
+        console.print(table)
+        rec = r.recommendation
+        console.print(f"recommendation: {rec['reason']}")
+        for key, value in rec["set"].items():
+            console.print(f"  set {key}={value:g}")
+        if rec.get("assumedDefaults"):
+            console.print("  (current thresholds assumed to be Pulsar's defaults 512 / 4 MiB / 1 ms; pass --config)")
+
+
+def _thresholds(path: Path) -> dict[str, float]:
+    out = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        fail(f"{path}: cannot read ({exc.strerror or exc})", EXIT_UNREADABLE)
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and "BatchedWrite" in key:
+            try:
+                out[key.strip()] = float(value.strip())
+            except ValueError:
+                pass
+    return out
