@@ -21,6 +21,9 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _docs import replace_section  # noqa: E402
 
 from txnadmin.codec import TransactionMetadataEntry, TxnOp  # noqa: E402
 from txnadmin.engine.buffered_writer import BufferedWriter, BufferedWriterConfig  # noqa: E402
@@ -100,8 +103,6 @@ def main() -> None:
 
 
 def write_docs(rows, seconds: float) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nNumbers measured on the project's 2-core machines.\n"
     header = "## Buffered writer"
     lines = [header, "",
              f"`python bench/buffered_writer.py --seconds {seconds:g}`: each appender thread writes one coordinator "
@@ -109,14 +110,7 @@ def write_docs(rows, seconds: float) -> None:
              "| appenders | mode | entries | records/entry | durable records/s | p50 ms | p99 ms | speed-up |",
              "|---|---|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    section = "\n".join(lines) + "\n"
-    if header in text:
-        start = text.index(header)
-        end = text.find("\n## ", start + len(header))
-        text = text[:start] + section + (text[end + 1:] if end != -1 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    path.write_text(text)
+    replace_section(header, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

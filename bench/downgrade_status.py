@@ -20,7 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from _docs import replace_section  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -106,8 +108,6 @@ def main() -> None:
 
 
 def write_docs(rows, stores: int, started: float) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
     header = "## Downgrade status"
     body = [header, "", f"`python bench/downgrade_status.py --stores {stores}`: `downgrade status` over {stores:,} "
             "pending-ack stores plus 4 coordinators, through HttpAdmin against a real `txnadmin serve` on the same "
@@ -116,14 +116,7 @@ def write_docs(rows, stores: int, started: float) -> None:
             "| concurrency | logs checked | seconds | logs/s | speed-up vs sequential |", "|---|---|---|---|---|"]
     body += ["| " + " | ".join(r) + " |" for r in rows]
     body += ["", f"`downgrade start` on the same target (disable, unload every topic, record) took {started:0.1f} s."]
-    section = "\n".join(body) + "\n"
-    if header in text:
-        start = text.index(header)
-        end = text.find("\n## ", start + len(header))
-        text = text[:start] + section + (text[end + 1:] if end != -1 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    path.write_text(text)
+    replace_section(header, "\n".join(body) + "\n")
 
 
 if __name__ == "__main__":

@@ -22,9 +22,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import google_crc32c  # noqa: E402
+from _docs import replace_section  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -167,8 +169,6 @@ def main() -> None:
 
 
 def write_docs(rows, spark_rows, mb) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
     header = "## Scan"
     body = [header, "", f"`python bench/scan.py --write-docs` over {mb:,.0f} MB of generated entry logs (1 KiB entries, "
             "8 files), all paths in one run on a 2-core machine; \"cold\" means the files were evicted from the page "
@@ -176,14 +176,7 @@ def write_docs(rows, spark_rows, mb) -> None:
             "| path | seconds | MB/s | vs cold cat |", "|---|---|---|---|"]
     body += ["| " + " | ".join(r) + " |" for r in rows]
     body += [""] + [f"Spark session start ({m}), not included above: {s:0.1f} s" for m, s in spark_rows]
-    section = "\n".join(body) + "\n"
-    if header in text:
-        start = text.index(header)
-        end = text.find("\n## ", start + len(header))
-        text = text[:start] + section + (text[end + 1:] if end != -1 else "")
-    else:
-        text = text.rstrip() + "\n\n" + section
-    path.write_text(text)
+    replace_section(header, "\n".join(body) + "\n")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
+from .._fs import atomic_write_text
 from .protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, NotFoundError, TransactionsAdmin
 
 TC_ASSIGN = "persistent://pulsar/system/transaction_coordinator_assign-partition-{}"
@@ -39,11 +40,7 @@ def _load_changes() -> dict:
 def _save_change(target: str, flag: str, enabled: bool, previous: bool) -> None:
     changes = _load_changes()
     changes.setdefault(target, {})[flag] = {"enabled": enabled, "previous": previous, "at": int(time.time() * 1000)}
-    path = changes_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(changes, indent=2))
-    os.replace(tmp, path)
+    atomic_write_text(changes_file(), json.dumps(changes, indent=2))
 
 
 def _flag_value(admin: TransactionsAdmin, flag: str) -> bool:

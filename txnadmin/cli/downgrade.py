@@ -40,6 +40,18 @@ def _progress(label: str):
     return bar, (lambda done, total: bar.update(task, completed=done, total=total))
 
 
+def _with_progress(label: str, admin, fn, *args, **kwargs):
+    """Run one procedure step with a progress bar for people, then release the target."""
+    import contextlib
+
+    bar, progress = _progress(label)
+    try:
+        with bar or contextlib.nullcontext():
+            return _guard(fn, admin, *args, progress=progress, **kwargs)
+    finally:
+        getattr(admin, "close", lambda: None)()
+
+
 @app.command("start")
 def start(
     ctx: typer.Context,
@@ -56,15 +68,7 @@ def start(
     from ..procedures.downgrade import start as do_start
 
     target, admin = admin_for(ctx, admin_url, conf)
-    bar, progress = _progress("recording")
-    try:
-        if bar:
-            with bar:
-                result = _guard(do_start, admin, state, target.url, not no_reload, concurrency, progress)
-        else:
-            result = _guard(do_start, admin, state, target.url, not no_reload, concurrency, progress)
-    finally:
-        getattr(admin, "close", lambda: None)()
+    result = _with_progress("recording", admin, do_start, state, target.url, not no_reload, concurrency)
     summary = {"state": str(state), "phase": result["phase"], "coordinators": len(result["coordinators"]),
                "pendingAckStores": len(result["pendingAckStores"]), "reloaded": result.get("reload", True)}
     if output == "json":
@@ -110,15 +114,7 @@ def status(
     from ..procedures.downgrade import status as do_status
 
     _, admin = admin_for(ctx, admin_url, conf)
-    bar, progress = _progress("checking")
-    try:
-        if bar:
-            with bar:
-                report = _guard(do_status, admin, state, concurrency, progress)
-        else:
-            report = _guard(do_status, admin, state, concurrency, progress)
-    finally:
-        getattr(admin, "close", lambda: None)()
+    report = _with_progress("checking", admin, do_status, state, concurrency)
     _render_report(report, output)
     raise typer.Exit(EXIT_OK if report.safe else EXIT_FAILURE)
 

@@ -9,11 +9,11 @@ store); a running engine polls that file, so a change from another process lands
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from .._fs import atomic_write_text
 
 CONF_FILE = "engine.conf"
 DYNAMIC_FILE = "dynamic-config.json"
@@ -147,25 +147,6 @@ def _convert(raw: Any, kind: Any) -> Any:
 
 def _render(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and rename, so readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 # -- dynamic configuration (what `brokers update-dynamic-config` writes) ------------------------

@@ -13,7 +13,6 @@ import threading
 from typing import Any, Iterator, Optional
 
 from .managed_ledger import ManagedLedgerFactory
-from .position import Position
 
 CURSOR = "__compaction"
 
@@ -31,20 +30,13 @@ class KeyedLog:
         self._load()
 
     def _load(self) -> None:
-        start = self.cursor.mark_delete_position
-        pos = Position(start.ledger_id, start.entry_id + 1)
-        while True:
-            batch = self.ledger.read_entries(pos, 500)
-            if not batch:
-                break
-            for p, payload in batch:
-                pos = Position(p.ledger_id, p.entry_id + 1)
-                self.entries_read += 1
-                item = json.loads(payload)
-                if item.get("value") is None:
-                    self._table.pop(item["key"], None)
-                else:
-                    self._table[item["key"]] = item["value"]
+        for _, payload in self.ledger.entries_after(self.cursor.mark_delete_position, 500):
+            self.entries_read += 1
+            item = json.loads(payload)
+            if item.get("value") is None:
+                self._table.pop(item["key"], None)
+            else:
+                self._table[item["key"]] = item["value"]
 
     def get(self, key: str) -> Optional[Any]:
         with self._lock:

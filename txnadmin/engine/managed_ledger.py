@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from .cursor import ManagedCursor, dumps_state
 from .position import Position
@@ -287,6 +287,17 @@ class ManagedLedger:
             if len(out) >= max_entries:
                 break
         return out
+
+    def entries_after(self, position: Position, batch: int = 200) -> Iterator[tuple[Position, bytes]]:
+        """Every confirmed entry after ``position`` (e.g. a cursor's mark-delete), read ``batch`` at a time."""
+        next_pos = Position(position.ledger_id, position.entry_id + 1)
+        while True:
+            chunk = self.read_entries(next_pos, batch)
+            if not chunk:
+                return
+            yield from chunk
+            last = chunk[-1][0]
+            next_pos = Position(last.ledger_id, last.entry_id + 1)
 
     # -- cursors and trimming ---------------------------------------------------------------
     def open_cursor(self, name: str) -> ManagedCursor:

@@ -158,34 +158,27 @@ class PendingAckStore:
         with self._lock:
             self.state = "Initializing"
             self.recover_start_time = clock_ms()
-            start = self.cursor.mark_delete_position
-            next_pos = Position(start.ledger_id, start.entry_id + 1)
-            while True:
-                batch = self.ledger.read_entries(next_pos, 100)
-                if not batch:
-                    break
-                for pos, payload in batch:
-                    next_pos = Position(pos.ledger_id, pos.entry_id + 1)
-                    try:
-                        decoded = decode_entry(payload, "pending-ack")
-                    except EntryDecodeError:
-                        continue
-                    acked: list[Position] = []
-                    for rec in decoded.records:
-                        txn = (rec.txnid_most_bits, rec.txnid_least_bits)
-                        if rec.pending_ack_op == PendingAckOp.ACK:
-                            items = [(Position(m.ledgerId, m.entryId), list(m.ack_set) or None,
-                                      m.batch_size if m.HasField("batch_size") else None)
-                                     for m in rec.pending_ack_metadata]
-                            self._apply_ack(txn, items, rec.ack_type == AckType.Cumulative)
-                            acked.extend(p for p, _, _ in items)
-                        else:
-                            acks = self._txns.pop(txn, None)
-                            if acks:
-                                for p in acks.positions:
-                                    self._held.pop(p, None)
-                    acked_records = sum(1 for r in decoded.records if r.pending_ack_op == PendingAckOp.ACK)
-                    self._note_logged(TxnPosition(pos.ledger_id, pos.entry_id, 1, 0), acked_records, acked)
+            for pos, payload in self.ledger.entries_after(self.cursor.mark_delete_position, 100):
+                try:
+                    decoded = decode_entry(payload, "pending-ack")
+                except EntryDecodeError:
+                    continue
+                acked: list[Position] = []
+                for rec in decoded.records:
+                    txn = (rec.txnid_most_bits, rec.txnid_least_bits)
+                    if rec.pending_ack_op == PendingAckOp.ACK:
+                        items = [(Position(m.ledgerId, m.entryId), list(m.ack_set) or None,
+                                  m.batch_size if m.HasField("batch_size") else None)
+                                 for m in rec.pending_ack_metadata]
+                        self._apply_ack(txn, items, rec.ack_type == AckType.Cumulative)
+                        acked.extend(p for p, _, _ in items)
+                    else:
+                        acks = self._txns.pop(txn, None)
+                        if acks:
+                            for p in acks.positions:
+                                self._held.pop(p, None)
+                acked_records = sum(1 for r in decoded.records if r.pending_ack_op == PendingAckOp.ACK)
+                self._note_logged(TxnPosition(pos.ledger_id, pos.entry_id, 1, 0), acked_records, acked)
             self.state = "Ready"
             self.recover_end_time = clock_ms()
 

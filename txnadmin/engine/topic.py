@@ -182,25 +182,19 @@ class Topic:
         self.buffer.state = "Initializing"
         self.buffer.recover_start_time = clock_ms()
         ledgers = self.ledger.ledgers()
-        if ledgers:
-            start = Position(ledgers[0].ledger_id, 0)
-            while True:
-                batch = self.ledger.read_entries(start, 500)
-                if not batch:
-                    break
-                for pos, entry in batch:
-                    start = Position(pos.ledger_id, pos.entry_id + 1)
-                    try:
-                        meta, _ = decode_message(entry)
-                    except ValueError:
-                        continue
-                    if "txn" not in meta:
-                        continue
-                    txn = tuple(meta["txn"])
-                    if "marker" in meta:
-                        self.buffer.on_marker(txn, meta["marker"] == COMMIT_MARKER, pos)
-                    else:
-                        self.buffer.on_message(txn, pos)
+        start = Position(ledgers[0].ledger_id, -1) if ledgers else Position(-1, -1)
+        for pos, entry in self.ledger.entries_after(start, 500):
+            try:
+                meta, _ = decode_message(entry)
+            except ValueError:
+                continue
+            if "txn" not in meta:
+                continue
+            txn = tuple(meta["txn"])
+            if "marker" in meta:
+                self.buffer.on_marker(txn, meta["marker"] == COMMIT_MARKER, pos)
+            else:
+                self.buffer.on_message(txn, pos)
         self.buffer.state = "Ready"
         self.buffer.recover_end_time = clock_ms()
 

@@ -96,32 +96,25 @@ class TransactionLog:
     # -- replay ------------------------------------------------------------------------------
     def replay(self) -> Iterator[ReplayedRecord]:
         """Every live record after the mark-delete position, skipping records already deleted."""
-        start = self.cursor.mark_delete_position
-        next_pos = Position(start.ledger_id, start.entry_id + 1)
-        while True:
-            batch = self.ledger.read_entries(next_pos, 100)
-            if not batch:
-                return
-            for pos, payload in batch:
-                next_pos = Position(pos.ledger_id, pos.entry_id + 1)
-                if self.cursor.is_deleted(pos):
-                    continue
-                try:
-                    decoded = decode_entry(payload, "txn-log")
-                except EntryDecodeError:
-                    # Pulsar skips what it cannot deserialize; we do the same and keep going.
-                    continue
-                size = len(decoded.records)
-                if size == 0:
-                    continue
-                if size == 1 and not decoded.batched:
-                    yield ReplayedRecord(decoded.records[0], TxnPosition(pos.ledger_id, pos.entry_id, 1, 0))
-                    continue
-                remaining = self.cursor.deleted_batch_indexes(pos)
-                for index, record in enumerate(decoded.records):
-                    if remaining is not None and not has_bit(remaining, index):
-                        continue  # this record of the batch was already deleted
-                    yield ReplayedRecord(record, TxnPosition(pos.ledger_id, pos.entry_id, size, index))
+        for pos, payload in self.ledger.entries_after(self.cursor.mark_delete_position, 100):
+            if self.cursor.is_deleted(pos):
+                continue
+            try:
+                decoded = decode_entry(payload, "txn-log")
+            except EntryDecodeError:
+                # Pulsar skips what it cannot deserialize; we do the same and keep going.
+                continue
+            size = len(decoded.records)
+            if size == 0:
+                continue
+            if size == 1 and not decoded.batched:
+                yield ReplayedRecord(decoded.records[0], TxnPosition(pos.ledger_id, pos.entry_id, 1, 0))
+                continue
+            remaining = self.cursor.deleted_batch_indexes(pos)
+            for index, record in enumerate(decoded.records):
+                if remaining is not None and not has_bit(remaining, index):
+                    continue  # this record of the batch was already deleted
+                yield ReplayedRecord(record, TxnPosition(pos.ledger_id, pos.entry_id, size, index))
 
     def close(self) -> None:
         self.writer.close()

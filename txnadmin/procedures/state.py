@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from .._fs import atomic_write_text
 
 STATE_VERSION = 1
 DEFAULT_STATE = "txnadmin-downgrade.json"
@@ -30,23 +30,8 @@ def load_state(path: Path) -> dict[str, Any] | None:
 
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
-    """Temporary file + fsync + rename: a kill at any moment leaves the old or the new checklist, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(state, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """A kill at any moment leaves the old or the new checklist, never half of one."""
+    atomic_write_text(path, json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
 def new_state(target: str) -> dict[str, Any]:

@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+from .._fs import atomic_write_text
+
 SERVER_FILE = "server.json"
 
 
@@ -36,11 +38,7 @@ def _metrics_route(engine):
 
 def _record(directory: Path, url: str, token: Optional[str]) -> Path:
     path = directory / SERVER_FILE
-    tmp = directory / f".{SERVER_FILE}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"url": url, "token": token, "pid": os.getpid()}, fh)
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps({"url": url, "token": token, "pid": os.getpid()}), mode=0o600)
     return path
 
 
