@@ -88,3 +88,25 @@ def test_killed_start_resumes_to_the_same_verdict(tmp_path):
     done = runner.invoke(app, ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state), "--timeout", "20",
                                "--interval", "0.5", "-o", "json"])
     assert done.exit_code == 0, done.output
+
+
+def test_verify_folds_the_scan_into_the_verdict(tmp_path):
+    d = _engine(tmp_path)
+    _load(d)
+    state = tmp_path / "s.json"
+    assert runner.invoke(app, ["downgrade", "start", "-u", f"local:{d}", "--state", str(state)]).exit_code == 0
+    assert runner.invoke(app, ["engine", "dump", str(d), "--out", str(tmp_path / "before")]).exit_code == 0
+    # Before any trimming, the dump still holds batched entries in live transaction ledgers.
+    dirty = runner.invoke(app, ["downgrade", "verify", "--dumps", str(tmp_path / "before" / "ledgers"), "--ledgers",
+                                str(tmp_path / "before" / "ledgers.txt"), "--state", str(state), "--engine", "python",
+                                "-o", "json"])
+    assert dirty.exit_code == 1 and json.loads(dirty.stdout)["verdict"] == "batched"
+    _load(d, "3")
+    status = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state), "-o", "json"])
+    assert json.loads(status.stdout)["safe"] is False  # the logs are done, but the recorded scan said batched
+    assert runner.invoke(app, ["engine", "dump", str(d), "--out", str(tmp_path / "after")]).exit_code == 0
+    clean = runner.invoke(app, ["downgrade", "verify", "--dumps", str(tmp_path / "after" / "ledgers"), "--ledgers",
+                                str(tmp_path / "after" / "ledgers.txt"), "--state", str(state), "--engine", "python"])
+    assert clean.exit_code == 0, clean.output
+    final = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state), "-o", "json"])
+    assert final.exit_code == 0 and json.loads(final.stdout)["verification"]["verdict"] == "clean"

@@ -137,3 +137,36 @@ def test_workload_toggling_batching_survives_kill_9(tmp_path):
         logs = [tc.internal_stats()["transactionLogStats"]["managedLedgerInternalStats"] for tc in engine.coordinators.values()]
         assert any(len(s["ledgers"]) > 1 for s in logs)  # rolled
         assert engine.storage.garbage_bytes() > 0  # and trimmed: deleted ledgers wait for compaction
+
+
+def test_stats_from_a_second_process_while_the_workload_runs(tmp_path):
+    directory = tmp_path / "e"
+    _init(directory, "transactionLogBatchedWriteEnabled=true")
+    proc = subprocess.Popen(TXNADMIN + ["engine", "run", str(directory), "--duration", "8", "--rate", "100",
+                                        "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(100):
+            if (directory / "server.json").exists():
+                break
+            time.sleep(0.1)
+        seen = []
+        for _ in range(3):
+            out = subprocess.run(TXNADMIN + ["-u", f"local:{directory}", "transactions", "coordinator-stats", "-o",
+                                             "json"], capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            internal = subprocess.run(TXNADMIN + ["-u", f"local:{directory}", "transactions",
+                                                  "coordinator-internal-stats", "-c", "0", "-o", "json"],
+                                      capture_output=True, text=True)
+            ml = json.loads(internal.stdout)["transactionLogStats"]["managedLedgerInternalStats"]
+            seen.append((json.loads(out.stdout), ml))
+            time.sleep(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    sequences = [[s[str(i)]["leastSigBits"] for i in range(4)] for s, _ in seen]
+    for earlier, later in zip(sequences, sequences[1:]):
+        assert all(b >= a for a, b in zip(earlier, later))  # the live engine only moves forward
+    assert sequences[-1] > sequences[0]
+    for stats, ml in seen:
+        assert all(v["state"] == "Ready" for v in stats.values())
+        assert ml["numberOfEntries"] == sum(l["entries"] for l in ml["ledgers"]) + ml["currentLedgerEntries"]
