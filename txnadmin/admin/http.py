@@ -78,8 +78,10 @@ class HttpAdmin:
             if tls_allow_insecure:
                 ctx.verify_mode = ssl.CERT_NONE
             verify = ctx
+        # Keep-alive for as many connections as the procedures' thread pools use, so calls reuse sockets.
+        limits = httpx.Limits(max_connections=128, max_keepalive_connections=128)
         self._client = httpx.Client(base_url=self.base_url, timeout=timeout, verify=verify, transport=transport,
-                                    follow_redirects=False)
+                                    follow_redirects=False, limits=limits)
 
     @classmethod
     def from_target(cls, target) -> "HttpAdmin":
