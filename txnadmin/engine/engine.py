@@ -355,14 +355,21 @@ class Engine:
     def expire_preserved(self) -> int:
         return sum(p.expire() for p in self.preservers.values())
 
-    def maintenance_tick(self) -> None:
+    def maintenance_tick(self, sweep_ledgers: bool = True) -> None:
         self.abort_timed_out()
         now = self.clock_ms()
         if self.preservers and now - self._last_expiry_check >= self.config.transactionMetaExpireCheckIntervalInSecond * 1000:
             self._last_expiry_check = now
             self.expire_preserved()
         self.apply_dynamic_config()
-        for ml in self._managed_ledgers():
+        if sweep_ledgers:
+            self.sweep_ledgers()
+
+    def sweep_ledgers(self) -> None:
+        """Roll over full ledgers and trim consumed ones; each managed ledger takes only its own lock."""
+        with self._lock:
+            mls = self._managed_ledgers()
+        for ml in mls:
             ml.maybe_rollover()
             ml.trim()
 
@@ -377,10 +384,13 @@ class Engine:
 
     def _maintain(self) -> None:
         interval = self.config.engineTimeoutCheckIntervalMillis / 1000
+        ticks = 0
         while not self._stop.wait(interval):
+            ticks += 1
             try:
-                with self._lock:
-                    self.maintenance_tick()
+                # Timeouts every tick (Pulsar: a 100 ms wheel); the ledger sweep about once a second, since
+                # it visits every managed ledger and an engine may hold tens of thousands.
+                self.maintenance_tick(sweep_ledgers=ticks % max(1, round(1 / interval)) == 0)
             except Exception:  # keep the broker loop alive; the next tick retries
                 pass
 

@@ -222,7 +222,7 @@ class ManagedLedger:
 
     def maybe_rollover(self) -> bool:
         with self._lock:
-            if self._closed or not self._full(self.config.clock()):
+            if self._closed or self.read_only or not self._full(self.config.clock()):
                 return False
             self.rollover()
             return True
@@ -322,6 +322,8 @@ class ManagedLedger:
     def trim(self) -> list[int]:
         """Delete closed ledgers wholly before the slowest cursor's mark-delete; never the open ledger."""
         with self._lock:
+            if self._closed or self.read_only:
+                return []  # a reopened instance owns the metadata now
             if self._cursors:
                 slowest = min(c.mark_delete_position for c in self._cursors.values())
             else:
