@@ -12,6 +12,7 @@ from txnadmin.engine.buffered_writer import (
     BufferedWriter, BufferedWriterConfig, ConfigError, TxnPosition, WriterClosedError,
 )
 from txnadmin.engine.managed_ledger import ManagedLedgerFactory
+from txnadmin.engine.position import Position
 from txnadmin.engine.storage import LedgerStorage
 from txnadmin.engine.writer_metrics import BufferedWriterMetrics
 
@@ -65,7 +66,7 @@ def make_writer(ledger, registry=None, **cfg):
 def entries(ledger):
     out = []
     for info in ledger.ledgers():
-        for pos, data in ledger.read_entries(__import__("txnadmin.engine.position", fromlist=["Position"]).Position(info.ledger_id, 0), 10_000):
+        for pos, data in ledger.read_entries(Position(info.ledger_id, 0), 10_000):
             if pos.ledger_id == info.ledger_id:
                 out.append((pos, data))
     return out
@@ -209,4 +210,21 @@ def test_one_failing_callback_does_not_stop_the_rest(ledger):
         writer.add(record(i), col.cb(i))
     results = col.wait()
     assert all(exc is None for _, _, exc in results)
+    writer.close()
+
+
+def test_histograms_carry_pulsars_names_and_labels(ledger):
+    registry = CollectorRegistry()
+    writer, _ = make_writer(ledger, registry, max_records=10)
+    col = Collector(10)
+    for i in range(10):
+        writer.add(record(i), col.cb(i))
+    col.wait()
+    labels = {"broker": "127.0.0.1:8080"}
+    assert registry.get_sample_value("pulsar_txn_tc_bufferedwriter_batch_records_bucket", {**labels, "le": "10.0"}) == 1
+    assert registry.get_sample_value("pulsar_txn_tc_bufferedwriter_batch_size_bytes_sum", labels) == \
+        sum(len(record(i)) for i in range(10))
+    assert registry.get_sample_value("pulsar_txn_tc_bufferedwriter_flush_trigger_max_records_total", labels) == 1
+    assert registry.get_sample_value("pulsar_txn_tc_bufferedwriter_batch_oldest_record_delay_seconds_count",
+                                     labels) == 1
     writer.close()

@@ -200,7 +200,7 @@ class BufferedWriter:
                 _safe(callback, None, WriterClosedError())
 
     def _add(self, record: bytes, callback: Callback) -> None:
-        if self.state == "CLOSED":
+        if self.state != "OPEN":
             _safe(callback, None, WriterClosedError())
             return
         config = self.config
@@ -213,14 +213,24 @@ class BufferedWriter:
             self._write_plain(record, callback)
             return
         if not self._buffer:
-            # Arm relative to now so an idle writer does not flush a fresh record at once.
-            self._next_tick = max(self._next_tick, time.monotonic())
+            self._align_tick(time.monotonic())
         self._buffer.append(_Pending(record, callback, time.monotonic() * 1000))
         self._bytes += len(record)
         if len(self._buffer) >= config.max_records:
             self._flush("max_records")
         elif self._bytes >= config.max_size:
             self._flush("max_size")
+
+    def _align_tick(self, now: float) -> None:
+        """Move a stale tick to the next slot of the fixed max-delay grid.
+
+        The thread sleeps while the buffer is empty instead of ticking idly; skipping the ticks that
+        would have found nothing to flush gives the same flushes as a tick re-armed every max delay,
+        so a fresh record waits for the grid, not for a delay counted from itself.
+        """
+        period = self.config.max_delay_ms / 1000
+        if self._next_tick <= now:
+            self._next_tick += (int((now - self._next_tick) / period) + 1) * period
 
     def _write_plain(self, record: bytes, callback: Callback) -> None:
         def done(pos, exc):
@@ -235,6 +245,11 @@ class BufferedWriter:
         batch, size = self._buffer, self._bytes
         self._buffer, self._bytes = [], 0
         if not batch:
+            return
+        if self.state != "OPEN":
+            # Pulsar fails a batch that would be flushed while closing instead of writing it.
+            for pending in batch:
+                _safe(pending.callback, None, WriterClosedError())
             return
         if self.metrics:
             self.metrics.flushed(trigger, len(batch), size, time.monotonic() * 1000 - batch[0].added_ms)
