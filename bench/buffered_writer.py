@@ -1,6 +1,6 @@
 """Batched vs unbatched transaction-log writes on real engine storage.
 
-    python bench/buffered_writer.py [--seconds 3] [--appenders 1,16,256] [--write-docs]
+    python bench/buffered_writer.py [--quick] [--seconds 3] [--appenders 1,16,256] [--write-docs]
 
 Each appender is a thread that writes one coordinator record and waits for its durable ack before
 the next, as transactions do. Both modes run in this process, on the same disk, back to back.
@@ -79,10 +79,13 @@ def run(batched: bool, appenders: int, seconds: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=3.0, help="Length of each run.")
+    parser.add_argument("--quick", action="store_true", help="Half-second runs: a smoke check, not a measurement.")
     parser.add_argument("--appenders", default="1,16,256")
     parser.add_argument("--write-docs", action="store_true", help="Record the table in docs/benchmarks.md.")
     args = parser.parse_args()
+    if args.quick:
+        args.seconds = 0.5
     table = Table(title=f"Buffered writer: unbatched vs batched ({args.seconds:g} s per run, max delay 1 ms)")
     for col in ("appenders", "mode", "entries", "records/entry", "durable records/s", "p50 ms", "p99 ms",
                 "speed-up"):
@@ -97,7 +100,7 @@ def main() -> None:
                    f"{r['p50ms']:0.2f}", f"{r['p99ms']:0.2f}", speed)
             table.add_row(*row)
             rows.append(row)
-    Console().print(table)
+    Console(width=max(Console().width, 110)).print(table)
     if args.write_docs:
         write_docs(rows, args.seconds)
 
