@@ -113,7 +113,7 @@ def write_docs(rows, seconds: float) -> None:
              "| appenders | mode | entries | records/entry | durable records/s | p50 ms | p99 ms | speed-up |",
              "|---|---|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    replace_section(header, "\n".join(lines) + "\n")
+    replace_section(header, "\n".join(lines) + "\n\n")  # the blank line keeps the next section apart
 
 
 if __name__ == "__main__":
