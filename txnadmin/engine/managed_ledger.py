@@ -32,7 +32,9 @@ class ManagedLedgerConfig:
     min_ledger_rollover_time_ms: float = 10 * 60_000  # managedLedgerMinLedgerRolloverTimeMinutes
     max_ledger_rollover_time_ms: float = 240 * 60_000  # managedLedgerMaxLedgerRolloverTimeMinutes
     max_size_per_ledger_bytes: int = 2048 * 1024 * 1024  # managedLedgerMaxSizePerLedgerMbytes
-    deletion_at_batch_index_level_enabled: bool = True
+    deletion_at_batch_index_level_enabled: bool = True  # acknowledgmentAtBatchIndexLevelEnabled
+    retention_time_ms: float = 0  # defaultRetentionTimeInMinutes; -1 keeps consumed ledgers forever
+    retention_size_bytes: int = 0  # defaultRetentionSizeInMB; -1 means no size limit
     clock: Callable[[], float] = field(default=_wall_ms)
 
 
@@ -329,13 +331,17 @@ class ManagedLedger:
             else:
                 slowest = self.last_confirmed_entry
             deleted = []
+            now = self.config.clock()
+            total_size = sum(l.size for l in self._ledgers)
+            size_to_delete = 0
             while len(self._ledgers) > 1:
                 first = self._ledgers[0]
                 wholly_before = first.ledger_id < slowest.ledger_id or (
                     first.ledger_id == slowest.ledger_id and slowest.entry_id >= first.entries - 1
                 )
-                if not wholly_before:
+                if not wholly_before or self._retained(first, total_size - size_to_delete, now):
                     break
+                size_to_delete += first.size
                 self._ledgers.pop(0)
                 deleted.append(first.ledger_id)
             if deleted:
@@ -346,6 +352,15 @@ class ManagedLedger:
                     except LedgerNotFoundError:
                         pass
             return deleted
+
+    def _retained(self, info: LedgerInfo, remaining_size: int, now: float) -> bool:
+        """Pulsar keeps a consumed ledger unless it is past the retention time or the log is over the size quota."""
+        cfg = self.config
+        if cfg.retention_time_ms == 0 and cfg.retention_size_bytes == 0:
+            return False  # no retention: even a same-millisecond or empty-payload ledger goes once consumed
+        expired = cfg.retention_time_ms >= 0 and now - info.timestamp_ms > cfg.retention_time_ms
+        over_quota = cfg.retention_size_bytes >= 0 and remaining_size > cfg.retention_size_bytes
+        return not (expired or over_quota)
 
     # -- stats ------------------------------------------------------------------------------
     def internal_stats(self, include_ledger_metadata: bool = False) -> dict:
