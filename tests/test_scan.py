@@ -192,3 +192,14 @@ def test_engine_dump_then_scan_agrees_with_the_engine(tmp_path, spark):
         result = run_scan([str(tmp_path / "dump" / "ledgers")], tmp_path / "dump" / "ledgers.txt", engine=engine)
         scanned = {l["ledgerId"]: l["batchedEntries"] for l in result.ledgers if l["transactionLedger"]}
         assert {k: v for k, v in scanned.items() if v} == {k: v for k, v in truth.items() if v}
+
+
+def test_without_a_ledger_list_messages_never_count(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(12, i, g.pulsar_message(i)) for i in range(200)]
+                      + [(10, 0, g.plain(1))])
+    result = run_scan([str(tmp_path / "0.log")], engine="python")
+    assert result.verdict == "clean" and result.live_batched_entries == 0
+    assert not any(l["transactionLedger"] for l in result.ledgers)
+    assert any("no --ledgers list" in n for n in result.notes)
+    g.write_entry_log(tmp_path / "1.log", [(10, 1, g.batched(2))])
+    assert run_scan([str(tmp_path / "1.log")], engine="python").verdict == "batched"
