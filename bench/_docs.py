@@ -12,7 +12,8 @@ def replace_section(header: str, section: str, path: Path = BENCHMARKS) -> None:
     if header in text:
         start = text.index(header)
         end = text.find("\n## ", start + len(header))
-        text = text[:start] + section + (text[end + 1:] if end != -1 else "")
+        rest = text[end + 1:] if end != -1 else ""
+        text = text[:start] + section.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
     else:
         text = text.rstrip() + "\n\n" + section
     path.write_text(text)
