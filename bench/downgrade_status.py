@@ -10,7 +10,6 @@ script looping over pulsar-admin calls does) and with bounded concurrency — sa
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import subprocess
 import sys
@@ -52,14 +51,13 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     from txnadmin.admin.http import HttpAdmin
+    from txnadmin.server.run import free_port
     from txnadmin.procedures.downgrade import start, status
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "engine"
         built = build(directory, args.stores)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         token = "bench-token"
         (Path(tmp) / "token").write_text(token)
         proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "serve", "--engine-dir", str(directory),

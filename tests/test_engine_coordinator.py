@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from txnadmin.codec import TxnStatus, decode_entry
+from txnadmin.codec import decode_entry
 from txnadmin.engine.coordinator import (
     ABORTED, ABORTING, COMMITTED, COMMITTING, OPEN, InvalidTxnStatus, TransactionNotFound, can_transition,
 )

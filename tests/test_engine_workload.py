@@ -13,7 +13,6 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
-from txnadmin.engine.config import EngineConfig
 from txnadmin.engine.engine import Engine
 from txnadmin.engine.position import Position
 

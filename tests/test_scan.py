@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
-from txnadmin.scan import REGISTRY, DumpFormat, Finding, ScanInputError, register, run_scan, unregister
+from txnadmin.scan import REGISTRY, DumpFormat, Finding, register, run_scan, unregister
 
 import dumpgen as g
 

@@ -13,12 +13,7 @@ from pathlib import Path
 import pytest
 
 import dumpgen as g
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from txnadmin.server.run import free_port
 
 
 def _wait_port(port: int, proc, seconds: float = 60) -> None:
@@ -46,17 +41,17 @@ def test_standalone_cluster_gives_the_same_report_as_local(tmp_path):
     g.write_entry_log(d / "0.log", [(10, 0, g.batched(2)), (10, 1, g.plain(1)), (12, 0, g.pulsar_message(0))])
     g.write_entry_log(d / "1.log", [(11, 0, g.batched(1)), (9, 0, g.batched(3))])
     g.ledger_list(tmp_path / "ledgers.txt", {10: g.TC_ML.format(0), 11: g.ACK_ML, 12: g.MSG_ML})
-    port = _free_port()
+    port = free_port()
     spark_class = str(spark_home / "bin" / "spark-class")
     master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(port), "--webui-port", str(_free_port())], env=env,
+                               "--port", str(port), "--webui-port", str(free_port())], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     worker = None
     try:
         _wait_port(port, master)
         worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
                                    "--host", "127.0.0.1", "--cores", "2", "--memory", "1g", "--webui-port",
-                                   str(_free_port())], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   str(free_port())], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         args = [str(d), "--ledgers", str(tmp_path / "ledgers.txt"), "-o", "json"]
         cli = [sys.executable, "-m", "txnadmin.cli.main", "scan"]
         clustered = subprocess.run(cli + args + ["--master", f"spark://127.0.0.1:{port}"], env=env,

@@ -11,22 +11,16 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from txnadmin.engine.config import EngineConfig
 from txnadmin.engine.engine import Engine
+from txnadmin.server.run import free_port
 
 runner = CliRunner()
 TOPIC = "persistent://public/default/orders"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +47,7 @@ def seeded(tmp_path_factory):
     remote = base / "remote"
     shutil.copytree(src, local)
     shutil.copytree(src, remote)
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, TXNADMIN_HOME=str(base / "home"))
     proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "serve", "--engine-dir", str(remote),
                              "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

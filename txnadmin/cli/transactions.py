@@ -7,7 +7,6 @@ a rich view. Exit codes are pulsar-admin's: 0 success, 1 any failure.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer

@@ -9,7 +9,7 @@ store); a running engine polls that file, so a change from another process lands
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 

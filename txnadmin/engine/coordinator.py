@@ -11,7 +11,7 @@ import heapq
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable
 
 from ..codec import Subscription, TransactionMetadataEntry, TxnOp, TxnStatus
 from .buffered_writer import TxnPosition

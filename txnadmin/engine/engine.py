@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig, read_dynamic
@@ -22,7 +21,7 @@ from .coordinator import (
     CoordinatorError, InvalidTxnStatus, TransactionCoordinator, TransactionNotFound, TxnMeta,
 )
 from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from .pending_ack import SUFFIX as PENDING_ACK_SUFFIX, PendingAckStore, pending_ack_topic
+from .pending_ack import PendingAckStore, pending_ack_topic
 from .position import Position
 from .preserver import ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver
 from .storage import LedgerStorage
@@ -57,14 +56,6 @@ def writer_config(config: EngineConfig, component: str) -> BufferedWriterConfig:
     )
 
 
-@dataclass
-class StoreOpening:
-    """When a coordinator or pending-ack store opened, and whether it batches (read once, at open)."""
-
-    opened_at_ms: int
-    batching: bool
-
-
 class Engine:
     def __init__(self, directory: Path, config: EngineConfig | None = None, *, read_only: bool = False,
                  clock_ms: Callable[[], int] = _now_ms, maintenance: bool = True):
@@ -92,10 +83,8 @@ class Engine:
         self.coordinators: dict[int, TransactionCoordinator] = {}
         self.preservers: dict[int, TransactionPreserver] = {}
         self._last_expiry_check = 0
-        self.coordinator_openings: dict[int, StoreOpening] = {}
         self.topics: dict[str, Topic] = {}
         self.stores: dict[tuple[str, str], PendingAckStore] = {}
-        self.store_openings: dict[tuple[str, str], StoreOpening] = {}
         self._next_tc = 0
         self._dynamic_seen = read_dynamic(self.directory)
         self._stop = threading.Event()
@@ -143,7 +132,6 @@ class Engine:
                 ml_config=self.ml_config())
         tc.pending_end = tc.recover()
         self.coordinators[tc_id] = tc
-        self.coordinator_openings[tc_id] = StoreOpening(self.clock_ms(), wc.enabled)
         return tc
 
     def _finish_recovered(self, tc_id: int) -> None:
@@ -164,7 +152,6 @@ class Engine:
                                 self.config.transactionPendingAckLogIndexMinLag)
         store.recover(self.clock_ms)
         self.stores[(topic, subscription)] = store
-        self.store_openings[(topic, subscription)] = StoreOpening(self.clock_ms(), wc.enabled)
         return store
 
     def topic(self, name: str, create: bool = True) -> Topic:

@@ -13,6 +13,7 @@ import threading
 from typing import Any, Iterator, Optional
 
 from .managed_ledger import ManagedLedgerFactory
+from .position import Position
 
 CURSOR = "__compaction"
 

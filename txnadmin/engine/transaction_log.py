@@ -14,7 +14,6 @@ from ..codec import EntryDecodeError, TransactionMetadataEntry, decode_entry
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
 from .managed_ledger import ManagedLedger, ManagedLedgerFactory
 from .ackset import has_bit
-from .position import Position
 
 CURSOR_NAME = "transaction.subscription"
 MAX_LOCAL_TXN_ID = "max_local_txn_id"

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional
 
 from ..admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin,
@@ -331,14 +331,6 @@ def record_verification(state_path: Path, result: dict) -> dict:
     state["verification"] = result
     save_state(state_path, state)
     return state
-
-
-def recorded_ledgers(state_path: Path) -> dict[str, int]:
-    """LastBatched per log, for choosing what to dump."""
-    state = _require_state(state_path)
-    out = {f"__transaction_log_{k}": v["lastBatchedLedgerId"] for k, v in state["coordinators"].items()}
-    out.update({k: v["lastBatchedLedgerId"] for k, v in state["pendingAckStores"].items()})
-    return out
 
 
 def reset(state_path: Path) -> bool:

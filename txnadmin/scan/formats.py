@@ -7,15 +7,13 @@ reported as an ``unreadable`` finding with the file and byte offset where it was
 
 from __future__ import annotations
 
-import base64
 import mmap
 import re
 import struct
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
-from .classify import BATCHED, EMPTY, PLAIN, SUSPICIOUS, UNREADABLE, classify
+from .classify import EMPTY, PLAIN, SUSPICIOUS, UNREADABLE, classify
 
 SNIFF_BYTES = 8192
 
@@ -110,7 +108,7 @@ def read_entrylog(path: str, skip: Skip = NO_SKIP, start: int = ENTRYLOG_HEADER,
             unpack = _REC.unpack_from
             while pos < stop:
                 if pos + 20 > size:
-                    yield Finding(path, pos, -1, -1, UNREADABLE, f"truncated record header at end of file", "")
+                    yield Finding(path, pos, -1, -1, UNREADABLE, "truncated record header at end of file", "")
                     return
                 length, ledger, entry = unpack(mm, pos)
                 if length < 16 or pos + 4 + length > size:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from .formats import REGISTRY, DumpFormat, Finding, detect
+from .formats import REGISTRY, Finding, detect
 from .ledgers import LiveLedger, read_ledger_list
 
 SPARK_THRESHOLD_BYTES = 256 * 1024 * 1024
