@@ -1,9 +1,17 @@
-"""A keyed, compacted log on a managed ledger: the engine's version of a compacted Pulsar topic.
+"""Keyed, compacted logs on managed ledgers: the engine's version of Pulsar's compacted system topics.
 
-Each entry is one JSON object ``{"key": …, "value": …}`` (``value`` null = tombstone). Reading the
-log from the cursor's mark-delete onward and keeping the last value per key gives the table.
-Compaction rewrites the live values into a fresh ledger and mark-deletes everything before them,
-so the managed ledger trims the old ledgers — the latest value per key always survives.
+Two flavours, because the transaction-buffer snapshot topics need both:
+
+* :class:`KeyedLog` keeps the latest value per key in memory (a table view). It reads the log
+  incrementally — ``catch_up()`` reads only what was appended since the last read — and counts the
+  entries it read, so a reader shared by many topics can be shown to read the log once. Compaction
+  rewrites the live values after a rollover and drops everything before them.
+* :class:`PositionedLog` keeps values on disk and answers reads *by position*, the way Pulsar reads
+  a snapshot segment from the message id stored in its index. Positions never change: instead of
+  rewriting, a superseded or tombstoned entry is individually deleted on the log's cursor, so a
+  ledger whose entries are all dead falls behind the mark-delete and is trimmed.
+
+Entry layout (both): ``{"key": …, "value": …}`` as compact JSON; ``value`` null is a tombstone.
 """
 
 from __future__ import annotations
@@ -18,8 +26,20 @@ from .position import Position
 CURSOR = "__compaction"
 
 
+def encode_record(key: str, value: Any) -> bytes:
+    return json.dumps({"key": key, "value": value}, separators=(",", ":")).encode()
+
+
+def decode_record(payload: bytes) -> tuple[str, Any]:
+    item = json.loads(payload)
+    return item["key"], item.get("value")
+
+
 class KeyedLog:
-    def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config=None, compact_every: int = 1000):
+    """Latest value per key. ``lazy=True`` defers reading the log until the first ``catch_up``/``get``."""
+
+    def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config=None, compact_every: int = 1000,
+                 lazy: bool = False):
         self.name = name
         self.ledger = factory.open(name, ml_config)
         self.cursor = self.ledger.open_cursor(CURSOR)
@@ -27,38 +47,60 @@ class KeyedLog:
         self._lock = threading.RLock()
         self._table: dict[str, Any] = {}
         self._since_compaction = 0
+        self._read_through: Position = self.cursor.mark_delete_position
         self.entries_read = 0
-        self._load()
+        self.bytes_written = 0  # by put (compaction rewrites not counted)
+        if not lazy:
+            self.catch_up()
 
-    def _load(self) -> None:
-        for _, payload in self.ledger.entries_after(self.cursor.mark_delete_position, 500):
-            self.entries_read += 1
-            item = json.loads(payload)
-            if item.get("value") is None:
-                self._table.pop(item["key"], None)
-            else:
-                self._table[item["key"]] = item["value"]
+    def _caught_up(self) -> bool:
+        return self._read_through >= self.ledger.last_confirmed_entry
+
+    def catch_up(self) -> int:
+        """Apply every entry appended since the last read; returns how many were read."""
+        with self._lock:
+            read = 0
+            for pos, payload in self.ledger.entries_after(self._read_through, 500):
+                key, value = decode_record(payload)
+                if value is None:
+                    self._table.pop(key, None)
+                else:
+                    self._table[key] = value
+                self._read_through = pos
+                read += 1
+            self.entries_read += read
+            return read
 
     def get(self, key: str) -> Optional[Any]:
+        """The latest value (reads whatever is new first, like Pulsar's ``TableView.readLatest``)."""
         with self._lock:
+            self.catch_up()
             return self._table.get(key)
 
     def items(self) -> Iterator[tuple[str, Any]]:
         with self._lock:
+            self.catch_up()
             return iter(list(self._table.items()))
 
     def keys(self) -> list[str]:
         with self._lock:
+            self.catch_up()
             return list(self._table)
 
     def put(self, key: str, value: Any) -> Position:
         """Durable on return; ``None`` deletes the key (a tombstone)."""
+        payload = encode_record(key, value)
         with self._lock:
-            pos = self.ledger.add_entry(json.dumps({"key": key, "value": value}, separators=(",", ":")).encode())
-            if value is None:
-                self._table.pop(key, None)
-            else:
-                self._table[key] = value
+            caught_up = self._caught_up()
+            pos = self.ledger.add_entry(payload)
+            self.bytes_written += len(payload)
+            if caught_up:
+                # Our own write is the next entry: apply it instead of reading it back.
+                self._read_through = pos
+                if value is None:
+                    self._table.pop(key, None)
+                else:
+                    self._table[key] = value
             self._since_compaction += 1
             if self.compact_every and self._since_compaction >= self.compact_every:
                 self.compact()
@@ -67,14 +109,98 @@ class KeyedLog:
     def compact(self) -> None:
         """Rewrite the live table after a rollover and drop everything written before it."""
         with self._lock:
+            self.catch_up()
             last_old = self.ledger.last_confirmed_entry
             self.ledger.rollover()
             for key, value in self._table.items():
-                self.ledger.add_entry(json.dumps({"key": key, "value": value}, separators=(",", ":")).encode())
+                self._read_through = self.ledger.add_entry(encode_record(key, value))
             if last_old is not None and last_old.entry_id >= 0 and last_old > self.cursor.mark_delete_position:
                 self.cursor.mark_delete(last_old)
             self.ledger.trim()
             self._since_compaction = 0
+
+    def close(self) -> None:
+        self.ledger.close()
+
+
+def scan_latest(log: KeyedLog, key: str) -> tuple[Optional[Any], int]:
+    """A private reader: read the whole log for one key (what every topic did before readers were shared).
+
+    Returns (latest value or None, entries read). It reads the ledger directly and leaves the
+    log's own table alone.
+    """
+    value, read = None, 0
+    for _, payload in log.ledger.entries_after(log.cursor.mark_delete_position, 500):
+        read += 1
+        k, v = decode_record(payload)
+        if k == key:
+            value = v
+    return value, read
+
+
+class PositionedLog:
+    """Values read by position; dead entries are individually deleted so whole dead ledgers trim.
+
+    ``key → position`` of every live key is kept in memory (keys only, no values). It is built on
+    first need by reading the log once (``entries_scanned`` counts that, the engine's compactor read).
+    """
+
+    def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config=None):
+        self.name = name
+        self.ledger = factory.open(name, ml_config)
+        self.cursor = self.ledger.open_cursor(CURSOR)
+        self._lock = threading.RLock()
+        self._positions: Optional[dict[str, Position]] = None
+        self.entries_scanned = 0
+        self.bytes_written = 0
+
+    def _index(self) -> dict[str, Position]:
+        if self._positions is None:
+            positions: dict[str, Position] = {}
+            for pos, payload in self.ledger.entries_after(self.cursor.mark_delete_position, 200):
+                self.entries_scanned += 1
+                if self.cursor.is_deleted(pos):
+                    continue
+                key, value = decode_record(payload)
+                if value is None:
+                    positions.pop(key, None)
+                else:
+                    positions[key] = pos
+            self._positions = positions
+        return self._positions
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._index())
+
+    def put(self, key: str, value: Any) -> Position:
+        """Append ``value`` under ``key`` (None = tombstone); the entry it replaces becomes dead."""
+        payload = encode_record(key, value)
+        with self._lock:
+            index = self._index()
+            pos = self.ledger.add_entry(payload)
+            self.bytes_written += len(payload)
+            dead = [pos] if value is None else []  # a tombstone has nothing left to delete once applied
+            old = index.pop(key, None)
+            if old is not None:
+                dead.append(old)
+            if value is not None:
+                index[key] = pos
+            self.cursor.delete_many([(p, None) for p in dead])
+            return pos
+
+    def read(self, pos: Position) -> tuple[str, Any]:
+        """The record at ``pos``; KeyError if its ledger is gone or the entry was deleted."""
+        if self.cursor.is_deleted(pos):
+            raise KeyError(f"{self.name}: entry {pos} was deleted")
+        try:
+            payload = self.ledger.read_entry(pos)
+        except Exception as exc:
+            raise KeyError(f"{self.name}: cannot read entry {pos}: {exc}") from None
+        return decode_record(payload)
+
+    def trim(self) -> list[int]:
+        return self.ledger.trim()
 
     def close(self) -> None:
         self.ledger.close()
