@@ -27,7 +27,8 @@ def _dir(directory: Optional[Path]) -> Path:
 @app.command("init")
 def init(
     directory: Optional[Path] = DirArg,
-    coordinators: int = typer.Option(16, "--coordinators", "-c", help="Number of transaction coordinators."),
+    coordinators: Optional[int] = typer.Option(
+        None, "--coordinators", "-c", help="Number of transaction coordinators of a new engine [default: 16]."),
     settings: list[str] = typer.Option([], "--set", help="broker.conf-style key=value (repeatable)."),
     exist_ok: bool = typer.Option(False, "--exist-ok", help="Update the settings of an existing engine."),
 ) -> None:
@@ -38,13 +39,14 @@ def init(
     path = _dir(directory)
     try:
         values = parse_settings(settings)
-        values.setdefault("transactionCoordinatorCount", str(coordinators))
-        init_engine(path, values, exist_ok)
+        if coordinators is not None:
+            values.setdefault("transactionCoordinatorCount", str(coordinators))
+        config = init_engine(path, values, exist_ok)
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     except EngineDirError as exc:
         fail(str(exc), 1)
-    typer.echo(f"engine ready at {path} ({values['transactionCoordinatorCount']} coordinators)")
+    typer.echo(f"engine ready at {path} ({config.transactionCoordinatorCount} coordinators)")
 
 
 @app.command("run")

@@ -24,7 +24,12 @@ def init_engine(directory: Path, settings: dict[str, str] | None = None, exist_o
         config.set(key, value)
     directory.mkdir(parents=True, exist_ok=True)
     config.save(directory)
-    Engine(directory, config, maintenance=False).close()
+    engine = Engine(directory, config, maintenance=False)
+    # An existing engine keeps its coordinators (they are only ever scaled up, with `scale-transactionCoordinators`).
+    if config.transactionCoordinatorCount != engine.coordinator_count():
+        config.transactionCoordinatorCount = engine.coordinator_count()
+        config.save(directory)
+    engine.close()
     return config
 
 
