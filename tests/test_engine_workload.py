@@ -128,7 +128,7 @@ def test_workload_toggling_batching_survives_kill_9(tmp_path):
             txn = tuple(item["txn"])
             for topic, pos in item["produced"]:
                 buffer = engine.topic(topic, create=False).buffer
-                assert txn not in buffer.aborted and txn not in buffer.ongoing
+                assert not buffer.is_aborted(txn) and txn not in buffer.ongoing
             for topic, sub, pos in item["acked"]:
                 cursor = engine.topic(topic, create=False).subscription(sub)
                 p = Position.parse(pos)

@@ -4,23 +4,19 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 from typer.testing import CliRunner
 
 from txnadmin.engine.config import EngineConfig
 from txnadmin.engine.engine import Engine
-from txnadmin.server.run import free_port
+from serve_helpers import serving
 
 runner = CliRunner()
 TOPIC = "persistent://public/default/orders"
+REFUNDS = "persistent://public/default/refunds"
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +26,7 @@ def seeded(tmp_path_factory):
     config = EngineConfig()
     config.transactionCoordinatorCount = 2
     config.transactionLogBatchedWriteEnabled = True
+    config.transactionBufferSnapshotMaxTransactionCount = 2  # REFUNDS' two aborts take a snapshot; ORDERS' one commit does not
     config.save(src)
     engine = Engine(src, EngineConfig.load(src), maintenance=False)
     engine.subscribe(TOPIC, "billing")
@@ -42,28 +39,18 @@ def seeded(tmp_path_factory):
     engine.produce(open_txn, TOPIC, b"pending")
     engine.receive(TOPIC, "billing", 1)
     engine.ack(open_txn, TOPIC, "billing", [first])
+    for _ in range(2):
+        refund = engine.begin(60_000, tc_id=0)
+        engine.produce(refund, REFUNDS, b"refund")
+        engine.abort(refund)
     engine.close()
     local = base / "local"
     remote = base / "remote"
     shutil.copytree(src, local)
     shutil.copytree(src, remote)
-    port = free_port()
-    env = dict(os.environ, TXNADMIN_HOME=str(base / "home"))
-    proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "serve", "--engine-dir", str(remote),
-                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stderr.read().decode())
-            time.sleep(0.05)
-    token = json.loads((remote / "server.json").read_text())["token"]
-    yield {"local": f"local:{local}", "http": url, "token": token, "open": open_txn, "first": first, "home": base / "home"}
-    proc.terminate()
-    proc.wait(timeout=10)
+    with serving(remote, base / "home") as (url, token):
+        yield {"local": f"local:{local}", "http": url, "token": token, "open": open_txn, "first": first,
+               "home": base / "home"}
     assert not (remote / "server.json").exists()  # removed on exit
 
 
@@ -117,9 +104,9 @@ def test_coordinator_stats(seeded):
     assert one["ongoingTxnSize"] == 1
     outs = both(seeded, "coordinator-stats")
     for out in outs.values():
-        assert re.match(r"0    TransactionCoordinatorStats\(state=Ready, leastSigBits=0, lowWaterMark=0, ", out)
+        assert re.match(r"0    TransactionCoordinatorStats\(state=Ready, leastSigBits=2, lowWaterMark=0, ", out)
     pretty = both(seeded, "coordinator-stats", "-c", "0")["local"]
-    assert pretty.startswith('{\n  "state" : "Ready",\n  "leastSigBits" : 0,')
+    assert pretty.startswith('{\n  "state" : "Ready",\n  "leastSigBits" : 2,')
 
 
 def test_coordinator_internal_stats(seeded):
@@ -147,6 +134,18 @@ def test_buffer_snapshot_internal_stats_is_pulsars_404(seeded):
         result = run(seeded, backend, "buffer-snapshot-internal-stats", "-t", TOPIC)
         assert result.exit_code == 1
         assert "Reason: Transaction buffer Snapshot for the topic does not exist" in result.stderr
+
+
+def test_single_snapshot_stats(seeded):
+    tb = both_json(seeded, "transaction-buffer-stats", "-t", REFUNDS, "-s")
+    assert tb["snapshotType"] == "Single" and tb["totalAbortedTransactions"] == 2 and "segmentsStats" not in tb
+    assert tb["lastSnapshotTimestamps"] == 0  # taken by the seeding engine, not by this one
+    internal = both_json(seeded, "buffer-snapshot-internal-stats", "-t", REFUNDS, "-m")
+    assert list(internal) == ["snapshotType", "singleSnapshotSystemTopicInternalStats"]
+    single = internal["singleSnapshotSystemTopicInternalStats"]
+    assert single["managedLedgerName"] == "public/default/persistent/__transaction_buffer_snapshot"
+    assert single["managedLedgerInternalStats"]["numberOfEntries"] == 1
+    assert "metadata" in single["managedLedgerInternalStats"]["ledgers"][0]
 
 
 def test_transaction_buffer_and_pending_ack_stats(seeded):

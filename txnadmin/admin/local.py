@@ -95,8 +95,7 @@ class LocalAdmin:
 
     @_admin_errors
     def buffer_snapshot_internal_stats(self, topic: str, metadata: bool = False) -> Json:
-        self.engine.topic(topic, create=False)
-        raise NotFoundError("Transaction buffer Snapshot for the topic does not exist")
+        return self._stats.buffer_snapshot_internal_stats(self.engine, topic, metadata)
 
     @_admin_errors
     def transaction_buffer_stats(self, topic: str, low_water_marks: bool = False, segment_stats: bool = False) -> Json:

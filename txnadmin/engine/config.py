@@ -55,6 +55,9 @@ class EngineConfig:
     engineBrokerServiceUrl: str = "pulsar://127.0.0.1:6650"
     engineBrokerVersion: str = "3.3.2"
     engineTransactionMetaPersistMaxTotal: int = 100_000  # PIP-255 memory bound across all clients of one TC
+    engineTransactionBufferSegmentsOnDemand: bool = True  # segmented snapshots: load segments when needed, not all at recovery
+    engineTransactionBufferSegmentCacheSize: int = 4  # sealed segments kept in memory per topic (on-demand loading)
+    engineTransactionBufferSharedSnapshotReader: bool = True  # one snapshot-log reader per namespace, not one per topic
 
     DYNAMIC_KEYS = (
         "transactionLogBatchedWriteEnabled",

@@ -25,6 +25,7 @@ from .pending_ack import PendingAckStore, pending_ack_topic
 from .position import Position
 from .preserver import ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver
 from .storage import LedgerStorage
+from .tb_snapshot import SnapshotService, make_processor
 from .topic import Topic, normalize_topic
 from .transaction_log import TransactionLog
 from .writer_metrics import BufferedWriterMetrics
@@ -84,6 +85,8 @@ class Engine:
         self.preservers: dict[int, TransactionPreserver] = {}
         self._last_expiry_check = 0
         self.topics: dict[str, Topic] = {}
+        self.snapshots = SnapshotService(self.factory, self.ml_config,
+                                         shared_reader=self.config.engineTransactionBufferSharedSnapshotReader)
         self.stores: dict[tuple[str, str], PendingAckStore] = {}
         self._next_tc = 0
         self._dynamic_seen = read_dynamic(self.directory)
@@ -141,7 +144,12 @@ class Engine:
         tc.pending_end = []
 
     def _open_topic(self, name: str) -> Topic:
-        topic = Topic(self.factory, name, self.ml_config())
+        def processor(topic_name, snapshot_position):
+            return make_processor(self.config, self.snapshots, topic_name, self.clock_ms, snapshot_position)
+
+        topic = Topic(self.factory, name, self.ml_config(), processor,
+                      snapshot_every=self.config.transactionBufferSnapshotMaxTransactionCount,
+                      snapshot_min_ms=self.config.transactionBufferSnapshotMinTimeInMillis)
         topic.recover(self.clock_ms)
         self.topics[topic.name] = topic
         return topic
@@ -349,8 +357,16 @@ class Engine:
             self._last_expiry_check = now
             self.expire_preserved()
         self.apply_dynamic_config()
+        self.snapshot_transaction_buffers(now)
         if sweep_ledgers:
             self.sweep_ledgers()
+
+    def snapshot_transaction_buffers(self, now: int | None = None) -> int:
+        """Timed transaction-buffer snapshots: topics with changes, past the minimum interval."""
+        now = self.clock_ms() if now is None else now
+        with self._lock:
+            topics = list(self.topics.values())
+        return sum(1 for t in topics if t.snapshot_tick(now))
 
     def sweep_ledgers(self) -> None:
         """Roll over full ledgers and trim consumed ones; each managed ledger takes only its own lock."""
@@ -359,6 +375,10 @@ class Engine:
         for ml in mls:
             ml.maybe_rollover()
             ml.trim()
+        with self._lock:
+            topics = list(self.topics.values())
+        for topic in topics:  # aborted ids whose marker ledger just went are forgotten (segments tombstoned)
+            topic.trim_expired_aborts()
 
     def tc_records_written(self) -> int:
         return sum(tc.log.records_written for tc in self.coordinators.values())
@@ -367,6 +387,7 @@ class Engine:
         mls = [tc.log.ledger for tc in self.coordinators.values()]
         mls += [s.ledger for s in self.stores.values()]
         mls += [t.ledger for t in self.topics.values()]
+        mls += self.snapshots.managed_ledgers()
         return mls
 
     def _maintain(self) -> None:
@@ -394,6 +415,7 @@ class Engine:
                 store.close()
             for topic in self.topics.values():
                 topic.close()
+            self.snapshots.close()
         self.storage.close()
 
     def __enter__(self) -> "Engine":

@@ -14,12 +14,20 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterator, Optional
+from urllib.parse import quote
 
 from .cursor import ManagedCursor, dumps_state
 from .position import Position
 from .storage import LedgerNotFoundError, LedgerStorage
 
 ROOT = "managed-ledgers/"
+
+
+def managed_ledger_name(topic: str) -> str:
+    """persistent://t/ns/x → t/ns/persistent/<x URL-encoded> (Pulsar's persistence naming)."""
+    rest = topic.split("://", 1)[1]
+    tenant, namespace, local = rest.split("/", 2)
+    return f"{tenant}/{namespace}/persistent/{quote(local, safe='')}"
 
 
 def _wall_ms() -> float:

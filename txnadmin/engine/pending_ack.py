@@ -12,11 +12,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from typing import Optional
-from urllib.parse import quote
 
 from ..codec import AckType, EntryDecodeError, PendingAckMetadata, PendingAckMetadataEntry, PendingAckOp, decode_entry
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
-from .managed_ledger import ManagedCursor, ManagedLedgerFactory
+from .managed_ledger import ManagedCursor, ManagedLedgerFactory, managed_ledger_name
 from .ackset import has_bit
 from .position import Position
 
@@ -31,13 +30,6 @@ class PendingAckConflict(Exception):
 def pending_ack_topic(topic: str, subscription: str) -> str:
     """persistent://t/ns/<topic>-<sub>__transaction_pending_ack (origin = the partition for partitioned topics)."""
     return f"{topic}-{subscription}{SUFFIX}"
-
-
-def managed_ledger_name(topic: str) -> str:
-    """persistent://t/ns/x → t/ns/persistent/<x URL-encoded> (Pulsar's persistence naming)."""
-    rest = topic.split("://", 1)[1]
-    tenant, namespace, local = rest.split("/", 2)
-    return f"{tenant}/{namespace}/persistent/{quote(local, safe='')}"
 
 
 @dataclass

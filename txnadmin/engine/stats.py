@@ -58,7 +58,7 @@ def transaction_in_buffer_stats(engine: Engine, txn: tuple[int, int], topic: str
     start = buffer.ongoing.get(txn)
     if start is not None:
         out["startPosition"] = str(start)
-    out["aborted"] = txn in buffer.aborted
+    out["aborted"] = buffer.is_aborted(txn, start)
     return out
 
 
@@ -84,7 +84,14 @@ def low_water_marks(engine: Engine) -> dict[int, int]:
 
 
 def transaction_buffer_stats(engine: Engine, topic: str, lwm: bool = False, segment_stats: bool = False) -> dict:
-    return engine.topic(topic, create=False).buffer.stats(low_water_marks(engine) if lwm else None)
+    return engine.topic(topic, create=False).buffer.stats(low_water_marks(engine) if lwm else None, segment_stats)
+
+
+def buffer_snapshot_internal_stats(engine: Engine, topic: str, metadata: bool = False) -> dict:
+    processor = engine.topic(topic, create=False).buffer.processor
+    if not processor.has_snapshot():
+        raise NotFound("Transaction buffer Snapshot for the topic does not exist")
+    return processor.internal_stats(metadata)
 
 
 def pending_ack_stats(engine: Engine, topic: str, sub: str, lwm: bool = False) -> dict:
@@ -111,6 +118,10 @@ def topic_names(engine: Engine, namespace: str, include_system: bool) -> list[st
     if include_system:
         names += [s.store_topic for s in engine.stores.values()
                   if s.store_topic.split("://", 1)[1].rsplit("/", 1)[0] == namespace]
+        from .tb_snapshot import SNAPSHOT_SYSTEM_TOPICS, system_topic
+
+        names += [system_topic(namespace, local) for local in SNAPSHOT_SYSTEM_TOPICS
+                  if engine.snapshots.exists(namespace, local)]
         if namespace == "pulsar/system":
             names += [f"persistent://pulsar/system/__transaction_log_{i}" for i in sorted(engine.coordinators)]
             names += [f"persistent://pulsar/system/transaction_coordinator_assign-partition-{i}"

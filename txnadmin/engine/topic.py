@@ -16,8 +16,7 @@ from typing import Optional
 
 import google_crc32c
 
-from .managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
-from .pending_ack import managed_ledger_name
+from .managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory, managed_ledger_name
 from .position import Position
 
 MESSAGE_MAGIC = b"\x0e\x01"
@@ -62,17 +61,27 @@ class Message:
 
 
 class TransactionBuffer:
-    """Per topic: ongoing transactions, aborted ones with their marker, and the max read position."""
+    """Per topic: ongoing transactions, the max read position, and the aborted set (via its processor).
 
-    def __init__(self, ledger: ManagedLedger):
+    ``processor`` is a single or segmented snapshot processor (:mod:`.tb_snapshot`). A snapshot is
+    taken after ``snapshot_every`` markers, or by :meth:`maybe_snapshot` once ``snapshot_min_ms``
+    passed with changes pending (Pulsar's ``transactionBufferSnapshotMaxTransactionCount`` and
+    ``transactionBufferSnapshotMinTimeInMillis``).
+    """
+
+    def __init__(self, ledger: ManagedLedger, processor=None, snapshot_every: int = 1000,
+                 snapshot_min_ms: int = 5000):
         self.ledger = ledger
+        self.processor = processor
+        self.snapshot_every = snapshot_every
+        self.snapshot_min_ms = snapshot_min_ms
         self.ongoing: dict[tuple[int, int], Position] = {}
-        self.aborted: dict[tuple[int, int], Position] = {}
         self.committed_count = 0
         self.state = "None"
         self.recover_start_time = 0
         self.recover_end_time = 0
-        self.last_snapshot_timestamp = 0
+        self.replay_start: Optional[Position] = None
+        self.changes = 0  # markers since the last snapshot
 
     def max_read_position(self) -> Position:
         last = self.ledger.last_confirmed_entry
@@ -81,40 +90,76 @@ class TransactionBuffer:
             return Position(first.ledger_id, first.entry_id - 1)
         return last
 
+    def snapshot_position(self) -> Position:
+        """While replaying, where the replay started (what we hold is only whole from there); else max read."""
+        if self.state != "Ready" and self.replay_start is not None:
+            return self.replay_start
+        return self.max_read_position()
+
     def on_message(self, txn, pos: Position) -> None:
         if txn is not None and txn not in self.ongoing:
             self.ongoing[txn] = pos
 
     def on_marker(self, txn, commit: bool, pos: Position) -> None:
-        self.ongoing.pop(txn, None)
+        if self.ongoing.pop(txn, None) is None:
+            # Already ended: a coordinator that recovers a COMMITTING/ABORTING transaction drives the end
+            # again and writes a second marker. (Nor is anything left to hide for a transaction whose
+            # messages were all trimmed.) Recording it twice would double-count it in a segment.
+            return
         if commit:
             self.committed_count += 1
-        else:
-            self.aborted[txn] = pos
+        elif self.processor is not None:
+            self.processor.put_aborted(txn, pos)
+        if self.state == "Ready" and self.processor is not None:
+            self.trim_expired()
+            self.changes += 1
+            if self.changes >= self.snapshot_every:
+                self.take_snapshot()
 
-    def trim_aborted(self) -> None:
+    def is_aborted(self, txn, position: Optional[Position] = None) -> bool:
+        return self.processor is not None and self.processor.is_aborted(txn, position)
+
+    def take_snapshot(self) -> None:
+        self.processor.take_snapshot()
+        self.changes = 0
+
+    def maybe_snapshot(self, now_ms: int) -> bool:
+        if self.changes and now_ms - self.processor.last_snapshot_timestamp >= self.snapshot_min_ms:
+            self.take_snapshot()
+            return True
+        return False
+
+    def first_live_ledger(self) -> int:
+        ledgers = self.ledger.ledgers()
+        return ledgers[0].ledger_id if ledgers else -1
+
+    def trim_expired(self) -> int:
         """Forget aborted transactions whose marker's ledger has been trimmed away."""
-        live = {info.ledger_id for info in self.ledger.ledgers()}
-        for txn, pos in list(self.aborted.items()):
-            if pos.ledger_id not in live:
-                del self.aborted[txn]
+        return self.processor.trim_expired(self.first_live_ledger())
 
-    def stats(self, low_water_marks: dict[int, int] | None = None) -> dict:
+    def stats(self, low_water_marks: dict[int, int] | None = None, segment_stats: bool = False) -> dict:
         out = {"state": self.state, "maxReadPosition": str(self.max_read_position()),
-               "lastSnapshotTimestamps": self.last_snapshot_timestamp}
+               "lastSnapshotTimestamps": self.processor.last_snapshot_timestamp}
         if low_water_marks is not None:
             out["lowWaterMarks"] = {str(k): v for k, v in low_water_marks.items()}
         out.update({"ongoingTxnSize": len(self.ongoing), "recoverStartTime": self.recover_start_time,
-                    "recoverEndTime": self.recover_end_time, "snapshotType": "Single",
-                    "totalAbortedTransactions": len(self.aborted)})
+                    "recoverEndTime": self.recover_end_time, "snapshotType": self.processor.snapshot_type,
+                    "totalAbortedTransactions": self.processor.aborted_count()})
+        segments = self.processor.segments_stats(segment_stats)
+        if segments is not None:
+            out["segmentsStats"] = segments
         return out
 
 
 class Topic:
-    def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config):
+    def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config, make_processor=None,
+                 snapshot_every: int = 1000, snapshot_min_ms: int = 5000):
+        """``make_processor(topic_name, snapshot_position)`` builds the aborted-txn processor."""
         self.name = normalize_topic(name)
         self.ledger = factory.open(managed_ledger_name(self.name), ml_config)
-        self.buffer = TransactionBuffer(self.ledger)
+        self.buffer = TransactionBuffer(self.ledger, None, snapshot_every, snapshot_min_ms)
+        if make_processor is not None:
+            self.buffer.processor = make_processor(self.name, self.buffer.snapshot_position)
         self._lock = threading.RLock()
         self._dispatch: dict[str, Position] = {}
 
@@ -163,7 +208,7 @@ class Topic:
                     start = Position(pos.ledger_id, pos.entry_id + 1)
                     meta, payload = decode_message(entry)
                     txn = tuple(meta["txn"]) if "txn" in meta else None
-                    if "marker" in meta or (txn is not None and txn in self.buffer.aborted) or cursor.is_deleted(pos):
+                    if "marker" in meta or (txn is not None and self.buffer.is_aborted(txn, pos)) or cursor.is_deleted(pos):
                         cursor.delete(pos)  # markers and aborted messages are acknowledged for the reader
                         continue
                     out.append(Message(pos, payload, txn))
@@ -179,10 +224,15 @@ class Topic:
 
     # -- recovery ----------------------------------------------------------------------------
     def recover(self, clock_ms) -> None:
-        self.buffer.state = "Initializing"
-        self.buffer.recover_start_time = clock_ms()
-        ledgers = self.ledger.ledgers()
-        start = Position(ledgers[0].ledger_id, -1) if ledgers else Position(-1, -1)
+        """Latest snapshot, then replay of the topic from the snapshot's max read position."""
+        buffer = self.buffer
+        buffer.state = "Initializing"
+        buffer.recover_start_time = clock_ms()
+        first_live = buffer.first_live_ledger()
+        start = buffer.processor.recover(first_live) if buffer.processor is not None else None
+        if start is None:
+            start = Position(first_live, -1)
+        buffer.replay_start = start
         for pos, entry in self.ledger.entries_after(start, 500):
             try:
                 meta, _ = decode_message(entry)
@@ -192,11 +242,22 @@ class Topic:
                 continue
             txn = tuple(meta["txn"])
             if "marker" in meta:
-                self.buffer.on_marker(txn, meta["marker"] == COMMIT_MARKER, pos)
+                buffer.on_marker(txn, meta["marker"] == COMMIT_MARKER, pos)
             else:
-                self.buffer.on_message(txn, pos)
-        self.buffer.state = "Ready"
-        self.buffer.recover_end_time = clock_ms()
+                buffer.on_message(txn, pos)
+        finish = getattr(buffer.processor, "finish_recovery", None)
+        if finish is not None:
+            finish()
+        buffer.state = "Ready"
+        buffer.recover_end_time = clock_ms()
+
+    def snapshot_tick(self, now_ms: int) -> bool:
+        with self._lock:
+            return self.buffer.processor is not None and self.buffer.maybe_snapshot(now_ms)
+
+    def trim_expired_aborts(self) -> int:
+        with self._lock:
+            return self.buffer.trim_expired() if self.buffer.processor is not None else 0
 
     def close(self) -> None:
         self.ledger.close()

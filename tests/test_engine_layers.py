@@ -1,0 +1,44 @@
+"""The engine is layered like Pulsar, and each layer imports only the layers below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ENGINE = Path(__file__).resolve().parent.parent / "txnadmin" / "engine"
+
+LAYERS = [
+    {"position", "ackset", "config", "writer_metrics", "storage"},
+    {"managed_ledger", "cursor"},  # one layer: a cursor belongs to its managed ledger
+    {"buffered_writer", "keyed_log"},
+    {"transaction_log", "pending_ack", "tb_snapshot", "preserver", "topic"},
+    {"coordinator"},
+    {"engine"},
+    {"stats", "manage", "observe", "workload"},
+]
+RANK = {module: rank for rank, group in enumerate(LAYERS) for module in group}
+
+
+def _relative_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_every_engine_module_has_a_layer():
+    modules = {p.stem for p in ENGINE.glob("*.py") if p.stem != "__init__"}
+    assert modules <= set(RANK), f"give these a layer: {sorted(modules - set(RANK))}"
+
+
+def test_imports_only_go_down():
+    wrong = []
+    for path in ENGINE.glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        for target in _relative_imports(path):
+            same_group = RANK[target] == RANK[path.stem] and RANK[path.stem] == 1
+            if RANK[target] >= RANK[path.stem] and not same_group:
+                wrong.append(f"{path.stem} → {target}")
+    assert not wrong, wrong
