@@ -374,3 +374,29 @@ def test_engine_recovery_reads_m_times_x_with_the_shared_reader(tmp_path, shared
     reads = engine.snapshots.recovery_reads[SNAPSHOT_TOPIC]
     assert reads == (log_entries if shared else log_entries * per_ns)
     engine.close()
+
+
+def test_pip196_metrics(tmp_path):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def samples(engine):
+        text = generate_latest(engine.registry).decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    engine = engine_for(tmp_path, "segmented", managedLedgerMaxEntriesPerLedger="4")
+    engine.subscribe(TOPIC, "s")
+    run_txns(engine, "a" * 9)
+    got = samples(engine)
+    assert got[("pulsar_txn_tb_snapshot_segment_op_total", (("op", "add"), ("status", "success")))] == 2
+    assert got[("pulsar_txn_tb_snapshot_index_op_total", (("op", "add"), ("status", "success")))] == 2
+    assert got[("pulsar_txn_tb_snapshot_index_entry_bytes_count", ())] == 2
+    assert got[("pulsar_txn_tb_snapshot_segment_total", ())] == 2
+    payloads(engine)
+    engine.sweep_ledgers()
+    got = samples(engine)
+    assert got[("pulsar_txn_tb_snapshot_segment_op_total", (("op", "del"), ("status", "success")))] >= 1
+    assert got[("pulsar_txn_tb_snapshot_segment_total", ())] == 2 - got[
+        ("pulsar_txn_tb_snapshot_segment_op_total", (("op", "del"), ("status", "success")))]
+    engine.close()

@@ -24,6 +24,7 @@ from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from .pending_ack import PendingAckStore, pending_ack_topic
 from .position import Position
 from .preserver import ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver
+from .snapshot_metrics import SnapshotMetrics
 from .storage import LedgerStorage
 from .tb_snapshot import SnapshotService, make_processor
 from .topic import Topic, normalize_topic
@@ -79,14 +80,15 @@ class Engine:
         # Transaction counters as a broker exports them (per coordinator).
         self.txn_ended = Counter("pulsar_txn", "Transactions by outcome", ["coordinator_id", "outcome"],
                                  registry=self.registry)
-        self.registry.register(_ActiveTransactions(self))
+        self.registry.register(_ScrapeTimeGauges(self))
         self._lock = threading.RLock()
         self.coordinators: dict[int, TransactionCoordinator] = {}
         self.preservers: dict[int, TransactionPreserver] = {}
         self._last_expiry_check = 0
         self.topics: dict[str, Topic] = {}
         self.snapshots = SnapshotService(self.factory, self.ml_config,
-                                         shared_reader=self.config.engineTransactionBufferSharedSnapshotReader)
+                                         shared_reader=self.config.engineTransactionBufferSharedSnapshotReader,
+                                         metrics=SnapshotMetrics(self.registry))
         self.stores: dict[tuple[str, str], PendingAckStore] = {}
         self._next_tc = 0
         self._dynamic_seen = read_dynamic(self.directory)
@@ -425,8 +427,9 @@ class Engine:
         self.close()
 
 
-class _ActiveTransactions:
-    """`pulsar_txn_active_count{coordinator_id}`, read from the coordinators at scrape time."""
+class _ScrapeTimeGauges:
+    """Gauges read from the components at scrape time: `pulsar_txn_active_count{coordinator_id}` and
+    `pulsar_txn_tb_snapshot_segment_total`."""
 
     def __init__(self, engine: "Engine"):
         self.engine = engine
@@ -438,4 +441,8 @@ class _ActiveTransactions:
         for tc_id, tc in sorted(self.engine.coordinators.items()):
             family.add_metric([str(tc_id)], len(tc.txns))
         yield family
+        # PIP-196's proposed gauge: sealed snapshot segments kept by the transaction buffers
+        segments = sum(len(getattr(t.buffer.processor, "indexes", ())) for t in list(self.engine.topics.values()))
+        yield GaugeMetricFamily("pulsar_txn_tb_snapshot_segment_total", "Transaction-buffer snapshot segments",
+                                value=segments)
 

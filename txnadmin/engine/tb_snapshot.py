@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional
 from .keyed_log import KeyedLog, PositionedLog, scan_latest
 from .managed_ledger import ManagedLedgerFactory, managed_ledger_name
 from .position import Position
+from .snapshot_metrics import SnapshotMetrics
 
 SNAPSHOT_TOPIC = "__transaction_buffer_snapshot"
 SEGMENTS_TOPIC = "__transaction_buffer_snapshot_segments"
@@ -85,8 +86,10 @@ class SnapshotService:
     ``recovery_reads`` counts entries read to answer recovery lookups, per system topic.
     """
 
-    def __init__(self, factory: ManagedLedgerFactory, ml_config: Callable[[], Any], shared_reader: bool = True):
+    def __init__(self, factory: ManagedLedgerFactory, ml_config: Callable[[], Any], shared_reader: bool = True,
+                 metrics: Optional[SnapshotMetrics] = None):
         self.factory = factory
+        self.metrics = metrics or SnapshotMetrics()
         self.ml_config = ml_config
         self.shared_reader = shared_reader
         self.recovery_reads: Counter = Counter()
@@ -315,7 +318,12 @@ class SegmentedSnapshotProcessor(_Processor):
                  "aborts": [[t[0], t[1]] for t, _ in items]}
         log = self.service.segments(self.namespace)
         before = log.bytes_written
-        pos = log.put(segment_key(seq, self.topic), value)
+        try:
+            pos = log.put(segment_key(seq, self.topic), value)
+        except Exception:
+            self.service.metrics.segment("add", ok=False)
+            raise
+        self.service.metrics.segment("add")
         self.bytes_written += log.bytes_written - before
         _crash_point("after-segment-write")
         ranges: dict[int, tuple[int, int]] = {}
@@ -341,7 +349,14 @@ class SegmentedSnapshotProcessor(_Processor):
                  "snapshot": {"topicName": self.topic, "sequenceId": self.next_sequence_id,
                               **_pos_json("maxReadPosition", mrp),
                               "aborts": [[t[0], t[1], p.ledger_id, p.entry_id] for t, p in self.unsealed.items()]}}
-        self.bytes_written += self.service.write(self.namespace, INDEXES_TOPIC, self.topic, value)
+        try:
+            written = self.service.write(self.namespace, INDEXES_TOPIC, self.topic, value)
+        except Exception:
+            self.service.metrics.index("add", ok=False)
+            raise
+        self.service.metrics.index("add")
+        self.service.metrics.index_entry_bytes.observe(written)
+        self.bytes_written += written
         self.last_snapshot_timestamp = self.clock_ms()
 
     def take_snapshot(self) -> None:
@@ -360,7 +375,12 @@ class SegmentedSnapshotProcessor(_Processor):
         if ids is not None:
             self._cache.move_to_end(index.sequence_id)
             return ids
-        key, value = self.service.segments(self.namespace).read(index.segment)
+        try:
+            key, value = self.service.segments(self.namespace).read(index.segment)
+        except KeyError:
+            self.service.metrics.segment("read", ok=False)
+            raise
+        self.service.metrics.segment("read")
         if key != segment_key(index.sequence_id, self.topic):
             raise SnapshotError(f"{self.topic}: segment at {index.segment} is {key!r}, "
                                 f"expected {segment_key(index.sequence_id, self.topic)!r}")
@@ -397,6 +417,7 @@ class SegmentedSnapshotProcessor(_Processor):
                 for txn in [t for t, s in self.sealed.items() if s == index.sequence_id]:
                     del self.sealed[txn]
             self.service.segments(self.namespace).put(segment_key(index.sequence_id, self.topic), None)
+            self.service.metrics.segment("del")
             dropped += 1
         if dropped:
             self._write_index()
@@ -407,6 +428,7 @@ class SegmentedSnapshotProcessor(_Processor):
         value = self.service.read_latest(self.namespace, INDEXES_TOPIC, self.topic)
         if value is None:
             return self._upgrade_from_single(first_live_ledger)
+        self.service.metrics.index("read")
         snap = value["snapshot"]
         for item in value["indexList"]:
             index = SegmentIndex.from_json(item)
