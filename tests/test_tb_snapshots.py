@@ -400,3 +400,35 @@ def test_pip196_metrics(tmp_path):
     assert got[("pulsar_txn_tb_snapshot_segment_total", ())] == 2 - got[
         ("pulsar_txn_tb_snapshot_segment_op_total", (("op", "del"), ("status", "success")))]
     engine.close()
+
+
+def test_downgrade_to_single_snapshots_recovers_exactly(tmp_path):
+    """Turning segments off again: the (stale) single snapshot plus the replay still give every abort."""
+    engine = engine_for(tmp_path, "single", transactionBufferSnapshotMaxTransactionCount="2")
+    engine.subscribe(TOPIC, "s")
+    first = run_txns(engine, "aa")
+    engine.close()
+    engine = engine_for(tmp_path, "segmented")
+    later = run_txns(engine, "acaaaaa")
+    engine.close()
+    engine = engine_for(tmp_path, "single")
+    buffer = engine.topic(TOPIC).buffer
+    assert buffer.processor.snapshot_type == "Single"
+    assert sorted(buffer.processor.aborts) == sorted(first["a"] + later["a"])
+    assert payloads(engine) == ["c1"]
+    engine.close()
+
+
+def test_compaction_bounds_what_recovery_reads(tmp_path):
+    storage = LedgerStorage.open(tmp_path)
+    factory = ManagedLedgerFactory(storage)
+    writer = SnapshotService(factory, lambda: None)
+    topics = [f"persistent://public/default/t{i}" for i in range(3)]
+    for n in range(1100):  # compaction runs after every 1,000 writes
+        writer.write("public/default", SNAPSHOT_TOPIC, topics[n % 3], {"n": n})
+    writer.close()
+    reader = SnapshotService(factory, lambda: None)
+    assert [reader.read_latest("public/default", SNAPSHOT_TOPIC, t)["n"] for t in topics] == [1098, 1099, 1097]
+    assert reader.recovery_reads[SNAPSHOT_TOPIC] == 3 + 100  # the compacted table, then what came after
+    reader.close()
+    storage.close()
