@@ -53,12 +53,11 @@ def preserved_metadata(engine: Engine, txn: tuple[int, int]) -> Optional[dict]:
 
 
 def transaction_in_buffer_stats(engine: Engine, txn: tuple[int, int], topic: str) -> dict:
-    buffer = engine.topic(topic, create=False).buffer
+    start, aborted = engine.topic(topic, create=False).transaction_in_buffer(txn)
     out: dict = {}
-    start = buffer.ongoing.get(txn)
     if start is not None:
         out["startPosition"] = str(start)
-    out["aborted"] = buffer.is_aborted(txn, start)
+    out["aborted"] = aborted
     return out
 
 
@@ -84,7 +83,7 @@ def low_water_marks(engine: Engine) -> dict[int, int]:
 
 
 def transaction_buffer_stats(engine: Engine, topic: str, lwm: bool = False, segment_stats: bool = False) -> dict:
-    return engine.topic(topic, create=False).buffer.stats(low_water_marks(engine) if lwm else None, segment_stats)
+    return engine.topic(topic, create=False).buffer_stats(low_water_marks(engine) if lwm else None, segment_stats)
 
 
 def buffer_snapshot_internal_stats(engine: Engine, topic: str, metadata: bool = False) -> dict:

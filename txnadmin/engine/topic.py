@@ -251,6 +251,16 @@ class Topic:
         buffer.state = "Ready"
         buffer.recover_end_time = clock_ms()
 
+    def buffer_stats(self, low_water_marks=None, segment_stats: bool = False) -> dict:
+        with self._lock:
+            return self.buffer.stats(low_water_marks, segment_stats)
+
+    def transaction_in_buffer(self, txn) -> tuple[Optional[Position], bool]:
+        """(first message position if still ongoing, aborted?) — under the topic lock, as reads mutate the cache."""
+        with self._lock:
+            start = self.buffer.ongoing.get(txn)
+            return start, self.buffer.is_aborted(txn, start)
+
     def snapshot_tick(self, now_ms: int) -> bool:
         with self._lock:
             return self.buffer.processor is not None and self.buffer.maybe_snapshot(now_ms)
