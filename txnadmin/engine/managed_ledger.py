@@ -165,6 +165,12 @@ class ManagedLedger:
     def current_ledger_id(self) -> int:
         return self._ledgers[-1].ledger_id
 
+    @property
+    def first_ledger_id(self) -> int:
+        """The oldest live ledger (-1 if none): ledgers below it were trimmed."""
+        with self._lock:
+            return self._ledgers[0].ledger_id if self._ledgers else -1
+
     def ledgers(self) -> list[LedgerInfo]:
         with self._lock:
             return [LedgerInfo(**l.__dict__) for l in self._ledgers]

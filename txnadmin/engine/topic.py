@@ -130,8 +130,7 @@ class TransactionBuffer:
         return False
 
     def first_live_ledger(self) -> int:
-        ledgers = self.ledger.ledgers()
-        return ledgers[0].ledger_id if ledgers else -1
+        return self.ledger.first_ledger_id
 
     def trim_expired(self) -> int:
         """Forget aborted transactions whose marker's ledger has been trimmed away."""
