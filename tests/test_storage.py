@@ -164,6 +164,16 @@ def test_metadata_store(tmp_path):
         assert st.meta_get("gone") is None and st.meta_get("cursors/a/c") is None
 
 
+def test_meta_list_is_exactly_the_prefix(tmp_path):
+    keys = ["t/ns/persistent/a", "t/ns/persistent/a/cursors/x", "t/ns/persistent/a0", "t/ns/persistent/a/",
+            "t/ns/persistent/b", "t/ns/persistent/aé", "t/ns/persistent/a\U0010ffff", "t/ns/persistent/", "t/ns/q"]
+    with LedgerStorage.open(tmp_path / "s") as st:
+        st.meta_put_many({k: b"v" for k in keys})
+        for prefix in ["t/ns/persistent/a", "t/ns/persistent/a/", "t/ns/persistent/", "t/ns/persistent/a\U0010ffff",
+                       "t/", "é", "t/ns/persistent/aé"]:
+            assert st.meta_list(prefix) == sorted(k for k in keys if k.startswith(prefix)), prefix
+
+
 def test_second_writer_in_same_process_is_refused(tmp_path, st):
     with pytest.raises(EngineLockedError, match=rf"{re.escape(str(st.directory))}: already open for writing by "
                                                 rf"process {os.getpid()}"):

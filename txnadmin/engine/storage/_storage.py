@@ -980,9 +980,20 @@ class LedgerStorage:
                     db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, bytes(value)))
 
     def meta_list(self, prefix: str) -> list[str]:
-        rows = self._reader_db().execute(
-            "SELECT key FROM kv WHERE substr(key, 1, ?) = ? ORDER BY key", (len(prefix), prefix)).fetchall()
-        return [row[0] for row in rows]
+        if not prefix:
+            rows = self._reader_db().execute("SELECT key FROM kv ORDER BY key").fetchall()
+            return [row[0] for row in rows]
+        # A range on the primary key, so SQLite walks its index instead of scanning every key (an engine with
+        # 10,000 topics has ~40,000 keys, and every managed-ledger open lists its cursors). UTF-8 sorts like code
+        # points, so [prefix, prefix with its last character bumped) holds exactly the keys starting with prefix.
+        head = prefix.rstrip("\U0010ffff")
+        if head:
+            upper = head[:-1] + chr(ord(head[-1]) + 1)
+            rows = self._reader_db().execute(
+                "SELECT key FROM kv WHERE key >= ? AND key < ? ORDER BY key", (prefix, upper)).fetchall()
+        else:  # only the largest code point: nothing to bump, read to the end
+            rows = self._reader_db().execute("SELECT key FROM kv WHERE key >= ? ORDER BY key", (prefix,)).fetchall()
+        return [row[0] for row in rows if row[0].startswith(prefix)]
 
     def next_counter(self, name: str) -> int:
         """Return and advance a named engine-wide counter (starts at 0); durable, survives restarts."""
