@@ -17,6 +17,7 @@ from serve_helpers import serving
 runner = CliRunner()
 TOPIC = "persistent://public/default/orders"
 REFUNDS = "persistent://public/default/refunds"
+ODD_NAMES = ["persistent://public/default/team/payouts", "persistent://public/default/50%off"]
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +40,9 @@ def seeded(tmp_path_factory):
     engine.produce(open_txn, TOPIC, b"pending")
     engine.receive(TOPIC, "billing", 1)
     engine.ack(open_txn, TOPIC, "billing", [first])
+    for odd in ODD_NAMES:  # a "/" and a "%" in the local name: sent encoded, routed intact
+        engine.subscribe(odd, "audit")
+        engine.publish(odd, b"plain")
     for _ in range(2):
         refund = engine.begin(60_000, tc_id=0)
         engine.produce(refund, REFUNDS, b"refund")
@@ -146,6 +150,16 @@ def test_single_snapshot_stats(seeded):
     assert single["managedLedgerName"] == "public/default/persistent/__transaction_buffer_snapshot"
     assert single["managedLedgerInternalStats"]["numberOfEntries"] == 1
     assert "metadata" in single["managedLedgerInternalStats"]["ledgers"][0]
+
+
+def test_local_names_with_slash_and_percent(seeded):
+    for odd in ODD_NAMES:
+        tb = both_json(seeded, "transaction-buffer-stats", "-t", odd)
+        assert tb["state"] == "Ready" and tb["ongoingTxnSize"] == 0
+        errors = {b: run(seeded, b, "pending-ack-stats", "-t", odd, "-s", "nobody") for b in BACKENDS}
+        assert {r.exit_code for r in errors.values()} == {1}
+        assert errors["local"].stderr == errors["http"].stderr  # the engine's answer, not a routing 404
+        assert odd in errors["http"].stderr
 
 
 def test_transaction_buffer_and_pending_ack_stats(seeded):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from typing import Any, Callable, Optional
-from urllib.parse import unquote
+from urllib.parse import unquote_to_bytes
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -22,8 +24,27 @@ def _flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "false").lower() == "true"
 
 
+# A topic's local name may hold "/" (pulsar-admin sends it as %2F). Routing runs on the decoded path, where that
+# slash would split the segment, so it is carried through routing as NUL (never valid in a name) and restored.
+_SLASH = "\x00"
+
+
+class EncodedSlashes:
+    """ASGI middleware: route on the raw path, keeping each %2F inside its path segment."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        raw = scope.get("raw_path") if scope["type"] == "http" else None
+        if raw and re.search(rb"%2[fF]", raw):
+            raw = re.sub(rb"%2[fF]", b"%00", raw.split(b"?", 1)[0])
+            scope = dict(scope, path=unquote_to_bytes(raw).decode("utf-8", "replace"))
+        await self.app(scope, receive, send)
+
+
 def _topic(p: dict) -> str:
-    return f"persistent://{p['tenant']}/{p['namespace']}/{unquote(p['topic'])}"
+    return f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}"
 
 
 def _int(value: Any, name: str) -> int:
@@ -44,7 +65,9 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
                 if not hmac.compare_digest(given, f"Bearer {token}"):
                     return JSONResponse({"reason": "Unauthorized"}, status_code=401)
             try:
-                result = fn(request, dict(request.path_params))
+                params = {k: v.replace(_SLASH, "/") if isinstance(v, str) else v
+                          for k, v in request.path_params.items()}
+                result = fn(request, params)
             except AdminError as exc:
                 return JSONResponse({"reason": exc.reason}, status_code=exc.status or 500)
             if result is None:
@@ -83,22 +106,22 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
                                                                  _int(p["least"], "leastSigBits")), _topic(p)))),
         Route(f"{V3}/transactionInPendingAckStats/{TOPIC}/{{sub}}/{{most}}/{{least}}", endpoint(
             lambda r, p: admin.transaction_in_pending_ack_stats(
-                TxnId(_int(p["most"], "mostSigBits"), _int(p["least"], "leastSigBits")), _topic(p), unquote(p["sub"])))),
+                TxnId(_int(p["most"], "mostSigBits"), _int(p["least"], "leastSigBits")), _topic(p), p["sub"]))),
         Route(f"{V3}/transactionBufferStats/{TOPIC}", endpoint(
             lambda r, p: admin.transaction_buffer_stats(_topic(p), _flag(r, "lowWaterMarks"), _flag(r, "segmentStats")))),
         Route(f"{V3}/pendingAckStats/{TOPIC}/{{sub}}", endpoint(
-            lambda r, p: admin.pending_ack_stats(_topic(p), unquote(p["sub"]), _flag(r, "lowWaterMarks")))),
+            lambda r, p: admin.pending_ack_stats(_topic(p), p["sub"], _flag(r, "lowWaterMarks")))),
         Route(f"{V3}/transactionMetadata/{{most}}/{{least}}", endpoint(
             lambda r, p: admin.transaction_metadata(TxnId(_int(p["most"], "mostSigBits"), _int(p["least"], "leastSigBits"))))),
         Route(f"{V3}/slowTransactions/{{timeout}}", endpoint(
             lambda r, p: admin.slow_transactions(_int(p["timeout"], "timeout"), opt_int(r, "coordinatorId")))),
         Route(f"{V3}/pendingAckInternalStats/{TOPIC}/{{sub}}", endpoint(
-            lambda r, p: admin.pending_ack_internal_stats(_topic(p), unquote(p["sub"]), _flag(r, "metadata")))),
+            lambda r, p: admin.pending_ack_internal_stats(_topic(p), p["sub"], _flag(r, "metadata")))),
         Route(f"{V3}/transactionBufferInternalStats/{TOPIC}", endpoint(
             lambda r, p: admin.buffer_snapshot_internal_stats(_topic(p), _flag(r, "metadata")))),
         Route(f"{V3}/transactionCoordinator/replicas", scale_handler, methods=["POST"]),
         Route(f"{V3}/positionStatsInPendingAck/{TOPIC}/{{sub}}/{{lid}}/{{eid}}", endpoint(
-            lambda r, p: admin.position_stats_in_pending_ack(_topic(p), unquote(p["sub"]), _int(p["lid"], "ledgerId"),
+            lambda r, p: admin.position_stats_in_pending_ack(_topic(p), p["sub"], _int(p["lid"], "ledgerId"),
                                                              _int(p["eid"], "entryId"), opt_int(r, "batchIndex")))),
         Route(f"{V3}/abortTransaction/{{most}}/{{least}}", endpoint(
             lambda r, p: admin.abort_transaction(TxnId(_int(p["most"], "mostSigBits"), _int(p["least"], "leastSigBits")))),
@@ -118,4 +141,4 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
         Route("/admin/v2/brokers/version", endpoint(
             lambda r, p: PlainTextResponse(next(iter(admin.broker_versions().values()))))),
     ]
-    return Starlette(routes=routes + list(extra_routes or []))
+    return Starlette(routes=routes + list(extra_routes or []), middleware=[Middleware(EncodedSlashes)])
