@@ -111,7 +111,7 @@ def write_docs(rows, stores: int, started: float) -> None:
     body = [header, "", f"`python bench/downgrade_status.py --stores {stores}`: `downgrade status` over {stores:,} "
             "pending-ack stores plus 4 coordinators, through HttpAdmin against a real `txnadmin serve` on the same "
             "2-core machine; concurrency 1 is the baseline (one call after another, as a shell loop over pulsar-admin "
-            "would do, minus the JVM start per call), each after one untimed warm-up pass.", "",
+            "would do, minus the JVM start per call), timed after one untimed warm-up pass.", "",
             "| concurrency | logs checked | seconds | logs/s | speed-up vs sequential |", "|---|---|---|---|---|"]
     body += ["| " + " | ".join(r) + " |" for r in rows]
     body += ["", f"`downgrade start` on the same target (disable, unload every topic, record) took {started:0.1f} s."]
