@@ -191,6 +191,18 @@ def engine_restart(namespaces: int, topics: int, tmp: Path) -> list[dict]:
     return rows
 
 
+def _tables(title: str, columns: list[str], rows: list[list[str]]) -> tuple[Table, list[str]]:
+    """The same rows as a rich table for the terminal and as Markdown lines for docs/benchmarks.md."""
+    table = Table(title=title)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    lines = ["| " + " | ".join(columns) + " |", "|---|" + "---:|" * (len(columns) - 1)]
+    for cells in rows:
+        table.add_row(*cells)
+        lines.append("| " + " | ".join(cells) + " |")
+    return table, lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--aborts", type=int, default=1_000_000)
@@ -212,36 +224,20 @@ def main() -> None:
         console.print(f"[dim]engine restart with {args.namespaces} × {args.topics} topics …[/dim]")
         restarts = engine_restart(args.namespaces, args.topics, Path(tmp))
 
-    t1 = Table(title=f"{args.aborts:,} aborted transactions on one topic (segment capacity {capacity:,})")
-    for col in ["variant", "bytes per snapshot update", "bytes written while aborting", "recovery s",
-                "recovery peak MiB", "kept after recovery MiB", "10k abort checks in read order s"]:
-        t1.add_column(col, justify="left" if col == "variant" else "right")
-    lines1 = ["| variant | bytes per snapshot update | bytes written while aborting | recovery s | "
-              "recovery peak MiB | kept after recovery MiB | 10k abort checks in read order s |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        cells = [r["variant"], f"{r['update_bytes']:,}", f"{r['during_bytes']:,}", f"{r['recover_s']:.2f}",
-                 f"{r['peak_mb']:.1f}", f"{r['kept_mb']:.1f}", f"{r['check_s']:.3f}"]
-        t1.add_row(*cells)
-        lines1.append("| " + " | ".join(cells) + " |")
-    t2 = Table(title=f"Recovery reads: {args.namespaces} namespaces × {args.topics} topics")
-    for col in ["reader", "entries read", "seconds"]:
-        t2.add_column(col, justify="left" if col == "reader" else "right")
-    lines2 = ["| reader | entries read | seconds |", "|---|---:|---:|"]
-    for r in readers:
-        cells = [r["reader"], f"{r['reads']:,}", f"{r['seconds']:.1f}"]
-        t2.add_row(*cells)
-        lines2.append("| " + " | ".join(cells) + " |")
-    t3 = Table(title=f"Engine restart: {args.namespaces} namespaces × {args.topics} topics, each with a snapshot")
-    for col in ["reader", "snapshot entries read", "engine open s"]:
-        t3.add_column(col, justify="left" if col == "reader" else "right")
-    lines3 = ["| reader | snapshot entries read | engine open s |", "|---|---:|---:|"]
-    for r in restarts:
-        cells = [r["reader"], f"{r['reads']:,}", f"{r['seconds']:.1f}"]
-        t3.add_row(*cells)
-        lines3.append("| " + " | ".join(cells) + " |")
-    console.print(t1)
-    console.print(t2)
-    console.print(t3)
+    t1, lines1 = _tables(
+        f"{args.aborts:,} aborted transactions on one topic (segment capacity {capacity:,})",
+        ["variant", "bytes per snapshot update", "bytes written while aborting", "recovery s", "recovery peak MiB",
+         "kept after recovery MiB", "10k abort checks in read order s"],
+        [[r["variant"], f"{r['update_bytes']:,}", f"{r['during_bytes']:,}", f"{r['recover_s']:.2f}",
+          f"{r['peak_mb']:.1f}", f"{r['kept_mb']:.1f}", f"{r['check_s']:.3f}"] for r in results])
+    t2, lines2 = _tables(f"Recovery reads: {args.namespaces} namespaces × {args.topics} topics",
+                         ["reader", "entries read", "seconds"],
+                         [[r["reader"], f"{r['reads']:,}", f"{r['seconds']:.1f}"] for r in readers])
+    t3, lines3 = _tables(f"Engine restart: {args.namespaces} namespaces × {args.topics} topics, each with a snapshot",
+                         ["reader", "snapshot entries read", "engine open s"],
+                         [[r["reader"], f"{r['reads']:,}", f"{r['seconds']:.1f}"] for r in restarts])
+    for table in (t1, t2, t3):
+        console.print(table)
     if args.write_docs:
         section = "\n".join([
             "## Transaction-buffer snapshots",
