@@ -20,6 +20,7 @@ SubscriptionName = typer.Option(..., "--subscription-name", "--sub-name", "-s", 
 Most = typer.Option(..., "--most-sig-bits", "-m", help="Most significant bits of the TxnID (the coordinator id).")
 Least = typer.Option(..., "--least-sig-bits", "-l", help="Least significant bits of the TxnID.")
 Metadata = typer.Option(False, "--metadata", "-m", help="Include ledger metadata.")
+LowWaterMark = typer.Option(False, "--low-water-mark", "-l", help="Include each coordinator's low water mark.")
 
 
 def _fail(message: str) -> None:
@@ -141,8 +142,10 @@ def coordinator_stats(ctx: typer.Context,
 
 @app.command("transaction-buffer-stats")
 def transaction_buffer_stats(ctx: typer.Context, topic: str = Topic,
-                             low_water_mark: bool = typer.Option(False, "--low-water-mark", "-l"),
-                             segment_stats: bool = typer.Option(False, "--segment-stats", "-s"),
+                             low_water_mark: bool = LowWaterMark,
+                             segment_stats: bool = typer.Option(
+                                 False, "--segment-stats", "-s",
+                                 help="With segmented snapshots, list every sealed segment (segmentStats)."),
                              output: Optional[str] = Output) -> None:
     """Get transaction buffer stats."""
     _print(_run(ctx, lambda a: a.transaction_buffer_stats(topic, low_water_mark, segment_stats)), output)
@@ -150,7 +153,7 @@ def transaction_buffer_stats(ctx: typer.Context, topic: str = Topic,
 
 @app.command("pending-ack-stats")
 def pending_ack_stats(ctx: typer.Context, topic: str = Topic, sub_name: str = SubName,
-                      low_water_mark: bool = typer.Option(False, "--low-water-mark", "-l"),
+                      low_water_mark: bool = LowWaterMark,
                       output: Optional[str] = Output) -> None:
     """Get transaction pending ack stats."""
     _print(_run(ctx, lambda a: a.pending_ack_stats(topic, sub_name, low_water_mark)), output)
