@@ -432,3 +432,70 @@ def test_compaction_bounds_what_recovery_reads(tmp_path):
     assert reader.recovery_reads[SNAPSHOT_TOPIC] == 3 + 100  # the compacted table, then what came after
     reader.close()
     storage.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_histories_with_restarts_and_processor_switches(tmp_path, seed):
+    """Random transactions on two topics, restarts that switch processors; readers always see the model's view."""
+    rng = random.Random(seed)
+    topics = [TOPIC, "persistent://public/default/payments-eu"]
+    mode = "single"
+    clock = Clock()
+
+    def open_mode(m):
+        return engine_for(tmp_path, m, clock, transactionBufferSnapshotMaxTransactionCount=str(rng.choice([1, 3, 50])),
+                          engineTransactionBufferSegmentCacheSize="1")
+
+    engine = open_mode(mode)
+    log: dict[str, list] = {t: [] for t in topics}  # per topic: (payload, txn or None) in publish order
+    outcome: dict[tuple, str] = {}  # txn → "open" | "c" | "a"
+    for t in topics:
+        engine.subscribe(t, "s")
+    for step in range(160):
+        op = rng.random()
+        open_txns = [t for t, o in outcome.items() if o == "open"]
+        if op < 0.35:
+            txn = engine.begin()
+            outcome[txn] = "open"
+            for _ in range(rng.randint(1, 3)):
+                topic = rng.choice(topics)
+                payload = f"m{step}-{len(log[topic])}"
+                engine.produce(txn, topic, payload.encode())
+                log[topic].append((payload, txn))
+        elif op < 0.6 and open_txns:
+            txn = rng.choice(open_txns)
+            outcome[txn] = rng.choice("ca")
+            (engine.commit if outcome[txn] == "c" else engine.abort)(txn)
+        elif op < 0.7:
+            topic = rng.choice(topics)
+            payload = f"p{step}"
+            engine.publish(topic, payload.encode())
+            log[topic].append((payload, None))
+        elif op < 0.8:
+            clock.advance(6000)
+            engine.snapshot_transaction_buffers()
+        elif op < 0.88:
+            engine.close()
+            mode = rng.choice(list(MODES))
+            engine = open_mode(mode)
+        else:
+            for topic in topics:
+                assert payloads(engine, topic=topic) == _visible(log[topic], outcome), (seed, step, mode, topic)
+    for topic in topics:
+        assert payloads(engine, topic=topic) == _visible(log[topic], outcome), (seed, mode, topic)
+        aborted = {t for t, o in outcome.items() if o == "a" and any(x == t for _, x in log[topic])}
+        buffer = engine.topic(topic).buffer
+        assert buffer.processor.aborted_count() == len(aborted)
+        assert all(buffer.is_aborted(t) for t in aborted)
+    engine.close()
+
+
+def _visible(entries, outcome):
+    """What a read-committed reader sees: everything up to the first still-open transaction, minus aborted ones."""
+    out = []
+    for payload, txn in entries:
+        if txn is not None and outcome[txn] == "open":
+            break
+        if txn is None or outcome[txn] == "c":
+            out.append(payload)
+    return out
