@@ -169,3 +169,20 @@ def test_token_from_file(tmp_path):
     (tmp_path / "t").write_text(SECRET + "\n")
     assert token_from_auth("AuthenticationToken", f"file://{tmp_path / 't'}") == SECRET
     assert token_from_auth(None, f'{{"token": "{SECRET}"}}') == SECRET
+
+
+@pytest.mark.parametrize("server", [lambda p, h: (200, "[]", {})], indirect=True)
+def test_each_thread_has_its_own_connection_and_finished_threads_release_theirs(server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from txnadmin.admin.http import HttpAdmin
+
+    admin = HttpAdmin(server.url, token=SECRET)
+    for _ in range(3):  # three polls, each with a fresh pool of 4 threads, as `downgrade wait` does
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            assert list(pool.map(lambda _: admin.list_coordinators(), range(8))) == [[]] * 8
+    admin.list_coordinators()  # a new thread's first call closes the finished threads' transports
+    assert set(admin._transports) == {threading.current_thread()}
+    assert all(h.get("authorization") == f"Bearer {SECRET}" for _, h in server.hits)
+    admin.close()
+    assert admin._transports == {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -78,15 +79,31 @@ class HttpAdmin:
             if tls_allow_insecure:
                 ctx.verify_mode = ssl.CERT_NONE
             verify = ctx
-        # Keep-alive for up to the CLI's largest --concurrency, so a pool of N threads reuses N sockets: a smaller
-        # cap makes every request past it open and close a connection (at 64 threads, 10,000 calls took 39 s
-        # instead of 9). The pool only grows to the concurrency actually used.
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
         # The transport is used directly: redirects, credentials and retries are handled here already, and
         # httpx.Client's layers on top (URL merging, auth flow, cookies, hooks) cost a third of the client's CPU
-        # per call — which is what bounds a 10,000-store status poll.
-        self._transport = transport or httpx.HTTPTransport(verify=verify, limits=limits)
+        # per call — which is what bounds a 10,000-store status poll. Each thread gets its own one-connection
+        # transport: httpcore checks every pooled connection on every request (a poll() each), so one shared
+        # pool of N sockets for N threads costs O(N) per call. ``transport=`` (the test seam) is shared as given.
+        self._verify = verify
+        self._shared_transport = transport
+        self._local = threading.local()
+        self._transports: dict[threading.Thread, httpx.BaseTransport] = {}
+        self._transports_lock = threading.Lock()
         self._timeout = httpx.Timeout(timeout).as_dict()
+
+    def _transport(self) -> httpx.BaseTransport:
+        if self._shared_transport is not None:
+            return self._shared_transport
+        transport = getattr(self._local, "transport", None)
+        if transport is None:
+            transport = httpx.HTTPTransport(verify=self._verify,
+                                            limits=httpx.Limits(max_connections=4, max_keepalive_connections=1))
+            self._local.transport = transport
+            with self._transports_lock:
+                for thread in [t for t in self._transports if not t.is_alive()]:
+                    self._transports.pop(thread).close()  # a finished pool thread's socket
+                self._transports[threading.current_thread()] = transport
+        return transport
 
     @classmethod
     def from_target(cls, target) -> "HttpAdmin":
@@ -98,7 +115,12 @@ class HttpAdmin:
                    tls_hostname_verification=str(tls.get("tlsEnableHostnameVerification", "false")).lower() == "true")
 
     def close(self) -> None:
-        self._transport.close()
+        if self._shared_transport is not None:
+            self._shared_transport.close()
+        with self._transports_lock:
+            for transport in self._transports.values():
+                transport.close()
+            self._transports.clear()
 
     # -- transport --------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
@@ -136,7 +158,7 @@ class HttpAdmin:
             request = httpx.Request(method, url, content=content, headers=headers,
                                     extensions={"timeout": self._timeout})
             try:
-                response = self._transport.handle_request(request)
+                response = self._transport().handle_request(request)
                 response.request = request
                 try:
                     response.read()
