@@ -142,7 +142,7 @@ class PositionedLog:
     """Values read by position; dead entries are individually deleted so whole dead ledgers trim.
 
     ``key → position`` of every live key is kept in memory (keys only, no values). It is built on
-    first need by reading the log once (``entries_scanned`` counts that, the engine's compactor read).
+    first need by reading the log once (the engine's compactor read).
     """
 
     def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config=None):
@@ -151,14 +151,12 @@ class PositionedLog:
         self.cursor = self.ledger.open_cursor(CURSOR)
         self._lock = threading.RLock()
         self._positions: Optional[dict[str, Position]] = None
-        self.entries_scanned = 0
         self.bytes_written = 0
 
     def _index(self) -> dict[str, Position]:
         if self._positions is None:
             positions: dict[str, Position] = {}
             for pos, payload in self.ledger.entries_after(self.cursor.mark_delete_position, 200):
-                self.entries_scanned += 1
                 if self.cursor.is_deleted(pos):
                     continue
                 key, value = decode_record(payload)

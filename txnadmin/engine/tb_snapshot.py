@@ -48,10 +48,6 @@ class SnapshotError(Exception):
     status = 500
 
 
-class NoSnapshot(SnapshotError):
-    status = 404
-
-
 def _crash_point(name: str) -> None:
     """Fault injection for the crash tests: ``TXNADMIN_CRASH_POINT=<name>`` kills the process here."""
     if os.environ.get("TXNADMIN_CRASH_POINT") == name:
@@ -174,7 +170,6 @@ class _Processor:
         self.snapshot_position = snapshot_position  # a max read position consistent with what we hold
         self.last_snapshot_timestamp = 0
         self.bytes_written = 0  # snapshot bytes this processor appended (for the benchmark and stats)
-        self.snapshots_taken = 0
 
     def _internal(self, local: str, metadata: bool) -> dict:
         log = self.service.keyed(self.namespace, local) if local != SEGMENTS_TOPIC else self.service.segments(self.namespace)
@@ -229,7 +224,6 @@ class SingleSnapshotProcessor(_Processor):
         }
         self.bytes_written += self.service.write(self.namespace, SNAPSHOT_TOPIC, self.topic, value)
         self.last_snapshot_timestamp = self.clock_ms()
-        self.snapshots_taken += 1
 
     def has_snapshot(self) -> bool:
         return self.service.peek(self.namespace, SNAPSHOT_TOPIC, self.topic) is not None
@@ -361,7 +355,6 @@ class SegmentedSnapshotProcessor(_Processor):
 
     def take_snapshot(self) -> None:
         self._write_index()
-        self.snapshots_taken += 1
 
     # -- reading -------------------------------------------------------------------------------
     def _remember(self, seq: int, ids: frozenset) -> None:
