@@ -235,3 +235,38 @@ def test_stats_have_pulsars_shapes(tmp_path):
         ml = internal["transactionLogStats"]["managedLedgerInternalStats"]
         assert "transaction.subscription" in ml["cursors"]
         assert ml["ledgers"][-1]["entries"] == 0  # the open ledger, listed as Pulsar lists it
+
+
+def test_a_produce_racing_an_abort_cannot_land_after_the_marker(tmp_path, monkeypatch):
+    """A message published after its transaction's marker would hold every reader of the topic forever."""
+    import threading
+    import time as _time
+
+    from txnadmin.engine.coordinator import InvalidTxnStatus, TransactionNotFound
+    from txnadmin.engine.topic import Topic
+
+    with open_engine(tmp_path) as engine:
+        engine.subscribe("t", "s")
+        txn = engine.begin(60_000)
+        engine.produce(txn, "t", b"first")
+        slow = Topic.publish
+
+        def slow_publish(self, payload, txn=None):
+            if txn is not None:
+                _time.sleep(0.3)  # the abort below arrives while this message is in flight
+            return slow(self, payload, txn)
+
+        monkeypatch.setattr(Topic, "publish", slow_publish)
+        producer = threading.Thread(target=lambda: engine.produce(txn, "t", b"second"))
+        producer.start()
+        _time.sleep(0.1)
+        engine.abort(txn)
+        producer.join()
+        buffer = engine.topic("t").buffer
+        assert buffer.ongoing == {} and buffer.is_aborted(txn)
+        engine.publish("t", b"after")
+        assert [m.payload for m in engine.receive("t", "s", 10)] == [b"after"]
+        again = engine.begin(60_000)
+        engine.abort(again)
+        with pytest.raises((InvalidTxnStatus, TransactionNotFound)):
+            engine.produce(again, "t", b"late")

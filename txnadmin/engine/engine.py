@@ -213,9 +213,14 @@ class Engine:
         tc = self.coordinator(txn[0])
         t = self.topic(topic)
         meta = tc.get(txn[1])
-        if t.name not in meta.produced_partitions:
-            tc.add_produced_partitions(txn[1], [t.name])
-        return t.publish(payload, txn)
+        # Under the transaction's end lock: a message must land before the end's marker or not at all. One
+        # published after an abort (say by the timeout) would sit in the buffer as ongoing forever and hold
+        # every reader of the topic at its max read position.
+        with meta.end_lock:
+            _require_open(meta)
+            if t.name not in meta.produced_partitions:
+                tc.add_produced_partitions(txn[1], [t.name])
+            return t.publish(payload, txn)
 
     def publish(self, topic: str, payload: bytes) -> Position:
         return self.topic(topic).publish(payload)
@@ -237,10 +242,12 @@ class Engine:
         tc = self.coordinator(txn[0])
         t = self.topic(topic)
         meta = tc.get(txn[1])
-        if (t.name, subscription) not in meta.acked_partitions:
-            tc.add_acked_subscriptions(txn[1], [(t.name, subscription)])
         items = [p if isinstance(p, tuple) else (p, None, None) for p in positions]
-        self.store(t.name, subscription).ack(txn, items, cumulative)
+        with meta.end_lock:  # as in produce: an ack after the end would stay pending in the store forever
+            _require_open(meta)
+            if (t.name, subscription) not in meta.acked_partitions:
+                tc.add_acked_subscriptions(txn[1], [(t.name, subscription)])
+            self.store(t.name, subscription).ack(txn, items, cumulative)
 
     def commit(self, txn: tuple[int, int], client_name: str | None = None) -> str:
         return self.end_transaction(txn, commit=True, client_name=client_name)
@@ -425,6 +432,11 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _require_open(meta: TxnMeta) -> None:
+    if meta.status != OPEN:
+        raise InvalidTxnStatus(f"Expect Txn {meta} to be in OPEN status but it is in {meta.status_name} status")
 
 
 class _ScrapeTimeGauges:
