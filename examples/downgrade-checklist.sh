@@ -15,7 +15,8 @@ echo "1/3 disable batching, reload stores, record LastBatched ledgers"
 echo "2/3 wait until no live ledger may hold a batched entry (up to ${timeout}s)"
 "$TXNADMIN" -u "$target" downgrade wait --state "$state" --timeout "$timeout" --interval 2 -o json > "$state.status.json"
 code=$?
-python3 - "$state.status.json" <<'PY'
+# Exit 3 (target unreadable) leaves no report to summarise; the error is already on stderr.
+[ -s "$state.status.json" ] && python3 - "$state.status.json" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
 for c in report["components"]:

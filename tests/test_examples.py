@@ -29,7 +29,8 @@ def test_downgrade_checklist_against_a_running_engine(tmp_path):
                     "--set", "managedLedgerMinLedgerRolloverTimeMinutes=0",
                     "--set", "managedLedgerMaxLedgerRolloverTimeMinutes=0.05",
                     "--set", "transactionPendingAckLogIndexMinLag=10"], check=True, capture_output=True)
-    run = subprocess.Popen([TXNADMIN, "engine", "run", str(engine), "--duration", "60", "--rate", "100", "-o", "json"],
+    # --duration 0: the engine runs until terminated below, however long a loaded machine makes the wait
+    run = subprocess.Popen([TXNADMIN, "engine", "run", str(engine), "--duration", "0", "--rate", "100", "-o", "json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         for _ in range(100):  # the running engine announces its loopback server
