@@ -227,11 +227,18 @@ def test_recovery_loads_segments_on_demand_with_a_bounded_cache(tmp_path, on_dem
     engine.close()
 
 
-def test_on_demand_abort_check_is_exact(tmp_path):
+@pytest.fixture
+def factory(tmp_path):
+    """Managed ledgers on fresh engine storage, for tests that drive the snapshot service directly."""
+    storage = LedgerStorage.open(tmp_path)
+    yield ManagedLedgerFactory(storage)
+    storage.close()
+
+
+def test_on_demand_abort_check_is_exact(factory):
     """Random aborts from several coordinators, checked at random message positions against the truth."""
     rng = random.Random(7)
-    storage = LedgerStorage.open(tmp_path)
-    service = SnapshotService(ManagedLedgerFactory(storage), lambda: None)
+    service = SnapshotService(factory, lambda: None)
     processor = SegmentedSnapshotProcessor(TOPIC, service, lambda: 0, lambda: Position(0, 0), capacity=5,
                                            on_demand=True, cache_segments=1)
     truth: dict[tuple[int, int], tuple[Position, Position]] = {}  # txn → (first message, abort marker)
@@ -265,7 +272,6 @@ def test_on_demand_abort_check_is_exact(tmp_path):
             assert not processor.is_aborted(txn, Position(3, rng.randrange(entry + 1))), txn
             assert not processor.is_aborted(txn), txn
     service.close()
-    storage.close()
 
 
 CRASH_CHILD = textwrap.dedent("""
@@ -329,9 +335,7 @@ def test_upgrade_from_single_snapshots(tmp_path):
     engine.close()
 
 
-def test_shared_reader_reads_each_namespace_log_once(tmp_path):
-    storage = LedgerStorage.open(tmp_path)
-    factory = ManagedLedgerFactory(storage)
+def test_shared_reader_reads_each_namespace_log_once(factory):
     writer = SnapshotService(factory, lambda: None)
     topics = [f"persistent://public/default/t{i}" for i in range(5)]
     expected = {}
@@ -353,7 +357,6 @@ def test_shared_reader_reads_each_namespace_log_once(tmp_path):
         assert service.read_latest("public/default", INDEXES_TOPIC, topics[0]) is None  # never created
         service.close()
     assert not factory.exists(SnapshotService.ledger_name("public/default", INDEXES_TOPIC))
-    storage.close()
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -419,9 +422,7 @@ def test_downgrade_to_single_snapshots_recovers_exactly(tmp_path):
     engine.close()
 
 
-def test_compaction_bounds_what_recovery_reads(tmp_path):
-    storage = LedgerStorage.open(tmp_path)
-    factory = ManagedLedgerFactory(storage)
+def test_compaction_bounds_what_recovery_reads(factory):
     writer = SnapshotService(factory, lambda: None)
     topics = [f"persistent://public/default/t{i}" for i in range(3)]
     for n in range(1100):  # compaction runs after every 1,000 writes
@@ -431,7 +432,6 @@ def test_compaction_bounds_what_recovery_reads(tmp_path):
     assert [reader.read_latest("public/default", SNAPSHOT_TOPIC, t)["n"] for t in topics] == [1098, 1099, 1097]
     assert reader.recovery_reads[SNAPSHOT_TOPIC] == 3 + 100  # the compacted table, then what came after
     reader.close()
-    storage.close()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
