@@ -366,8 +366,8 @@ class Engine:
             self._last_expiry_check = now
             self.expire_preserved()
         self.apply_dynamic_config()
-        self.snapshot_transaction_buffers(now)
-        if sweep_ledgers:
+        if sweep_ledgers:  # about once a second: both visit every topic, and an engine may hold tens of thousands
+            self.snapshot_transaction_buffers(now)
             self.sweep_ledgers()
 
     def snapshot_transaction_buffers(self, now: int | None = None) -> int:

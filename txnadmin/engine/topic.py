@@ -261,6 +261,8 @@ class Topic:
             return start, self.buffer.is_aborted(txn, start)
 
     def snapshot_tick(self, now_ms: int) -> bool:
+        if not self.buffer.changes:
+            return False  # nothing to write (read without the lock: a change racing this waits for the next tick)
         with self._lock:
             return self.buffer.processor is not None and self.buffer.maybe_snapshot(now_ms)
 
