@@ -499,3 +499,19 @@ def _visible(entries, outcome):
         if txn is None or outcome[txn] == "c":
             out.append(payload)
     return out
+
+
+def test_the_shared_view_lets_a_snapshot_go_once_its_topic_has_recovered(tmp_path):
+    names = [f"persistent://t/a/topic{i}" for i in range(3)]
+    engine = engine_for(tmp_path, "single", transactionBufferSnapshotMaxTransactionCount="1")
+    for name in names:
+        run_txns(engine, "aa", topic=name)
+    engine.close()
+    engine = engine_for(tmp_path, "single")
+    view = engine.snapshots.keyed("t/a", SNAPSHOT_TOPIC)
+    assert sorted(view.keys()) == names and view._values == {}  # every topic took its own; positions remain
+    before = engine.snapshots.recovery_reads[SNAPSHOT_TOPIC]
+    engine.reload_topic(names[1])  # a reload reads its snapshot back by position: one entry
+    assert engine.snapshots.recovery_reads[SNAPSHOT_TOPIC] == before + 1
+    assert engine.topic(names[1]).buffer.processor.aborted_count() == 2
+    engine.close()

@@ -36,16 +36,24 @@ def decode_record(payload: bytes) -> tuple[str, Any]:
 
 
 class KeyedLog:
-    """Latest value per key. ``lazy=True`` defers reading the log until the first ``catch_up``/``get``."""
+    """Latest value per key. ``lazy=True`` defers reading the log until the first ``catch_up``/``get``.
+
+    The table keeps each live key's position. With ``retain_values`` (the default) it also keeps every value;
+    without, it keeps only values read for keys nobody has :meth:`take`-n yet — a snapshot view shared by a
+    namespace's topics then holds each topic's snapshot only until that topic has recovered from it, not for
+    as long as the engine runs. A value not in memory is read back by position.
+    """
 
     def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config=None, compact_every: int = 1000,
-                 lazy: bool = False):
+                 lazy: bool = False, retain_values: bool = True):
         self.name = name
         self.ledger = factory.open(name, ml_config)
         self.cursor = self.ledger.open_cursor(CURSOR)
         self.compact_every = compact_every
+        self.retain_values = retain_values
         self._lock = threading.RLock()
-        self._table: dict[str, Any] = {}
+        self._positions: dict[str, Position] = {}
+        self._values: dict[str, Any] = {}
         self._since_compaction = 0
         self._read_through: Position = self.cursor.mark_delete_position
         self.entries_read = 0
@@ -56,36 +64,66 @@ class KeyedLog:
     def _caught_up(self) -> bool:
         return self._read_through >= self.ledger.last_confirmed_entry
 
+    def _apply(self, key: str, value: Any, pos: Position, keep_value: bool) -> None:
+        if value is None:
+            self._positions.pop(key, None)
+            self._values.pop(key, None)
+            return
+        self._positions[key] = pos
+        if keep_value:
+            self._values[key] = value
+        else:
+            self._values.pop(key, None)
+
     def catch_up(self) -> int:
         """Apply every entry appended since the last read; returns how many were read."""
         with self._lock:
             read = 0
             for pos, payload in self.ledger.entries_after(self._read_through, 500):
                 key, value = decode_record(payload)
-                if value is None:
-                    self._table.pop(key, None)
-                else:
-                    self._table[key] = value
+                self._apply(key, value, pos, keep_value=True)
                 self._read_through = pos
                 read += 1
             self.entries_read += read
             return read
 
+    def _value(self, key: str) -> Optional[Any]:
+        if key in self._values:
+            return self._values[key]
+        pos = self._positions.get(key)
+        if pos is None:
+            return None
+        self.entries_read += 1
+        return decode_record(self.ledger.read_entry(pos))[1]
+
     def get(self, key: str) -> Optional[Any]:
         """The latest value (reads whatever is new first, like Pulsar's ``TableView.readLatest``)."""
         with self._lock:
             self.catch_up()
-            return self._table.get(key)
+            return self._value(key)
+
+    def take(self, key: str) -> Optional[Any]:
+        """Like :meth:`get`, then (without ``retain_values``) let the value go from memory."""
+        with self._lock:
+            value = self.get(key)
+            if not self.retain_values:
+                self._values.pop(key, None)
+            return value
+
+    def contains(self, key: str) -> bool:
+        with self._lock:
+            self.catch_up()
+            return key in self._positions
 
     def items(self) -> Iterator[tuple[str, Any]]:
         with self._lock:
             self.catch_up()
-            return iter(list(self._table.items()))
+            return iter([(key, self._value(key)) for key in list(self._positions)])
 
     def keys(self) -> list[str]:
         with self._lock:
             self.catch_up()
-            return list(self._table)
+            return list(self._positions)
 
     def put(self, key: str, value: Any) -> Position:
         """Durable on return; ``None`` deletes the key (a tombstone)."""
@@ -95,25 +133,24 @@ class KeyedLog:
             pos = self.ledger.add_entry(payload)
             self.bytes_written += len(payload)
             if caught_up:
-                # Our own write is the next entry: apply it instead of reading it back.
+                # Our own write is the next entry: apply it instead of reading it back. The writer has the
+                # value already, so without retain_values only its position is kept.
                 self._read_through = pos
-                if value is None:
-                    self._table.pop(key, None)
-                else:
-                    self._table[key] = value
+                self._apply(key, value, pos, keep_value=self.retain_values)
             self._since_compaction += 1
             if self.compact_every and self._since_compaction >= self.compact_every:
                 self.compact()
             return pos
 
     def compact(self) -> None:
-        """Rewrite the live table after a rollover and drop everything written before it."""
+        """Rewrite the live entries after a rollover and drop everything written before them."""
         with self._lock:
             self.catch_up()
             last_old = self.ledger.last_confirmed_entry
             self.ledger.rollover()
-            for key, value in self._table.items():
-                self._read_through = self.ledger.add_entry(encode_record(key, value))
+            for key, old in list(self._positions.items()):
+                payload = self.ledger.read_entry(old)  # the entry as written: copied, not re-encoded
+                self._positions[key] = self._read_through = self.ledger.add_entry(payload)
             if last_old is not None and last_old.entry_id >= 0 and last_old > self.cursor.mark_delete_position:
                 self.cursor.mark_delete(last_old)
             self.ledger.trim()

@@ -107,7 +107,7 @@ class SnapshotService:
             log = self._keyed.get(name)
             if log is None:
                 log = self._keyed[name] = KeyedLog(self.factory, name, self.ml_config(), compact_every=1000,
-                                                   lazy=True)
+                                                   lazy=True, retain_values=False)
             return log
 
     def segments(self, namespace: str) -> PositionedLog:
@@ -124,7 +124,7 @@ class SnapshotService:
         log = self.keyed(namespace, local)
         if self.shared_reader:
             before = log.entries_read
-            value = log.get(topic)
+            value = log.take(topic)  # the topic keeps its state; the shared view need not
             self.recovery_reads[local] += log.entries_read - before
         else:
             value, read = scan_latest(log, topic)
@@ -138,8 +138,12 @@ class SnapshotService:
         log.put(topic, value)
         return log.bytes_written - before
 
+    def has(self, namespace: str, local: str, topic: str) -> bool:
+        """Whether ``topic`` has a value in the log (for stats; reads only what is new)."""
+        return self.exists(namespace, local) and self.keyed(namespace, local).contains(topic)
+
     def peek(self, namespace: str, local: str, topic: str) -> Optional[Any]:
-        """The latest value through the shared table view (for stats; not counted as recovery)."""
+        """The latest value through the shared table view (not counted as recovery)."""
         return self.keyed(namespace, local).get(topic) if self.exists(namespace, local) else None
 
     def _logs(self) -> list:
@@ -226,7 +230,7 @@ class SingleSnapshotProcessor(_Processor):
         self.last_snapshot_timestamp = self.clock_ms()
 
     def has_snapshot(self) -> bool:
-        return self.service.peek(self.namespace, SNAPSHOT_TOPIC, self.topic) is not None
+        return self.service.has(self.namespace, SNAPSHOT_TOPIC, self.topic)
 
     def segments_stats(self, detailed: bool) -> Optional[dict]:
         return None
@@ -464,7 +468,7 @@ class SegmentedSnapshotProcessor(_Processor):
 
     # -- stats ---------------------------------------------------------------------------------
     def has_snapshot(self) -> bool:
-        return self.service.peek(self.namespace, INDEXES_TOPIC, self.topic) is not None
+        return self.service.has(self.namespace, INDEXES_TOPIC, self.topic)
 
     def segments_stats(self, detailed: bool) -> dict:
         out = {"segmentsSize": len(self.indexes), "currentSegmentCapacity": self.capacity,
