@@ -186,3 +186,19 @@ def test_each_thread_has_its_own_connection_and_finished_threads_release_theirs(
     assert all(h.get("authorization") == f"Bearer {SECRET}" for _, h in server.hits)
     admin.close()
     assert admin._transports == {}
+
+
+@pytest.mark.parametrize("server", [lambda p, h: (200, "[]", {})], indirect=True)
+def test_the_environment_proxy_is_used_unless_no_proxy_names_the_host(server, monkeypatch):
+    from txnadmin.admin.http import HttpAdmin
+
+    monkeypatch.setenv("HTTP_PROXY", server.url)
+    monkeypatch.setenv("NO_PROXY", "localhost")
+    admin = HttpAdmin("http://broker.example:8080", token=SECRET)
+    assert admin.list_coordinators() == []
+    assert server.hits[-1][0] == "http://broker.example:8080/admin/v3/transactions/coordinators"  # via the proxy
+    admin.close()
+    monkeypatch.setenv("NO_PROXY", "broker.example")
+    bypassed = HttpAdmin("http://broker.example:8080", token=SECRET)
+    assert bypassed._proxy is None
+    bypassed.close()

@@ -64,6 +64,17 @@ def token_from_auth(auth_plugin: Optional[str], auth_params: Optional[str]) -> O
     return None
 
 
+def _environment_proxy(base_url: str) -> Optional[str]:
+    """The proxy the environment names for ``base_url`` (None when unset or bypassed by NO_PROXY)."""
+    import urllib.request
+
+    url = httpx.URL(base_url)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if not proxy or urllib.request.proxy_bypass(url.host):
+        return None
+    return proxy
+
+
 class HttpAdmin:
     def __init__(self, base_url: str, *, token: Optional[str] = None, timeout: float = 30.0,
                  tls_trust_certs: Optional[str] = None, tls_allow_insecure: bool = False,
@@ -85,6 +96,7 @@ class HttpAdmin:
         # transport: httpcore checks every pooled connection on every request (a poll() each), so one shared
         # pool of N sockets for N threads costs O(N) per call. ``transport=`` (the test seam) is shared as given.
         self._verify = verify
+        self._proxy = _environment_proxy(self.base_url)  # HTTP(S)_PROXY / NO_PROXY, as httpx.Client honours them
         self._shared_transport = transport
         self._local = threading.local()
         self._transports: dict[threading.Thread, httpx.BaseTransport] = {}
@@ -96,7 +108,7 @@ class HttpAdmin:
             return self._shared_transport
         transport = getattr(self._local, "transport", None)
         if transport is None:
-            transport = httpx.HTTPTransport(verify=self._verify,
+            transport = httpx.HTTPTransport(verify=self._verify, proxy=self._proxy,
                                             limits=httpx.Limits(max_connections=4, max_keepalive_connections=1))
             self._local.transport = transport
             with self._transports_lock:
