@@ -44,7 +44,7 @@ def test_positioned_log_reads_by_position_and_trims_dead_ledgers(tmp_path):
     log.put("b", None)  # tombstone: b0 and the tombstone itself are dead
     assert sorted(log.keys()) == ["a"]
     log.ledger.maybe_rollover()
-    log.trim()
+    log.ledger.trim()
     assert a0.ledger_id not in {info.ledger_id for info in log.ledger.ledgers()}  # a ledger of dead entries went
     assert log.read(a1) == ("a", {"n": 1})  # positions of live entries never change
     log.close()

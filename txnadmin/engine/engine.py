@@ -454,7 +454,7 @@ class _ScrapeTimeGauges:
             family.add_metric([str(tc_id)], len(tc.txns))
         yield family
         # PIP-196's proposed gauge: sealed snapshot segments kept by the transaction buffers
-        segments = sum(len(getattr(t.buffer.processor, "indexes", ())) for t in list(self.engine.topics.values()))
+        segments = sum(t.buffer.processor.segment_count() for t in list(self.engine.topics.values()))
         yield GaugeMetricFamily("pulsar_txn_tb_snapshot_segment_total", "Transaction-buffer snapshot segments",
                                 value=segments)
 

@@ -234,8 +234,5 @@ class PositionedLog:
             raise KeyError(f"{self.name}: cannot read entry {pos}: {exc}") from None
         return decode_record(payload)
 
-    def trim(self) -> list[int]:
-        return self.ledger.trim()
-
     def close(self) -> None:
         self.ledger.close()

@@ -175,6 +175,12 @@ class _Processor:
         self.last_snapshot_timestamp = 0
         self.bytes_written = 0  # snapshot bytes this processor appended (for the benchmark and stats)
 
+    def finish_recovery(self) -> None:
+        """Called once the topic's replay is done (the segmented processor seals what it left over)."""
+
+    def segment_count(self) -> int:
+        return 0
+
     def _internal(self, local: str, metadata: bool) -> dict:
         log = self.service.keyed(self.namespace, local) if local != SEGMENTS_TOPIC else self.service.segments(self.namespace)
         return {"managedLedgerName": log.name, "managedLedgerInternalStats": log.ledger.internal_stats(metadata)}
@@ -465,6 +471,9 @@ class SegmentedSnapshotProcessor(_Processor):
     def finish_recovery(self) -> None:
         """Seal what an upgrade or a replay left over capacity (writes happen only once state is whole)."""
         self._seal_full()
+
+    def segment_count(self) -> int:
+        return len(self.indexes)
 
     # -- stats ---------------------------------------------------------------------------------
     def has_snapshot(self) -> bool:

@@ -63,20 +63,18 @@ class Message:
 class TransactionBuffer:
     """Per topic: ongoing transactions, the max read position, and the aborted set (via its processor).
 
-    ``processor`` is a single or segmented snapshot processor (:mod:`.tb_snapshot`). A snapshot is
-    taken after ``snapshot_every`` markers, or by :meth:`maybe_snapshot` once ``snapshot_min_ms``
-    passed with changes pending (Pulsar's ``transactionBufferSnapshotMaxTransactionCount`` and
-    ``transactionBufferSnapshotMinTimeInMillis``).
+    ``processor`` (set right after construction) is a single or segmented snapshot processor
+    (:mod:`.tb_snapshot`). A snapshot is taken after ``snapshot_every`` markers, or by
+    :meth:`maybe_snapshot` once ``snapshot_min_ms`` passed with changes pending (Pulsar's
+    ``transactionBufferSnapshotMaxTransactionCount`` and ``transactionBufferSnapshotMinTimeInMillis``).
     """
 
-    def __init__(self, ledger: ManagedLedger, processor=None, snapshot_every: int = 1000,
-                 snapshot_min_ms: int = 5000):
+    def __init__(self, ledger: ManagedLedger, snapshot_every: int = 1000, snapshot_min_ms: int = 5000):
         self.ledger = ledger
-        self.processor = processor
+        self.processor = None  # set by the topic: the processor needs this buffer's snapshot_position
         self.snapshot_every = snapshot_every
         self.snapshot_min_ms = snapshot_min_ms
         self.ongoing: dict[tuple[int, int], Position] = {}
-        self.committed_count = 0
         self.state = "None"
         self.recover_start_time = 0
         self.recover_end_time = 0
@@ -106,18 +104,16 @@ class TransactionBuffer:
             # again and writes a second marker. (Nor is anything left to hide for a transaction whose
             # messages were all trimmed.) Recording it twice would double-count it in a segment.
             return
-        if commit:
-            self.committed_count += 1
-        elif self.processor is not None:
+        if not commit:
             self.processor.put_aborted(txn, pos)
-        if self.state == "Ready" and self.processor is not None:
+        if self.state == "Ready":
             self.trim_expired()
             self.changes += 1
             if self.changes >= self.snapshot_every:
                 self.take_snapshot()
 
     def is_aborted(self, txn, position: Optional[Position] = None) -> bool:
-        return self.processor is not None and self.processor.is_aborted(txn, position)
+        return self.processor.is_aborted(txn, position)
 
     def take_snapshot(self) -> None:
         self.processor.take_snapshot()
@@ -151,14 +147,13 @@ class TransactionBuffer:
 
 
 class Topic:
-    def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config, make_processor=None,
+    def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config, make_processor,
                  snapshot_every: int = 1000, snapshot_min_ms: int = 5000):
         """``make_processor(topic_name, snapshot_position)`` builds the aborted-txn processor."""
         self.name = normalize_topic(name)
         self.ledger = factory.open(managed_ledger_name(self.name), ml_config)
-        self.buffer = TransactionBuffer(self.ledger, None, snapshot_every, snapshot_min_ms)
-        if make_processor is not None:
-            self.buffer.processor = make_processor(self.name, self.buffer.snapshot_position)
+        self.buffer = TransactionBuffer(self.ledger, snapshot_every, snapshot_min_ms)
+        self.buffer.processor = make_processor(self.name, self.buffer.snapshot_position)
         self._lock = threading.RLock()
         self._dispatch: dict[str, Position] = {}
 
@@ -228,7 +223,7 @@ class Topic:
         buffer.state = "Initializing"
         buffer.recover_start_time = clock_ms()
         first_live = buffer.first_live_ledger()
-        start = buffer.processor.recover(first_live) if buffer.processor is not None else None
+        start = buffer.processor.recover(first_live)
         if start is None:
             start = Position(first_live, -1)
         buffer.replay_start = start
@@ -244,9 +239,7 @@ class Topic:
                 buffer.on_marker(txn, meta["marker"] == COMMIT_MARKER, pos)
             else:
                 buffer.on_message(txn, pos)
-        finish = getattr(buffer.processor, "finish_recovery", None)
-        if finish is not None:
-            finish()
+        buffer.processor.finish_recovery()
         buffer.state = "Ready"
         buffer.recover_end_time = clock_ms()
 
@@ -264,11 +257,11 @@ class Topic:
         if not self.buffer.changes:
             return False  # nothing to write (read without the lock: a change racing this waits for the next tick)
         with self._lock:
-            return self.buffer.processor is not None and self.buffer.maybe_snapshot(now_ms)
+            return self.buffer.maybe_snapshot(now_ms)
 
     def trim_expired_aborts(self) -> int:
         with self._lock:
-            return self.buffer.trim_expired() if self.buffer.processor is not None else 0
+            return self.buffer.trim_expired()
 
     def close(self) -> None:
         self.ledger.close()
