@@ -381,12 +381,16 @@ class Engine:
         """Roll over full ledgers and trim consumed ones; each managed ledger takes only its own lock."""
         with self._lock:
             mls = self._managed_ledgers()
+        trimmed = set()
         for ml in mls:
             ml.maybe_rollover()
-            ml.trim()
+            if ml.trim():
+                trimmed.add(ml.name)
         with self._lock:
-            topics = list(self.topics.values())
-        for topic in topics:  # aborted ids whose marker ledger just went are forgotten (segments tombstoned)
+            topics = [t for t in self.topics.values() if t.ledger.name in trimmed]
+        # Topic ledgers are trimmed only here, so this is where aborted ids whose marker ledger went are
+        # forgotten (segments tombstoned); Pulsar checks after every marker because its deletes are asynchronous.
+        for topic in topics:
             topic.trim_expired_aborts()
 
     def tc_records_written(self) -> int:

@@ -107,7 +107,6 @@ class TransactionBuffer:
         if not commit:
             self.processor.put_aborted(txn, pos)
         if self.state == "Ready":
-            self.trim_expired()
             self.changes += 1
             if self.changes >= self.snapshot_every:
                 self.take_snapshot()
