@@ -515,3 +515,32 @@ def test_the_shared_view_lets_a_snapshot_go_once_its_topic_has_recovered(tmp_pat
     assert engine.snapshots.recovery_reads[SNAPSHOT_TOPIC] == before + 1
     assert engine.topic(names[1]).buffer.processor.aborted_count() == 2
     engine.close()
+
+
+def test_recovery_that_drops_trimmed_segments_keeps_the_replay_start(tmp_path, monkeypatch):
+    """Segments whose marker ledger went while the engine was down are dropped at recovery; the index written
+    for that must keep the old replay start, or a transaction still open then would be lost on the next restart."""
+    from txnadmin.engine.topic import Topic
+
+    engine = engine_for(tmp_path, "segmented", managedLedgerMaxEntriesPerLedger="4")
+    engine.subscribe(TOPIC, "s")
+    run_txns(engine, "a" * 8)
+    assert payloads(engine) == []
+    still_open = engine.begin(3_600_000)
+    engine.produce(still_open, TOPIC, b"open")
+    engine.topic(TOPIC).buffer.take_snapshot()  # the index's replay start is just before the open message
+    monkeypatch.setattr(Topic, "trim_expired_aborts", lambda self: 0)  # ledgers go, the index does not learn it
+    engine.sweep_ledgers()
+    first_marker = engine.topic(TOPIC).buffer.processor.indexes[0].marker
+    assert first_marker.ledger_id < engine.topic(TOPIC).ledger.first_ledger_id  # its segment is due to go
+    engine.close()
+    monkeypatch.undo()
+    engine = engine_for(tmp_path, "segmented", managedLedgerMaxEntriesPerLedger="4")  # drops trimmed segments
+    first_live = engine.topic(TOPIC).ledger.first_ledger_id
+    assert all(i["abortedMarkLedgerID"] >= first_live for i in latest(engine, INDEXES_TOPIC)["indexList"])
+    engine.close()
+    engine = engine_for(tmp_path, "segmented", managedLedgerMaxEntriesPerLedger="4")
+    assert engine.topic(TOPIC).buffer.ongoing.keys() == {still_open}
+    engine.abort(still_open)
+    assert payloads(engine) == []  # the open transaction's message stays hidden once aborted
+    engine.close()

@@ -293,6 +293,7 @@ class SegmentedSnapshotProcessor(_Processor):
         self.last_abort_marker = Position(-1, -1)
         self.last_segment_timestamp = 0
         self.segments_loaded = 0
+        self._index_stale = False  # segments were dropped during recovery and the stored index still lists them
 
     # -- writing -------------------------------------------------------------------------------
     def put_aborted(self, txn: Txn, marker: Position) -> None:
@@ -300,15 +301,16 @@ class SegmentedSnapshotProcessor(_Processor):
             return  # replayed after a snapshot that already holds it
         self.unsealed[txn] = marker
         self.last_abort_marker = marker
-        self._seal_full()
+        if self._seal_while_full():
+            self._write_index()
 
-    def _seal_full(self) -> None:
+    def _seal_while_full(self) -> bool:
+        """Seal segments while the tail holds a full one; the caller writes the index once after."""
         sealed_any = False
         while len(self.unsealed) >= self.capacity:
             self._seal()
             sealed_any = True
-        if sealed_any:
-            self._write_index()
+        return sealed_any
 
     def _seal(self) -> None:
         items = []
@@ -411,6 +413,12 @@ class SegmentedSnapshotProcessor(_Processor):
     # -- trimming ------------------------------------------------------------------------------
     def trim_expired(self, first_live_ledger: int) -> int:
         """Drop segments whose last abort marker's ledger was trimmed from the topic; tombstone them."""
+        dropped = self._drop_expired(first_live_ledger)
+        if dropped:
+            self._write_index()
+        return dropped
+
+    def _drop_expired(self, first_live_ledger: int) -> int:
         dropped = 0
         while self.indexes and self.indexes[0].marker.ledger_id < first_live_ledger:
             index = self.indexes.pop(0)
@@ -422,8 +430,6 @@ class SegmentedSnapshotProcessor(_Processor):
             self.service.segments(self.namespace).put(segment_key(index.sequence_id, self.topic), None)
             self.service.metrics.segment("del")
             dropped += 1
-        if dropped:
-            self._write_index()
         return dropped
 
     # -- recovery ------------------------------------------------------------------------------
@@ -452,7 +458,8 @@ class SegmentedSnapshotProcessor(_Processor):
                     raise SnapshotError(f"{self.topic}: cannot read snapshot segment {index.sequence_id} "
                                         f"at {index.segment}") from None
                 self.sealed.update((t, index.sequence_id) for t in ids)
-        self.trim_expired(first_live_ledger)
+        # No index write here: the replay start is only known once this returns, so finish_recovery writes it.
+        self._index_stale = self._drop_expired(first_live_ledger) > 0
         return Position(snap["maxReadPositionLedgerId"], snap["maxReadPositionEntryId"])
 
     def _upgrade_from_single(self, first_live_ledger: int) -> Optional[Position]:
@@ -469,8 +476,11 @@ class SegmentedSnapshotProcessor(_Processor):
         return Position(mrp["ledgerId"], mrp["entryId"])
 
     def finish_recovery(self) -> None:
-        """Seal what an upgrade or a replay left over capacity (writes happen only once state is whole)."""
-        self._seal_full()
+        """Seal what an upgrade or a replay left over capacity and record segments dropped at recovery: index
+        writes wait until the replay is done, when the buffer can name a replay start that holds."""
+        if self._seal_while_full() or self._index_stale:
+            self._write_index()
+        self._index_stale = False
 
     def segment_count(self) -> int:
         return len(self.indexes)
