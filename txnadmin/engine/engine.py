@@ -160,7 +160,9 @@ class Engine:
         wc = writer_config(self.config, "pending-ack")
         store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag)
-        store.recover(self.clock_ms)
+        topic_obj = self.topics.get(topic)
+        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do.
+        store.recover(self.clock_ms, topic_obj.subscription(subscription) if topic_obj else None)
         self.stores[(topic, subscription)] = store
         return store
 
@@ -247,7 +249,7 @@ class Engine:
             _require_open(meta)
             if (t.name, subscription) not in meta.acked_partitions:
                 tc.add_acked_subscriptions(txn[1], [(t.name, subscription)])
-            self.store(t.name, subscription).ack(txn, items, cumulative)
+            self.store(t.name, subscription).ack(txn, items, cumulative, t.subscription(subscription))
 
     def commit(self, txn: tuple[int, int], client_name: str | None = None) -> str:
         return self.end_transaction(txn, commit=True, client_name=client_name)
