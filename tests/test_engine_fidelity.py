@@ -189,3 +189,41 @@ def test_replay_skips_acks_of_positions_the_subscription_already_deleted(tmp_pat
         assert not engine.store(TOPIC, "sub").is_held(pos)
     out = _cli("-u", f"local:{d}", "transactions", "pending-ack-stats", "-t", TOPIC, "-s", "sub")
     assert json.loads(out.stdout)["ongoingTxnSize"] == 0
+
+
+# -- admin answers (AdminApiTransactionTest: testUpdateTransactionCoordinatorNumber, testTransactionNotEnabled) -------
+
+import httpx  # noqa: E402
+
+from serve_helpers import serving  # noqa: E402
+
+
+def test_scaling_coordinators_down_is_406_on_both_backends(tmp_path):
+    d = tmp_path / "engine"
+    assert _cli("engine", "init", str(d), "-c", "3").exit_code == 0
+    local = _cli("-u", f"local:{d}", "transactions", "scale-transactionCoordinators", "-r", "2")
+    assert local.exit_code == 1 and "must be more than current" in local.output
+    with serving(d, tmp_path / "home") as (url, token):
+        reply = httpx.post(f"{url}/admin/v3/transactions/transactionCoordinator/replicas", json=2,
+                           headers={"Authorization": f"Bearer {token}"})
+    assert reply.status_code == 406 and "must be more than current" in reply.json()["reason"]
+
+
+def test_with_the_coordinator_disabled_transactions_endpoints_answer_503(tmp_path):
+    d = tmp_path / "engine"
+    assert _cli("engine", "init", str(d), "-c", "1", "--set", "transactionCoordinatorEnabled=false").exit_code == 0
+    message = "This Broker is not configured with transactionCoordinatorEnabled=true."
+    local = _cli("-u", f"local:{d}", "transactions", "coordinators-list")
+    assert local.exit_code == 1 and message in local.output
+    with serving(d, tmp_path / "home") as (url, token):
+        headers = {"Authorization": f"Bearer {token}"}
+        for path in ("coordinators", "coordinatorStats", "transactionMetadata/0/0", "slowTransactions/1000",
+                     "pendingAckStats/public/default/t/s", "positionStatsInPendingAck/public/default/t/s/1/1"):
+            reply = httpx.get(f"{url}/admin/v3/transactions/{path}", headers=headers)
+            assert (reply.status_code, reply.json()) == (503, {"reason": message}), path
+        scale = httpx.post(f"{url}/admin/v3/transactions/transactionCoordinator/replicas", json=4, headers=headers)
+        assert scale.status_code == 503
+        # the one endpoint Pulsar leaves out of the check: no buffer, so no snapshot
+        snapshot = httpx.get(f"{url}/admin/v3/transactions/transactionBufferInternalStats/public/default/t",
+                             headers=headers)
+        assert snapshot.status_code == 404

@@ -44,6 +44,10 @@ class NotFound(EngineError):
     status = 404
 
 
+class NotAcceptable(EngineError):
+    status = 406
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -330,7 +334,7 @@ class Engine:
         with self._lock:
             current = self.coordinator_count()
             if replicas <= current:
-                raise EngineError("Number of transaction coordinators must be more than current")
+                raise NotAcceptable("Number of transaction coordinators must be more than current")
             self.storage.meta_put(META_COORDINATORS, str(replicas).encode())
             for tc_id in range(current, replicas):
                 self._open_coordinator(tc_id)
