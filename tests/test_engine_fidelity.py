@@ -227,3 +227,27 @@ def test_with_the_coordinator_disabled_transactions_endpoints_answer_503(tmp_pat
         snapshot = httpx.get(f"{url}/admin/v3/transactions/transactionBufferInternalStats/public/default/t",
                              headers=headers)
         assert snapshot.status_code == 404
+
+
+# -- engine run and the global target ---------------------------------------------------------------------------------
+
+def test_engine_run_honours_the_global_local_target_and_refuses_a_disagreeing_directory(tmp_path, monkeypatch):
+    default = tmp_path / "default-engine"
+    monkeypatch.setenv("TXNADMIN_ENGINE_DIR", str(default))
+    named, other = tmp_path / "named", tmp_path / "other"
+    for d in (named, other):
+        assert _cli("engine", "init", str(d), "-c", "1").exit_code == 0
+    ran = _cli("-u", f"local:{named}", "engine", "run", "--duration", "0.5", "--rate", "20", "--concurrency", "1",
+               "-o", "json")
+    assert ran.exit_code == 0, ran.output
+    assert json.loads(ran.stdout)["committed"] > 0
+    assert str(named) in ran.stderr  # says which engine it acted on
+    assert not default.exists()
+    stats = json.loads(_cli("-u", f"local:{named}", "transactions", "coordinator-stats", "-c", "0").stdout)
+    assert stats["leastSigBits"] > 0
+    refused = _cli("-u", f"local:{named}", "engine", "run", str(other), "--duration", "0.2")
+    assert refused.exit_code == 2 and "different engines" in refused.stderr
+    untouched = _cli("-u", f"local:{other}", "transactions", "coordinator-stats", "-c", "0")
+    assert json.loads(untouched.stdout)["leastSigBits"] == -1
+    remote = _cli("-u", "http://127.0.0.1:9", "engine", "run", "--duration", "0.2")
+    assert remote.exit_code == 2 and "local:PATH" in remote.stderr
