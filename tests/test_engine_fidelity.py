@@ -251,3 +251,56 @@ def test_engine_run_honours_the_global_local_target_and_refuses_a_disagreeing_di
     assert json.loads(untouched.stdout)["leastSigBits"] == -1
     remote = _cli("-u", "http://127.0.0.1:9", "engine", "run", "--duration", "0.2")
     assert remote.exit_code == 2 and "local:PATH" in remote.stderr
+
+
+# -- metrics (PendingAckHandleStatsImpl, TransactionBatchWriterMetricsTest, PrometheusMetricsGenerator) --------------
+
+def test_metrics_carry_cluster_and_host_and_export_pending_ack_handle_metrics(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    d = tmp_path / "engine"
+    assert _cli("engine", "init", str(d), "-c", "1", "--set", "transactionLogBatchedWriteEnabled=true",
+                "--set", "clusterName=east").exit_code == 0
+    with Engine(d, EngineConfig.load(d), maintenance=False) as engine:
+        engine.subscribe(TOPIC, "sub")
+        positions = [engine.publish(TOPIC, bytes([i])) for i in range(3)]
+        engine.receive(TOPIC, "sub", 3)
+        for pos, commit in zip(positions, (True, True, False)):
+            txn = engine.begin(60_000)
+            engine.ack(txn, TOPIC, "sub", [pos])
+            engine.end_transaction(txn, commit)
+    with serving(d, tmp_path / "home") as (url, token):
+        text = httpx.get(f"{url}/metrics").text
+        again = httpx.get(f"{url}/metrics/get").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples = [s for f in families.values() for s in f.samples]
+    assert samples and all(s.labels.get("cluster") == "east" for s in samples)
+    writer = [s for s in samples if s.name.startswith("pulsar_txn_tc_bufferedwriter")]
+    assert writer and {s.labels["broker"] for s in writer} == {"127.0.0.1"}
+    assert "pulsar_txn_tp_committed_count" in families and "pulsar_txn_tp_aborted_count" in families
+    assert "pulsar_txn_tp_commit_latency" in families
+    assert {f.name for f in text_string_to_metric_families(again)} == set(families)
+
+
+def test_pending_ack_handle_metrics_count_commits_and_aborts_per_subscription(tmp_path):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with open_engine(tmp_path) as engine:
+        engine.subscribe(TOPIC, "sub")
+        positions = [engine.publish(TOPIC, bytes([i])) for i in range(3)]
+        engine.receive(TOPIC, "sub", 3)
+        for pos, commit in zip(positions, (True, True, False)):
+            txn = engine.begin(60_000)
+            engine.ack(txn, TOPIC, "sub", [pos])
+            engine.end_transaction(txn, commit)
+        text = generate_latest(engine.registry).decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    labels = (("namespace", "public/default"), ("status", "succeed"), ("subscription", "sub"), ("topic", TOPIC))
+    assert samples[("pulsar_txn_tp_committed_count_total", labels)] == 2
+    assert samples[("pulsar_txn_tp_aborted_count_total", labels)] == 1
+    latency = (("namespace", "public/default"), ("subscription", "sub"), ("topic", TOPIC))
+    assert samples[("pulsar_txn_tp_commit_latency_count", latency)] == 2
+    quantiles = {dict(k[1]).get("quantile") for k in samples if k[0] == "pulsar_txn_tp_commit_latency"}
+    assert quantiles == {"0.5", "0.9", "0.99", "0.999"}
