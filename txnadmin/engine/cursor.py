@@ -55,8 +55,15 @@ class ManagedCursor:
             "ackSets": {str(k): v for k, v in self._ack_sets.items()},
         }
 
-    def _persist(self) -> None:
-        self.ledger._persist_cursor(self)
+    def _snapshot(self) -> tuple[bytes, int]:
+        """The state to persist and its version; taken under the cursor lock."""
+        return dumps_state(self), self.ledger.storage.next_meta_version()
+
+    def _persist(self, snapshot: tuple[bytes, int]) -> None:
+        """Make a snapshot durable. Called without the cursor lock, so concurrent acks of one cursor share one
+        group commit instead of queueing behind each other's sync; the version keeps an older snapshot from
+        overwriting a newer one."""
+        self.ledger._persist_cursor(self, *snapshot)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -86,6 +93,7 @@ class ManagedCursor:
         self.delete_many([(position, ack_set)])
 
     def delete_many(self, items: list[tuple[Position, Optional[list[int]]]]) -> None:
+        snapshot = None
         with self._lock:
             changed = False
             for position, ack_set in items:
@@ -106,7 +114,9 @@ class ManagedCursor:
                 changed = True
             if changed:
                 self._advance()
-                self._persist()
+                snapshot = self._snapshot()
+        if snapshot is not None:
+            self._persist(snapshot)
 
     def mark_delete(self, position: Position) -> None:
         with self._lock:
@@ -115,7 +125,8 @@ class ManagedCursor:
             self.mark_delete_position = position
             self._forget_through(position)
             self._advance()
-            self._persist()
+            snapshot = self._snapshot()
+        self._persist(snapshot)
 
     def _add_range(self, position: Position) -> None:
         ranges = self._deleted.setdefault(position.ledger_id, [])
