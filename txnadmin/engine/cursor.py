@@ -42,6 +42,7 @@ class ManagedCursor:
         self._ack_sets: dict[Position, list[int]] = {}
         self.messages_consumed = 0
         self.last_persisted_ms = 0
+        self._dirty = False  # changed in memory, not persisted yet (persist=False)
         if state:
             self.mark_delete_position = Position.parse(state["markDelete"])
             self._deleted = {int(k): [list(r) for r in v] for k, v in state.get("deleted", {}).items()}
@@ -57,6 +58,7 @@ class ManagedCursor:
 
     def _snapshot(self) -> tuple[bytes, int]:
         """The state to persist and its version; taken under the cursor lock."""
+        self._dirty = False
         return dumps_state(self), self.ledger.storage.next_meta_version()
 
     def _persist(self, snapshot: tuple[bytes, int]) -> None:
@@ -92,7 +94,21 @@ class ManagedCursor:
     def delete(self, position: Position, ack_set: Optional[list[int]] = None) -> None:
         self.delete_many([(position, ack_set)])
 
-    def delete_many(self, items: list[tuple[Position, Optional[list[int]]]]) -> None:
+    def flush(self) -> None:
+        """Persist changes made with ``persist=False`` (the maintenance sweep and close call this)."""
+        with self._lock:
+            if not self._dirty:
+                return
+            snapshot = self._snapshot()
+        self._persist(snapshot)
+
+    def delete_many(self, items: list[tuple[Position, Optional[list[int]]]], persist: bool = True) -> None:
+        """Delete positions (whole entries, or batch indexes with an ack set).
+
+        ``persist=False`` leaves the change in memory until the next persisted change or :meth:`flush`, as
+        Pulsar persists cursor positions lazily: only for deletes whose loss a restart repairs by itself (a
+        transaction log replaying records of ended transactions, markers a reader skips again).
+        """
         snapshot = None
         with self._lock:
             changed = False
@@ -114,17 +130,23 @@ class ManagedCursor:
                 changed = True
             if changed:
                 self._advance()
-                snapshot = self._snapshot()
+                if persist:
+                    snapshot = self._snapshot()
+                else:
+                    self._dirty = True
         if snapshot is not None:
             self._persist(snapshot)
 
-    def mark_delete(self, position: Position) -> None:
+    def mark_delete(self, position: Position, persist: bool = True) -> None:
         with self._lock:
             if position <= self.mark_delete_position:
                 return
             self.mark_delete_position = position
             self._forget_through(position)
             self._advance()
+            if not persist:
+                self._dirty = True
+                return
             snapshot = self._snapshot()
         self._persist(snapshot)
 

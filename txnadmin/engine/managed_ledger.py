@@ -349,6 +349,13 @@ class ManagedLedger:
         with self._lock:
             return dict(self._cursors)
 
+    def flush_cursors(self) -> None:
+        """Persist what cursors changed lazily (Pulsar persists mark-deletes about once a second)."""
+        if self.read_only:
+            return
+        for cursor in self.cursors().values():
+            cursor.flush()
+
     def delete_cursor(self, name: str) -> None:
         with self._lock:
             if self._cursors.pop(name, None) is not None:
@@ -428,6 +435,8 @@ class ManagedLedger:
             }
 
     def close(self) -> None:
+        if not self._closed and not self.read_only:
+            self.flush_cursors()
         with self._lock:
             if self._closed or self.read_only:
                 self._closed = True

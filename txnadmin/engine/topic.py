@@ -12,7 +12,7 @@ import json
 import struct
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import google_crc32c
 
@@ -164,10 +164,10 @@ class Topic:
         return sorted(self.ledger.cursors())
 
     # -- produce -----------------------------------------------------------------------------
-    def _add(self, entry: bytes, txn: Optional[tuple[int, int]]) -> Position:
-        """Queue the entry under the topic lock (so entries keep the order their callers got it in) and wait for
-        it to be durable without the lock: producers of one topic pipeline their adds and share group commits,
-        as a broker's do, instead of each waiting out the previous one's sync."""
+    def _submit(self, entry: bytes, txn: Optional[tuple[int, int]]) -> Callable[[], Position]:
+        """Queue the entry under the topic lock (so entries keep the order their callers got it in); the returned
+        function waits for it to be durable, without the lock: producers of one topic pipeline their adds and
+        share group commits, as a broker's do, instead of each waiting out the previous one's sync."""
         done = threading.Event()
         result: list = []
 
@@ -181,10 +181,17 @@ class Topic:
                 # Ongoing from the moment its first message has a place: the max read position stops before it
                 # even while it is still being written.
                 self.buffer.on_message(txn, pos)
-        done.wait()
-        if result[0] is not None:
-            raise result[0]
-        return pos
+
+        def wait() -> Position:
+            done.wait()
+            if result[0] is not None:
+                raise result[0]
+            return pos
+
+        return wait
+
+    def _add(self, entry: bytes, txn: Optional[tuple[int, int]]) -> Position:
+        return self._submit(entry, txn)()
 
     def publish(self, payload: bytes, txn: Optional[tuple[int, int]] = None) -> Position:
         meta = {"txn": list(txn)} if txn else {}
@@ -196,11 +203,20 @@ class Topic:
         The buffer learns of the end only once the marker is durable, so no reader sees the transaction's
         messages as committed (or hidden as aborted) on the strength of a marker a crash could still lose.
         """
+        return self.end_transaction_async(txn, commit)()
+
+    def end_transaction_async(self, txn: tuple[int, int], commit: bool) -> Callable[[], Position]:
+        """Queue the marker; the returned function waits for it and then ends the transaction in the buffer."""
         marker = COMMIT_MARKER if commit else ABORT_MARKER
-        pos = self._add(encode_message({"txn": list(txn), "marker": marker}, b""), None)
-        with self._lock:
-            self.buffer.on_marker(txn, commit, pos)
-        return pos
+        wait = self._submit(encode_message({"txn": list(txn), "marker": marker}, b""), None)
+
+        def finish() -> Position:
+            pos = wait()
+            with self._lock:
+                self.buffer.on_marker(txn, commit, pos)
+            return pos
+
+        return finish
 
     # -- consume -----------------------------------------------------------------------------
     def receive(self, subscription: str, max_messages: int) -> list[Message]:
@@ -238,8 +254,9 @@ class Topic:
                     break
             self._dispatch[subscription] = start
         if acked_for_reader:
-            # one cursor update for the lot, and outside the topic lock: it waits for a metadata sync
-            cursor.delete_many([(p, None) for p in acked_for_reader])
+            # one cursor update for the lot, outside the topic lock
+            # not persisted at once: a marker or aborted message whose delete is lost is skipped again after a restart
+            cursor.delete_many([(p, None) for p in acked_for_reader], persist=False)
         return out
 
     def redeliver(self, subscription: str) -> None:

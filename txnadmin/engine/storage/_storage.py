@@ -663,15 +663,23 @@ class LedgerStorage:
                             state.durable_last = add.entry_id
                 self._durable_seq = batch[-1].seq
                 self._cond.notify_all()
-            for add in batch:
-                if error is not None and add.error is None:
-                    add.error = error
-                if add.done is not None:
-                    add.done.set()
-                elif add.callback is not None:
-                    self._callbacks.put(add)
+            if error is not None:
+                for add in batch:
+                    if add.error is None:
+                        add.error = error
+            self._hand_off(batch)
             if error is not None:
                 return
+
+    def _hand_off(self, adds: list[_PendingAdd]) -> None:
+        callbacks = []
+        for add in adds:
+            if add.done is not None:
+                add.done.set()
+            elif add.callback is not None:
+                callbacks.append(add)
+        if callbacks:
+            self._callbacks.put(callbacks)  # one hand-off per group, not one per add
 
     def _write_batch(self, batch: list[_PendingAdd]) -> None:
         """Write, fsync, index. Rotation happens between records so no file grows far past the limit."""
@@ -728,18 +736,19 @@ class LedgerStorage:
 
     def _callback_loop(self) -> None:
         while True:
-            add = self._callbacks.get()
-            if add is None:
+            group = self._callbacks.get()
+            if group is None:
                 return
-            try:
-                if add.error is not None:
-                    add.callback(None, add.error)
-                else:
-                    add.callback(add.entry_id, None)
-            except BaseException:  # a failing callback must not stop the ones after it
-                import traceback
+            for add in group:
+                try:
+                    if add.error is not None:
+                        add.callback(None, add.error)
+                    else:
+                        add.callback(add.entry_id, None)
+                except BaseException:  # a failing callback must not stop the ones after it
+                    import traceback
 
-                traceback.print_exc()
+                    traceback.print_exc()
 
     # -- reading ----------------------------------------------------------------------------
 
