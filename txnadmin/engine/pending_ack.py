@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..codec import AckType, EntryDecodeError, PendingAckMetadata, PendingAckMetadataEntry, PendingAckOp, decode_entry
+from .completion import Completion
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
 from .managed_ledger import ManagedCursor, ManagedLedgerFactory, managed_ledger_name
 from .ackset import has_bit
@@ -269,20 +270,11 @@ class PendingAckStore:
         op = PendingAckOp.COMMIT if commit else PendingAckOp.ABORT
         rec = PendingAckMetadataEntry(pending_ack_op=op, ack_type=AckType.Individual,
                                       txnid_most_bits=txn[0], txnid_least_bits=txn[1])
-        done = threading.Event()
-        result: list = []
-
-        def written(pos, exc):
-            result.append(exc)
-            done.set()
-
-        self.writer.add(rec.SerializeToString(), written)
+        done = Completion()
+        self.writer.add(rec.SerializeToString(), done)
 
         def finish() -> None:
-            if not done.wait(30):
-                raise TimeoutError(f"{self.name}: write not acknowledged within 30 s")
-            if result[0] is not None:
-                raise result[0]
+            done.result(30, f"{self.name}: write")
             with self._lock:
                 acks = self._release(txn)
             if acks is None:
