@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -66,6 +67,27 @@ def census(directory: Path) -> dict:
     return out
 
 
+_BASELINE_CPU = [0.0]
+
+
+def calibrate() -> float:
+    """CPU seconds of an `engine run` that does (almost) nothing: interpreter start, imports, opening and closing
+    the engine. Subtracted from every run, so CPU per transaction is what the transactions cost."""
+    samples = []
+    for _ in range(2):
+        with tempfile.TemporaryDirectory(prefix="txnadmin-bench-") as tmp:
+            engine = Path(tmp) / "engine"
+            subprocess.run([sys.executable, "-m", "txnadmin.cli.main", "engine", "init", str(engine)],
+                           capture_output=True, cwd=ROOT, check=True)
+            _children_usage()
+            subprocess.run([sys.executable, "-m", "txnadmin.cli.main", "engine", "run", str(engine), "--rate", "1",
+                            "--concurrency", "1", "--duration", "0.01", "-o", "json"],
+                           capture_output=True, cwd=ROOT, check=True)
+            samples.append(_children_usage())
+    _BASELINE_CPU[0] = min(samples)
+    return _BASELINE_CPU[0]
+
+
 def run(batched: bool, clients: int, coordinators: int, seconds: float, delay_ms: int = 1) -> dict:
     flag = "true" if batched else "false"
     with tempfile.TemporaryDirectory(prefix="txnadmin-bench-") as tmp:
@@ -83,7 +105,7 @@ def run(batched: bool, clients: int, coordinators: int, seconds: float, delay_ms
                                  "--rate", "0", "--concurrency", str(clients), "--duration", str(seconds),
                                  "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
         out, err = proc.communicate()
-        cpu = _children_usage()  # the child's CPU time, all threads, user + system
+        cpu = max(0.0, _children_usage() - _BASELINE_CPU[0])  # the child's CPU, all threads, user + system
         if proc.returncode != 0:
             raise SystemExit(f"engine run failed: {err.decode().strip()}")
         stats = json.loads(out)
@@ -137,12 +159,14 @@ def _fmt(value, pattern: str = "{:.2f}") -> str:
     return "–" if value is None else pattern.format(value)
 
 
-def markdown(rows: list[dict], seconds: float) -> str:
+def markdown(rows: list[dict], seconds: float, baseline: float, load: tuple[float, float]) -> str:
     lines = [HEADER, "",
              f"`.venv/bin/python bench/workload.py --seconds {seconds:g} --write-docs` — the real `txnadmin engine "
              "run --rate 0` in a child process per row (fresh engine, default workload: 2 topics, 2 subscriptions, "
              "2 messages and up to 2 acks per transaction, 10 % aborted), measured "
-             f"{time.strftime('%Y-%m-%d')}. Records per batched entry are read back from the entry logs.", "",
+             f"{time.strftime('%Y-%m-%d')}. Records per batched entry are read back from the entry logs; CPU per "
+             f"transaction is the child's user + system time less an idle run's ({baseline:.2f} s). The machine is "
+             f"shared: 1-minute load average {load[0]:.1f} before the runs, {load[1]:.1f} after.", "",
              "| " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
     lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -164,7 +188,8 @@ def main() -> None:
     curve = [] if args.quick else [int(c) for c in args.curve.split(",") if c]
     delays = [] if args.quick else [int(d) for d in args.delays.split(",") if d]
     console = Console()
-    _children_usage()  # start counting children's CPU from here
+    baseline = calibrate()
+    load_before = os.getloadavg()[0]
     rows = []
     for count in clients:
         for batched in (False, True):
@@ -176,9 +201,12 @@ def main() -> None:
     for delay in delays:
         rows.append(run(True, max(clients), 16, seconds, delay))
         console.print(rows[-1])
+    load_after = os.getloadavg()[0]
     console.print(table(rows))
+    console.print(f"CPU baseline of an idle engine run: {baseline:.2f} s (subtracted); "
+                  f"1-minute load average {load_before:.1f} before, {load_after:.1f} after")
     if args.write_docs:
-        replace_section(HEADER, markdown(rows, seconds))
+        replace_section(HEADER, markdown(rows, seconds, baseline, (load_before, load_after)))
         console.print(f"recorded in docs/benchmarks.md ({HEADER})")
 
 
