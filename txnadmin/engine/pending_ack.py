@@ -202,14 +202,11 @@ class PendingAckStore:
                     # Pulsar's Consumer sends batch size 0 for a message outside a batch; cumulative acks carry none
                     meta.batch_size = batch_size or 0
                 rec.pending_ack_metadata.append(meta)
-            # Held before the write so a racing ack of the same message is refused; released if the write fails.
+            # Held before the write, so a racing ack of the same message is refused. A failed write keeps them
+            # held, as Pulsar does: whether the record reached the log is unknown, so the transaction has to end
+            # (abort or time out) to release them.
             self._apply_ack(txn, positions, cumulative)
-        try:
-            log_pos = self._append(rec)
-        except BaseException:
-            with self._lock:
-                self._release(txn)
-            raise
+        log_pos = self._append(rec)
         with self._lock:
             self._note_logged(log_pos, 1, [p for p, _, _ in positions])
 
