@@ -292,6 +292,35 @@ class HttpAdmin:
         host = httpx.URL(self.base_url).netloc.decode()
         return {host: response.text.strip().strip('"')}
 
+    # -- cluster identity and brokers ---------------------------------------------------------
+    def list_clusters(self) -> list[str]:
+        return self._request("GET", "/admin/v2/clusters") or []
+
+    def active_brokers(self, cluster: str) -> list[str]:
+        return self._request("GET", f"/admin/v2/brokers/{quote(cluster, safe='')}") or []
+
+    def internal_configuration(self) -> Json:
+        return self._request("GET", "/admin/v2/brokers/internal-configuration") or {}
+
+    def broker_runtime_config(self, broker: str) -> dict[str, str]:
+        """Ask ``broker`` itself (same scheme, credentials and TLS as this admin): only it knows its values."""
+        import copy
+
+        scheme = httpx.URL(self.base_url).scheme
+        if httpx.URL(self.base_url).netloc.decode() == broker:
+            return self.runtime_config()
+        other = copy.copy(self)
+        other.base_url = f"{scheme}://{broker}"
+        other._proxy = _environment_proxy(other.base_url)
+        other._local = threading.local()
+        other._transports = {}
+        other._transports_lock = threading.Lock()
+        try:
+            return other.runtime_config()
+        finally:
+            if self._shared_transport is None:
+                other.close()
+
 
 def _reason(response: httpx.Response) -> str:
     try:
