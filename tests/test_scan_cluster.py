@@ -68,6 +68,6 @@ def test_standalone_cluster_gives_the_same_report_as_local(tmp_path):
     assert clustered.returncode == 1, clustered.stderr[-2000:]
     a, b = json.loads(clustered.stdout), json.loads(local.stdout)
     assert a["engine"] == f"spark (spark://127.0.0.1:{port})"
-    for key in ("verdict", "liveBatchedEntries", "ledgers", "trimmedLedgers", "suspiciousEntries", "unreadable"):
+    for key in ("verdict", "liveBatchedEntries", "ledgers", "trimmedLedgers", "reasons", "unreadable"):
         assert a[key] == b[key], key
     assert a["liveBatchedEntries"] == 2 and [t["ledgerId"] for t in a["trimmedLedgers"]] == [9]

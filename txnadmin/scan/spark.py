@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections import defaultdict
 from pathlib import Path
 from typing import Optional
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from .formats import REGISTRY, Finding
-from .job import NOTABLE, ScanInput
+from .formats import REGISTRY, ReadPlan
+from .job import ScanInput
+from .tally import Tally
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+COLUMNS = ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8", "digest", "kind")
 SCHEMA = ("file string, offset long, ledgerId long, entryId long, form string, detail string, first8 string, "
-          "count long")
+          "digest string, kind string, tally string")
 BATCH_ROWS = 8192
 
 
@@ -32,13 +33,16 @@ class FileGroup(InputPartition):
 
 
 class DumpReader(DataSourceReader):
+    """Each partition folds its files' findings into one tally row (the same fold as the in-process scan).
+
+    With a per-entry report the findings themselves are yielded too (their tally column is null).
+    """
+
     def __init__(self, options: dict):
         self.files = json.loads(options["files"])
-        self.skip = json.loads(options.get("skip", "[]"))
+        self.plan = json.loads(options.get("plan", "{}"))
         self.partition_count = int(options.get("partitions", "4"))
-        # Summary mode: plain/empty entries are counted per ledger inside the partition, so only counts and
-        # notable findings cross into the JVM; the per-entry report needs every row.
-        self.summary = options.get("summary", "true") == "true"
+        self.rows = options.get("rows", "false") == "true"
 
     def partitions(self):
         groups: list[list] = [[] for _ in range(max(1, min(self.partition_count, len(self.files))))]
@@ -52,41 +56,32 @@ class DumpReader(DataSourceReader):
     def read(self, partition: FileGroup):
         import pyarrow as pa
 
-        from .job import NOTABLE
+        from .formats import ReadPlan
+        from .tally import Tally
 
-        skip = frozenset(self.skip)
-        cols = {k: [] for k in ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8", "count")}
-        tallies: dict[tuple[str, int, str], int] = {}
-
-        def add(f: Finding, count: int) -> None:
-            for key, value in (("file", f.file), ("offset", f.offset), ("ledgerId", f.ledger_id),
-                               ("entryId", f.entry_id), ("form", f.form), ("detail", f.detail),
-                               ("first8", f.first8), ("count", count)):
-                cols[key].append(value)
-
+        plan = ReadPlan.from_json(self.plan)
+        tally = Tally()
+        cols: dict[str, list] = {k: [] for k in (*COLUMNS, "tally")}
         for path, fmt in partition.files:
-            for f in REGISTRY[fmt].read(path, skip):
-                if self.summary and f.form not in NOTABLE:
-                    key = (f.file, f.ledger_id, f.form)
-                    tallies[key] = tallies.get(key, 0) + 1
+            for f in REGISTRY[fmt].findings(path, plan):
+                tally.add(f)
+                if not self.rows:
                     continue
-                add(f, 1)
+                for key, value in f.to_json().items():
+                    cols[key].append(value)
+                cols["tally"].append(None)
                 if len(cols["file"]) >= BATCH_ROWS:
                     yield _batch(pa, cols)
                     cols = {k: [] for k in cols}
-        for (file, ledger, form), n in tallies.items():
-            add(Finding(file, -1, ledger, -1, form, "", ""), n)
-        if cols["file"]:
-            yield _batch(pa, cols)
+        for key in COLUMNS:
+            cols[key].append(None)
+        cols["tally"].append(tally.to_json())
+        yield _batch(pa, cols)
 
 
 def _batch(pa, cols):
-    return pa.RecordBatch.from_pydict({
-        "file": pa.array(cols["file"], pa.string()), "offset": pa.array(cols["offset"], pa.int64()),
-        "ledgerId": pa.array(cols["ledgerId"], pa.int64()), "entryId": pa.array(cols["entryId"], pa.int64()),
-        "form": pa.array(cols["form"], pa.string()), "detail": pa.array(cols["detail"], pa.string()),
-        "first8": pa.array(cols["first8"], pa.string()), "count": pa.array(cols["count"], pa.int64()),
-    })
+    types = {"offset": pa.int64(), "ledgerId": pa.int64(), "entryId": pa.int64()}
+    return pa.RecordBatch.from_pydict({k: pa.array(v, types.get(k, pa.string())) for k, v in cols.items()})
 
 
 class DumpDataSource(DataSource):
@@ -120,33 +115,23 @@ def spark_session(master: Optional[str] = None):
     return spark
 
 
-def scan_with_spark(inputs: list[ScanInput], skip: set[int], master: Optional[str],
-                    report: Optional[Path]):
+def scan_with_spark(inputs: list[ScanInput], plan: ReadPlan, master: Optional[str], report: Optional[Path]) -> Tally:
     from pyspark.sql import functions as F
 
     spark = spark_session(master)
     parallelism = spark.sparkContext.defaultParallelism
     df = (spark.read.format(DumpDataSource.name())
           .option("files", json.dumps([(str(Path(i.path).resolve()), i.format, i.size) for i in inputs]))
-          .option("skip", json.dumps(sorted(skip)))
+          .option("plan", json.dumps(plan.to_json()))
           .option("partitions", str(max(1, 2 * parallelism)))
-          .option("summary", "false" if report else "true")
+          .option("rows", "true" if report else "false")
           .load())
-    counts: dict[tuple[int, str], int] = defaultdict(int)
-    notable: list[Finding] = []
     if report:
+        df = df.persist()  # read the dumps once for both the report and the tallies
         fmt = "parquet" if str(report).endswith(".parquet") else "json"
-        df.drop("count").write.mode("overwrite").format(fmt).save(str(report))
-        rows = df.groupBy("ledgerId", "form").agg(F.sum("count").alias("n")).collect()
-        for row in rows:
-            counts[(row["ledgerId"], row["form"])] += row["n"]
-        picked = df.filter(F.col("form").isin(*NOTABLE)).limit(100_000).collect()
-    else:
-        picked = []
-        for row in df.collect():  # one pass: per-ledger counts plus the few notable entries
-            counts[(row["ledgerId"], row["form"])] += row["count"]
-            if row["form"] in NOTABLE:
-                picked.append(row)
-    notable = [Finding(r["file"], r["offset"], r["ledgerId"], r["entryId"], r["form"], r["detail"], r["first8"])
-               for r in picked]
-    return counts, notable
+        df.filter(F.col("tally").isNull()).drop("tally").write.mode("overwrite").format(fmt).save(str(report))
+        df = df.filter(F.col("tally").isNotNull()).select("tally")
+    tally = Tally()
+    for row in df.select("tally").collect():
+        tally.merge(Tally.from_json(row["tally"]))
+    return tally
