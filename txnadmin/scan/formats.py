@@ -175,14 +175,27 @@ def _finding(path, offset, ledger, entry, payload: bytes, digest: str = digests.
 
 
 def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: bytes, plan: ReadPlan,
-                    where: str = "") -> Finding:
-    """A stored entry (32-byte header, digest, payload) judged by its ledger's digest type, then classified."""
+                    where: str = "", detected: Optional[dict] = None) -> Finding:
+    """A stored entry (32-byte header, digest, payload) judged by its ledger's digest type, then classified.
+
+    Without metadata the type is detected once per ledger (in ``detected``) and then held to: an entry that fails
+    the detected type is a mismatch, never re-tried with a weaker one.
+    """
     kind, password = plan.digests.get(ledger, (None, None))
-    status, found_type, start, detail = digests.check(stored, kind, password)
+    held = None
+    if kind is None and detected is not None:
+        held = detected.get(ledger)
+        if held == "MAC" and password is None:
+            password = b""  # detection verified it with the empty password
+    status, found_type, start, detail = digests.check(stored, kind or held, password)
     if status == digests.FAILED:
+        if held:
+            detail += " (type detected from this ledger's earlier entries)"
         at = f" ({where})" if where else ""
         return Finding(path, offset, ledger, entry, BAD_DIGEST, detail + at, stored[start:start + 8].hex(),
-                       digests.FAILED, found_type or "")
+                       digests.FAILED)
+    if kind is None and detected is not None and found_type and held is None:
+        detected[ledger] = found_type
     note = "" if kind or not found_type else f"digest {found_type} (detected)"
     if detail:
         note = f"{note}; {detail}" if note else detail
@@ -227,6 +240,7 @@ def read_entrylog(path: str, plan=NO_PLAN, start: int = ENTRYLOG_HEADER,
                 yield Finding(path, 0, -1, -1, UNREADABLE, f"truncated header: {size} of 1024 bytes", "")
                 return
             pos, stop = max(start, ENTRYLOG_HEADER), size if end is None else min(end, size)
+            detected: dict[int, str] = {}
             unpack = _REC.unpack_from
             while pos < stop:
                 if pos + 20 > size:
@@ -251,7 +265,7 @@ def read_entrylog(path: str, plan=NO_PLAN, start: int = ENTRYLOG_HEADER,
                                   f"record with impossible ids (ledger {ledger}, entry {entry})", "")
                 elif ledger not in plan.skip:
                     yield _stored_finding(path, pos, ledger, entry, mm[body:body + length], plan,
-                                          f"{path} offset {pos}")
+                                          f"{path} offset {pos}", detected)
                 pos = body + length
 
 
@@ -386,6 +400,7 @@ def _make_hex_reader(kind: str) -> Reader:
     def read(path: str, plan=NO_PLAN) -> Iterator[Finding]:
         plan = as_plan(plan)
         found = False
+        detected: dict[int, str] = {}
         for item in _text_entries(path):
             found = True
             ledger, entry, bad = _ids(path, item, plan)
@@ -425,7 +440,8 @@ def _make_hex_reader(kind: str) -> Reader:
                     yield Finding(path, item.offset, ledger, entry, UNREADABLE,
                                   "no hex dump after the header (was -msg given?)", "")
                     continue
-                yield _stored_finding(path, item.offset, ledger, entry, data, plan, f"{path} offset {item.offset}")
+                yield _stored_finding(path, item.offset, ledger, entry, data, plan, f"{path} offset {item.offset}",
+                                      detected)
             else:
                 yield _readlog_finding(path, item, ledger, entry, size, data, rows, plan)
         if not found:
