@@ -242,3 +242,50 @@ def test_downgrade_verify_passes_incomplete_through_as_exit_3(tmp_path):
     out = json.loads(result.stdout)
     assert out["verdict"] == "incomplete" and "listledgers -meta" in out["reasons"][0]
     assert json.loads(state.read_text())["verification"]["verdict"] == "incomplete"
+
+
+def _run_on_a_terminal(args: list[str]) -> tuple[int, bytes]:
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", *args], stdout=follower, stderr=follower,
+                            env=dict(os.environ, COLUMNS="120", TERM="xterm"))
+    os.close(follower)
+    out = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    return proc.wait(timeout=60), bytes(out)
+
+
+def test_progress_bar_on_a_terminal_quiet_when_piped(tmp_path):
+    import subprocess
+    import sys
+
+    for n in range(3):
+        g.write_entry_log(tmp_path / f"{n}.log", [(10, n * 100 + i, g.plain(i)) for i in range(100)])
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 299})
+    args = ["scan", str(tmp_path / "0.log"), str(tmp_path / "1.log"), str(tmp_path / "2.log"), "--ledgers",
+            str(tmp_path / "l.txt"), "--engine", "python"]
+    code, out = _run_on_a_terminal(args)
+    assert code == 0
+    assert b"3/3 files" in out and b"scanning" in out  # the bar drew files and bytes done
+    piped = subprocess.run([sys.executable, "-m", "txnadmin.cli.main", *args], capture_output=True)
+    assert piped.returncode == 0 and b"scanning" not in piped.stdout + piped.stderr
+    assert b"verdict: clean" in piped.stdout
+
+
+def test_bad_flag_values_are_usage_errors(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0))])
+    for args in (["--txn-ledgers", "ten"], ["--ledger-id-format", "octal"], ["--engine", "gpu"]):
+        result = runner.invoke(app, ["scan", str(tmp_path / "0.log"), *args])
+        assert result.exit_code == 2 and "Traceback" not in result.output, (args, result.output)
