@@ -97,6 +97,10 @@ def read_plan(live: Optional[dict[int, LiveLedger]], named: frozenset = frozense
     return ReadPlan(skip, kinds, id_format)
 
 
+def _example_order(f: dict) -> tuple:
+    return (f["file"], f["offset"], f["entryId"])
+
+
 def _where(f: dict) -> str:
     entry = f" entry {f['entryId']}" if f["entryId"] >= 0 else ""
     return f"{f['file']}@{f['offset']}{entry}: {f['detail']}"
@@ -116,6 +120,7 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
     the verdict incomplete; no ledger list at all does too.
     """
     reasons: list[str] = []
+    tally.damage = sorted(tally.damage, key=_example_order)[:100]  # the same few whichever engine collected them
     if live is None:
         reasons.append("no ledger list (--ledgers): the scan cannot tell which ledgers are live transaction ledgers "
                        "or whether any is missing from the dumps; take `bookkeeper shell listledgers -meta` after "
@@ -183,7 +188,7 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
             expectedEntries=expected, foundEntries=len(found), entries=len(found), missing=missing[:100],
             batchedEntries=len(batched), verifiedEntries=len(t.verified.clip(0, last if last is not None else 1 << 62)),
             uncheckedEntries=len(found.minus(t.verified)), failedCopies=len(t.failed), problems=problems,
-            examples=t.examples[:20])
+            examples=sorted(t.examples, key=_example_order)[:20])
         ledgers.append(record)
         if txn:
             live_batched += nbatched
