@@ -215,11 +215,14 @@ def readlog(entries: list[tuple[int, int, bytes]], style: str = "bk", kind: str 
     for lid, eid, payload in entries:
         stored = stored_entry(lid, eid, payload, 100, kind)
         if style == "4.18":
-            lines.append(f"{pre}Entry {{byteOffset={pos}, entryId={eid}, entrySize={len(stored)}, ledgerId={lid}}}")
+            # FormatUtil on 4.18 logs two slog events per data entry (attributes sorted by %X), then the formatter.
+            lines += [f"{pre}Entry {{entryId={eid}, entrySize={len(stored)}, ledgerId={lid}, position={pos}}}",
+                      f"{pre}Entry {{entryId={eid}, lastAddConfirmed={eid - 1}, ledgerId={lid}, type=DATA}}",
+                      hexdump(stored[32:])]
         else:
             lines.append(f"{pre}--------- Lid={lid}, Eid={eid}, ByteOffset={pos}, EntrySize={len(stored)} ---------")
-        lines += [f"{pre}Type:           DATA", f"{pre}LastConfirmed:  {eid - 1}", f"{pre}Data:", pre,
-                  hexdump(stored[32:]), pre]
+            lines += [f"{pre}Type:           DATA", f"{pre}LastConfirmed:  {eid - 1}", f"{pre}Data:", pre,
+                      hexdump(stored[32:]), pre]
         pos += len(stored) + 4
     return "\n".join(lines) + "\n"
 

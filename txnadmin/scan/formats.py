@@ -292,6 +292,7 @@ class _TextEntry:
     size: Optional[bytes] = None
     lines: list = field(default_factory=list)
     open_attrs: bool = False  # a 4.18 `Entry {data=…` event whose attributes close on a later line
+    continuation: bool = False  # 4.18 readlog's second `Entry` event (type=DATA, lastAddConfirmed) of one entry
 
 
 def _attrs(text: bytes) -> dict[bytes, bytes]:
@@ -318,8 +319,9 @@ def _header(line: bytes, offset: int) -> Optional[_TextEntry]:
             # the ids follow the dump's footer line.
             return _TextEntry(offset, None, None, lines=[attrs_text[len(b"{data="):]], open_attrs=True)
         attrs = _attrs(attrs_text.strip().strip(b"{}"))
-        return _TextEntry(offset, attrs.get(b"ledgerId"), attrs.get(b"entryId"), attrs.get(b"byteOffset"),
-                          attrs.get(b"entrySize"))
+        return _TextEntry(offset, attrs.get(b"ledgerId"), attrs.get(b"entryId"),
+                          attrs.get(b"position", attrs.get(b"byteOffset")), attrs.get(b"entrySize"),
+                          continuation=b"type" in attrs or b"lastAddConfirmed" in attrs)
     return None
 
 
@@ -342,6 +344,9 @@ def _text_entries(path: str) -> Iterator[_TextEntry]:
                 offset += len(line)
                 continue
             header = _header(line, offset)
+            if (header is not None and header.continuation and current is not None and not current.lines
+                    and header.entry == current.entry):
+                header = None  # the same entry's second event: its data follows
             if header is not None:
                 if current is not None:
                     yield current
@@ -520,7 +525,7 @@ def _sniff_text(kind: str) -> Callable[[bytes], int]:
     def sniff(head: bytes) -> int:
         if head[:4] == b"BKLO" or not _has_header(head):
             return 0
-        readlog = b"ByteOffset=" in head or b"byteOffset=" in head
+        readlog = b"ByteOffset=" in head or b"position=" in head
         netty = bool(re.search(rb"\|[0-9a-f]{8}\|", head))
         hexdump = bool(re.search(rb"^[0-9A-F]{8} (?:[0-9A-F]{2} ){1,16}", head, re.M))
         if kind == "readlog":
