@@ -14,7 +14,7 @@ import mmap
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
 from . import digests
 from .classify import BAD_DIGEST, BATCHED, EMPTY, PLAIN, UNREADABLE, classify, describe_batch
@@ -547,8 +547,3 @@ register(DumpFormat("readledger-hex", "`readledger -msg` with `-entryformat hex`
                     _sniff_text("readledger-hex"), _make_hex_reader("payload")))
 register(DumpFormat("readledger-string", "`readledger -msg` with the default string formatter (magic check only)",
                     _sniff_text("readledger-string"), read_string_dump))
-
-
-def all_readers() -> Iterable[tuple[str, Reader]]:
-    return [(name, fmt.read) for name, fmt in REGISTRY.items()]
-

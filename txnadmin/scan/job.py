@@ -172,17 +172,17 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
                 if top is None:
                     notes.append(f"ledger {lid}: open or named ledger with no entries in the dumps")
             if missing:
-                damaged = RangeSet(missing).normalise()
-                failed = [r for r in missing if t.failed.clip(r[0], r[1])]
-                absent = damaged.minus(t.failed).to_json()
-                if failed:
-                    failed_ids = t.failed.clip(0, damaged.max()).to_json()
-                    first = next((x for x in t.examples if x["form"] != "batched"), None)
+                gaps = RangeSet(missing)
+                absent = gaps.minus(t.failed)  # no copy at all
+                damaged = gaps.minus(absent)  # only copies that failed their digest or could not be read
+                if damaged:
+                    first = next((x for x in sorted(t.examples, key=_example_order)
+                                  if x["form"] != "batched" and damaged.clip(x["entryId"], x["entryId"])), None)
                     at = f" (first: {_where(first)})" if first else ""
-                    problems.append(f"entries {_fmt_ranges(failed_ids)} failed their digest or were unreadable in "
-                                    f"every copy{at}")
+                    problems.append(f"entries {_fmt_ranges(damaged.to_json())} failed their digest or were "
+                                    f"unreadable in every copy{at}")
                 if absent:
-                    problems.append(f"entries {_fmt_ranges(absent)} are in no dump")
+                    problems.append(f"entries {_fmt_ranges(absent.to_json())} are in no dump")
             if t.unplaced:
                 problems.append(f"{t.unplaced} unreadable spots without an entry id")
             for p in problems:
