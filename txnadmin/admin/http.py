@@ -268,7 +268,7 @@ class HttpAdmin:
         self._transports: dict[threading.Thread, httpx.BaseTransport] = {}
         self._transports_lock = threading.Lock()
         self._brokers: Optional[set[str]] = None  # the cluster's active brokers, fetched on the first foreign redirect
-        self._brokers_lock = threading.Lock()
+        self._brokers_lock = threading.RLock()
 
     @property
     def retry_backoff(self) -> float:
@@ -454,6 +454,7 @@ class HttpAdmin:
             if self._brokers is not None:
                 return self._brokers
             found: set[str] = set()
+            self._brokers = found  # a redirect while asking is judged without the list (and cannot recurse)
             try:
                 deadline = time.monotonic() + min(self.timeout, 10.0)
                 clusters = self._json(self._send("GET", "/admin/v2/clusters", {}, None, deadline), ("list", str, False))
