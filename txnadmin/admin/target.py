@@ -1,8 +1,8 @@
 """Which Pulsar (or engine) a command talks to, and why.
 
 Highest first: ``--admin-url/-u`` (``http(s)://host:port`` or ``local:PATH``), ``$TXNADMIN_ADMIN_URL``,
-a Pulsar ``client.conf`` (``--conf`` or ``$PULSAR_CLIENT_CONF``: ``webServiceUrl``, ``authPlugin``,
-``authParams``, TLS keys), then the embedded engine directory.
+a Pulsar ``client.conf`` (``--conf``, else ``$PULSAR_CLIENT_CONF``, else ``$PULSAR_HOME/conf/client.conf``:
+``webServiceUrl``, ``authPlugin``, ``authParams``, TLS keys), then the embedded engine directory.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def resolve_target(admin_url: Optional[str] = None, conf: Optional[Path] = None,
 
 
 def _resolve(admin_url: Optional[str], conf: Optional[Path]) -> Target:
-    conf_path = conf or (Path(os.environ[ENV_CONF]) if os.environ.get(ENV_CONF) else None)
+    conf_path = conf or _env_conf()
     conf_values = read_client_conf(conf_path) if conf_path else {}
 
     def with_conf(target: Target) -> Target:
@@ -100,8 +100,20 @@ def _resolve(admin_url: Optional[str], conf: Optional[Path]) -> Target:
     return Target(f"local:{default_engine_dir()}", "embedded default")
 
 
+def _env_conf() -> Optional[Path]:
+    """``$PULSAR_CLIENT_CONF``, else ``$PULSAR_HOME/conf/client.conf`` when it exists (as pulsar-admin's script)."""
+    if os.environ.get(ENV_CONF):
+        return Path(os.environ[ENV_CONF])
+    home = os.environ.get("PULSAR_HOME")
+    if home and (Path(home) / "conf" / "client.conf").is_file():
+        return Path(home) / "conf" / "client.conf"
+    return None
+
+
 def _tls(values: dict[str, str]) -> dict:
-    keys = ("tlsTrustCertsFilePath", "tlsAllowInsecureConnection", "tlsEnableHostnameVerification")
+    # The last three are read by the auth plugins (admin/auth.py), not by the TLS context itself.
+    keys = ("tlsTrustCertsFilePath", "tlsAllowInsecureConnection", "tlsEnableHostnameVerification",
+            "useKeyStoreTls", "tlsCertificateFilePath", "tlsKeyFilePath")
     return {k: values.get(k) or None for k in keys}
 
 
