@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from .. import __version__
+from . import doctor as doctor_cli
 from . import downgrade
 from . import engine as engine_cli
 from . import inspect
@@ -72,6 +73,7 @@ app.command("serve")(serve_cli.serve)
 app.command("target")(target_cli.target)
 app.command("upgrade")(upgrade_cli.upgrade)
 app.command("metrics")(metrics_cli.metrics)
+app.command("doctor")(doctor_cli.doctor)
 app.add_typer(transactions.app, name="transactions")
 app.add_typer(transactions.app, name="txn", hidden=True)
 

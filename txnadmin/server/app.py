@@ -140,5 +140,6 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
               methods=["PUT"]),
         Route("/admin/v2/brokers/version", endpoint(
             lambda r, p: PlainTextResponse(next(iter(admin.broker_versions().values()))))),
+        Route(f"/admin/v2/persistent/{TOPIC}/internalStats", endpoint(lambda r, p: admin.topic_internal_stats(_topic(p)))),
     ]
     return Starlette(routes=routes + list(extra_routes or []), middleware=[Middleware(EncodedSlashes)])
