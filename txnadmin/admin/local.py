@@ -39,6 +39,21 @@ def _admin_errors(fn):
     return wrapper
 
 
+TC_DISABLED = "This Broker is not configured with transactionCoordinatorEnabled=true."
+
+
+def _needs_coordinator(fn):
+    """Pulsar's checkTransactionCoordinatorEnabled: 503 first, on every transactions endpoint but one."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        if not self.engine.config.transactionCoordinatorEnabled:
+            raise AdminError(TC_DISABLED, 503)
+        return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
 class LocalAdmin:
     """Open an engine directory (or wrap a running :class:`Engine`) and answer admin calls from it."""
 
@@ -78,44 +93,56 @@ class LocalAdmin:
 
     # -- pulsar-admin transactions ------------------------------------------------------------
     @_admin_errors
+    @_needs_coordinator
     def list_coordinators(self) -> list[Json]:
         return self._stats.coordinators_list(self.engine)
 
     @_admin_errors
+    @_needs_coordinator
     def coordinator_stats(self, coordinator_id: Optional[int] = None) -> Json:
         return self._stats.coordinator_stats(self.engine, coordinator_id)
 
     @_admin_errors
+    @_needs_coordinator
     def coordinator_internal_stats(self, coordinator_id: int, metadata: bool = False) -> Json:
         return self.engine.coordinator(coordinator_id).internal_stats(metadata)
 
     @_admin_errors
+    @_needs_coordinator
     def pending_ack_internal_stats(self, topic: str, subscription: str, metadata: bool = False) -> Json:
         return self._stats.pending_ack_internal_stats(self.engine, topic, subscription, metadata)
 
     @_admin_errors
     def buffer_snapshot_internal_stats(self, topic: str, metadata: bool = False) -> Json:
+        if not self.engine.config.transactionCoordinatorEnabled:
+            # Pulsar skips the 503 here; with no coordinator a topic has no transaction buffer, so no snapshot
+            raise NotFoundError("Transaction buffer Snapshot for the topic does not exist")
         return self._stats.buffer_snapshot_internal_stats(self.engine, topic, metadata)
 
     @_admin_errors
+    @_needs_coordinator
     def transaction_buffer_stats(self, topic: str, low_water_marks: bool = False, segment_stats: bool = False) -> Json:
         return self._stats.transaction_buffer_stats(self.engine, topic, low_water_marks, segment_stats)
 
     @_admin_errors
+    @_needs_coordinator
     def pending_ack_stats(self, topic: str, subscription: str, low_water_marks: bool = False) -> Json:
         return self._stats.pending_ack_stats(self.engine, topic, subscription, low_water_marks)
 
     @_admin_errors
+    @_needs_coordinator
     def transaction_in_buffer_stats(self, txn: TxnId, topic: str) -> Json:
         return self._stats.transaction_in_buffer_stats(self.engine, (txn.most_bits, txn.least_bits), topic)
 
     @_admin_errors
+    @_needs_coordinator
     def transaction_in_pending_ack_stats(self, txn: TxnId, topic: str, subscription: str) -> Json:
         return self._stats.transaction_in_pending_ack_stats(
             self.engine, (txn.most_bits, txn.least_bits), topic, subscription
         )
 
     @_admin_errors
+    @_needs_coordinator
     def transaction_metadata(self, txn: TxnId) -> Json:
         from ..engine.coordinator import TransactionNotFound
 
@@ -129,22 +156,26 @@ class LocalAdmin:
         return self._stats.transaction_metadata(self.engine, meta)
 
     @_admin_errors
+    @_needs_coordinator
     def slow_transactions(self, timeout_ms: int, coordinator_id: Optional[int] = None) -> Json:
         return self._stats.slow_transactions(self.engine, timeout_ms, coordinator_id)
 
     @_admin_errors
+    @_needs_coordinator
     def scale_coordinators(self, replicas: int) -> None:
         if replicas <= 0:
             raise AdminError("Number of transaction coordinators must be more than 0", 406)
         self.engine.scale_coordinators(replicas)
 
     @_admin_errors
+    @_needs_coordinator
     def position_stats_in_pending_ack(self, topic: str, subscription: str, ledger_id: int, entry_id: int,
                                       batch_index: Optional[int] = None) -> Json:
         return self._stats.position_stats_in_pending_ack(self.engine, topic, subscription, ledger_id, entry_id,
                                                          batch_index)
 
     @_admin_errors
+    @_needs_coordinator
     def abort_transaction(self, txn: TxnId) -> None:
         if not 0 <= txn.most_bits <= 2**31 - 1:
             raise AdminError("mostSigBits out of bounds", 400)

@@ -49,8 +49,31 @@ def init(
     typer.echo(f"engine ready at {path} ({config.transactionCoordinatorCount} coordinators)")
 
 
+def _run_dir(ctx: typer.Context, directory: Optional[Path]) -> tuple[Path, str]:
+    """The engine `engine run` drives, and why: the positional directory, the global ``-u local:PATH``, or the
+    default. Both given and naming different directories is a usage error: never guess which one was meant."""
+    admin_url = ((ctx.find_root().obj or {}).get("admin_url") or "").strip()
+    from_url: Optional[Path] = None
+    if admin_url:
+        if not admin_url.startswith("local:"):
+            fail(f"-u {admin_url}: `engine run` drives an embedded engine; give -u local:PATH or a directory",
+                 EXIT_USAGE)
+        from_url = Path(admin_url[len("local:"):]).expanduser()
+    if directory is not None and from_url is not None:
+        if directory.expanduser().resolve() != from_url.resolve():
+            fail(f"the directory {directory} and -u {admin_url} name different engines; give one of them",
+                 EXIT_USAGE)
+        return from_url, "-u and directory"
+    if from_url is not None:
+        return from_url, "-u"
+    if directory is not None:
+        return directory, "directory argument"
+    return _dir(None), "default engine directory"
+
+
 @app.command("run")
 def run(
+    ctx: typer.Context,
     directory: Optional[Path] = DirArg,
     rate: float = typer.Option(200.0, "--rate", help="Target transactions per second (0 = unlimited)."),
     concurrency: int = typer.Option(8, "--concurrency", help="Concurrent clients."),
@@ -73,12 +96,14 @@ def run(
 
     if abort_ratio + timeout_ratio > 1:
         fail("--abort-ratio plus --timeout-ratio must not exceed 1", EXIT_USAGE)
+    path, source = _run_dir(ctx, directory)
     try:
-        engine = Engine(require_engine(_dir(directory)))
+        engine = Engine(require_engine(path))
     except EngineDirError as exc:
         fail(str(exc), EXIT_UNREADABLE)
     except Exception as exc:
-        fail(f"{_dir(directory)}: {exc}", EXIT_UNREADABLE)
+        fail(f"{path}: {exc}", EXIT_UNREADABLE)
+    typer.echo(f"engine run: {path} ({source})", err=True)
     spec = WorkloadSpec(rate=rate, concurrency=concurrency, duration_s=duration, topics=topics,
                         subscriptions=subscriptions, abort_ratio=abort_ratio, timeout_ratio=timeout_ratio,
                         txn_timeout_ms=txn_timeout_ms, seed=seed)

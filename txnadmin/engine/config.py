@@ -27,6 +27,7 @@ class ConfigError(ValueError):
 class EngineConfig:
     # -- broker.conf names ---------------------------------------------------------------------
     transactionCoordinatorEnabled: bool = True
+    clusterName: str = "standalone"  # the `cluster` label on every metric (Pulsar standalone's default name)
     transactionCoordinatorCount: int = 16  # engine: how many TCs `engine init` creates (Pulsar: transaction_coordinator_assign partitions)
     transactionLogBatchedWriteEnabled: bool = False
     transactionLogBatchedWriteMaxRecords: int = 512

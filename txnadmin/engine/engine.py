@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Callable
 
 from .buffered_writer import BufferedWriterConfig
@@ -22,6 +23,7 @@ from .coordinator import (
 )
 from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from .pending_ack import PendingAckStore, pending_ack_topic
+from .pending_ack_metrics import PendingAckMetrics
 from .position import Position
 from .preserver import ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver
 from .snapshot_metrics import SnapshotMetrics
@@ -42,6 +44,10 @@ class EngineError(Exception):
 
 class NotFound(EngineError):
     status = 404
+
+
+class NotAcceptable(EngineError):
+    status = 406
 
 
 def _now_ms() -> int:
@@ -72,7 +78,8 @@ class Engine:
         from prometheus_client import CollectorRegistry
 
         self.registry = CollectorRegistry()
-        broker = self.config.engineBrokerServiceUrl.split("://")[-1]
+        # Pulsar labels writer metrics with the broker's advertised address: the host, no port.
+        broker = urlsplit(self.config.engineBrokerServiceUrl).hostname or "127.0.0.1"
         self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", self.registry, broker=broker)
         self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", self.registry, broker=broker)
         from prometheus_client import Counter
@@ -81,6 +88,7 @@ class Engine:
         self.txn_ended = Counter("pulsar_txn", "Transactions by outcome", ["coordinator_id", "outcome"],
                                  registry=self.registry)
         self.registry.register(_ScrapeTimeGauges(self))
+        self.tp_metrics = PendingAckMetrics(self.registry)
         self._lock = threading.RLock()
         self.coordinators: dict[int, TransactionCoordinator] = {}
         self.preservers: dict[int, TransactionPreserver] = {}
@@ -160,7 +168,9 @@ class Engine:
         wc = writer_config(self.config, "pending-ack")
         store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag)
-        store.recover(self.clock_ms)
+        topic_obj = self.topics.get(topic)
+        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do.
+        store.recover(self.clock_ms, topic_obj.subscription(subscription) if topic_obj else None)
         self.stores[(topic, subscription)] = store
         return store
 
@@ -247,7 +257,7 @@ class Engine:
             _require_open(meta)
             if (t.name, subscription) not in meta.acked_partitions:
                 tc.add_acked_subscriptions(txn[1], [(t.name, subscription)])
-            self.store(t.name, subscription).ack(txn, items, cumulative)
+            self.store(t.name, subscription).ack(txn, items, cumulative, t.subscription(subscription))
 
     def commit(self, txn: tuple[int, int], client_name: str | None = None) -> str:
         return self.end_transaction(txn, commit=True, client_name=client_name)
@@ -298,7 +308,12 @@ class Engine:
             self.topic(topic).end_transaction(txn, commit)
         for topic, sub in list(meta.acked_partitions):
             t = self.topic(topic)
-            self.store(topic, sub).end(txn, commit, t.subscription(sub))
+            started, ended = time.perf_counter_ns(), False
+            try:
+                self.store(topic, sub).end(txn, commit, t.subscription(sub))
+                ended = True
+            finally:
+                self.tp_metrics.record_end(t.name, sub, commit, ended, time.perf_counter_ns() - started)
             if not commit:
                 t.redeliver(sub)
         tc.update_status(meta.seq, COMMITTED if commit else ABORTED, COMMITTING if commit else ABORTING)
@@ -328,7 +343,7 @@ class Engine:
         with self._lock:
             current = self.coordinator_count()
             if replicas <= current:
-                raise EngineError("Number of transaction coordinators must be more than current")
+                raise NotAcceptable("Number of transaction coordinators must be more than current")
             self.storage.meta_put(META_COORDINATORS, str(replicas).encode())
             for tc_id in range(current, replicas):
                 self._open_coordinator(tc_id)
@@ -441,6 +456,22 @@ class Engine:
 def _require_open(meta: TxnMeta) -> None:
     if meta.status != OPEN:
         raise InvalidTxnStatus(f"Expect Txn {meta} to be in OPEN status but it is in {meta.status_name} status")
+
+
+def metrics_exposition(engine: "Engine") -> bytes:
+    """The engine's registry in the text format, every series labelled ``cluster`` first, as a broker's
+    ``/metrics`` is (PrometheusMetricsGenerator)."""
+    from prometheus_client import generate_latest
+
+    cluster = engine.config.clusterName
+
+    class _WithCluster:
+        def collect(self):
+            for family in engine.registry.collect():
+                family.samples = [s._replace(labels={"cluster": cluster, **s.labels}) for s in family.samples]
+                yield family
+
+    return generate_latest(_WithCluster())
 
 
 class _ScrapeTimeGauges:

@@ -71,6 +71,7 @@ class ManagedLedger:
         self.config = config
         self._lock = threading.RLock()
         self._rollover_listeners: list[Callable[["ManagedLedger"], None]] = []
+        self._info_interceptors: list[Callable[[dict[str, str]], None]] = []
         self._cursors: dict[str, ManagedCursor] = {}
         self._closed = False
         self.entries_added = 0
@@ -110,6 +111,8 @@ class ManagedLedger:
     def _persist_info(self) -> None:
         if self.read_only:
             return
+        for fn in self._info_interceptors:
+            fn(self._properties)  # Pulsar's ManagedLedgerInterceptor.onUpdateManagedLedgerInfo
         info = {"ledgers": [l.__dict__ for l in self._ledgers], "properties": self._properties}
         self.storage.meta_put(self._key(), json.dumps(info, separators=(",", ":")).encode())
 
@@ -159,6 +162,12 @@ class ManagedLedger:
 
     def add_rollover_listener(self, fn: Callable[["ManagedLedger"], None]) -> None:
         self._rollover_listeners.append(fn)
+
+    def add_info_interceptor(self, fn: Callable[[dict[str, str]], None]) -> None:
+        """``fn(properties)`` may update the properties each time the ledger list is written (rollover, trim,
+        close), as Pulsar's ``ManagedLedgerInterceptor.onUpdateManagedLedgerInfo`` does."""
+        with self._lock:
+            self._info_interceptors.append(fn)
 
     # -- ledgers -----------------------------------------------------------------------------
     @property

@@ -17,6 +17,7 @@ from ..codec import AckType, EntryDecodeError, PendingAckMetadata, PendingAckMet
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
 from .managed_ledger import ManagedCursor, ManagedLedgerFactory, managed_ledger_name
 from .ackset import has_bit
+from .cursor import WORD_MASK
 from .position import Position
 
 CURSOR_NAME = "__pending_ack_state"
@@ -24,7 +25,15 @@ SUFFIX = "__transaction_pending_ack"
 
 
 class PendingAckConflict(Exception):
+    """Pulsar's TransactionConflictException."""
+
     status = 409
+
+
+class PendingAckNotAllowed(Exception):
+    """Pulsar's NotAllowedException (e.g. a cumulative ack of several positions)."""
+
+    status = 405
 
 
 def pending_ack_topic(topic: str, subscription: str) -> str:
@@ -32,10 +41,59 @@ def pending_ack_topic(topic: str, subscription: str) -> str:
     return f"{topic}-{subscription}{SUFFIX}"
 
 
+def _acked_bits(ack_set: list[int] | None, batch_size: int) -> int:
+    """The batch indexes an ack set acknowledges (bit = 1 here), within ``batch_size``.
+
+    Ack sets say 1 = not acknowledged; Pulsar's overlap test sets every bit from the batch size up before comparing,
+    so only indexes inside the batch can collide.
+    """
+    remaining = 0
+    for i, word in enumerate(ack_set or []):
+        remaining |= (word & WORD_MASK) << (64 * i)
+    return ~remaining & ((1 << batch_size) - 1)
+
+
+def _to_ack_set(remaining: int) -> list[int]:
+    """Bits (1 = not acknowledged) as Pulsar's signed long[] words, trailing zero words dropped."""
+    words = []
+    while remaining:
+        word = remaining & WORD_MASK
+        words.append(word - (1 << 64) if word >> 63 else word)
+        remaining >>= 64
+    return words
+
+
+def _first_set_bit(ack_set: list[int] | None) -> int | None:
+    for i, word in enumerate(ack_set or []):
+        word &= WORD_MASK
+        if word:
+            return 64 * i + (word & -word).bit_length() - 1
+    return None
+
+
+def _ack_set_key(pos: Position, ack_set: list[int] | None) -> tuple[int, int, float]:
+    """Pulsar's compareToWithAckSet: same entry → the one acknowledging more batch indexes is later."""
+    first = _first_set_bit(ack_set) if ack_set else None
+    return (pos.ledger_id, pos.entry_id, float("inf") if first is None else first)
+
+
+def _batch_width(ack_set: list[int] | None, batch_size: int | None) -> int:
+    return batch_size if batch_size else 64 * max(1, len(ack_set or []))
+
+
+@dataclass
+class _Held:
+    """One position held by open transactions (Pulsar's individualAckPositions): for a batch, the AND of every
+    holder's ack set (1 = not acknowledged by any) and the batch size; for a whole entry, no ack set."""
+
+    ack_set: list[int] | None
+    batch_size: int
+
+
 @dataclass
 class _TxnAcks:
     positions: dict[Position, tuple[list[int] | None, int | None]] = field(default_factory=dict)
-    cumulative: Position | None = None
+    cumulative: tuple | None = None  # (txn, position, ack set), filled in when the transaction ends
 
 
 class PendingAckStore:
@@ -55,7 +113,9 @@ class PendingAckStore:
         self.recover_end_time = 0
         self._lock = threading.RLock()
         self._txns: dict[tuple[int, int], _TxnAcks] = {}
-        self._held: dict[Position, tuple[int, int]] = {}  # message position → txn holding it
+        self._held: dict[Position, _Held] = {}
+        # Pulsar keeps one cumulative ack per subscription: (txn, position, ack set)
+        self._cumulative: tuple[tuple[int, int], Position, list[int] | None] | None = None
         self._index: list[tuple[Position, Position]] = []  # (max acked message position, log position)
         self._lag = 0
         self._max_acked: Position | None = None
@@ -77,17 +137,57 @@ class PendingAckStore:
         # Like LogIndexLagBackoff: never below the minimum, larger while many acks are pending.
         return max(self.min_index_lag, len(self._held))
 
+    # -- conflicts (PendingAckHandleImpl) ---------------------------------------------------
+    def _prefix(self, txn: tuple[int, int]) -> str:
+        return f"[{self.topic}][{self.subscription}] Transaction:({txn[0]},{txn[1]})"
+
+    def _individual_conflict(self, txn, positions, cursor: ManagedCursor | None) -> str | None:
+        """Why Pulsar would refuse these individual acks, or None."""
+        for pos, ack_set, batch_size in positions:
+            if cursor is not None and cursor.is_deleted(pos):
+                return f"{self._prefix(txn)} try to ack message:{pos} already acked before."
+            held = self._held.get(pos)
+            if ack_set:
+                width = _batch_width(ack_set, batch_size)
+                mine = _acked_bits(ack_set, width)
+                on_cursor = cursor.deleted_batch_indexes(pos) if cursor is not None else None
+                if on_cursor is not None and mine & _acked_bits(on_cursor, width):
+                    return f"{self._prefix(txn)} try to ack message:{pos} already acked before."
+                if held is not None and (held.ack_set is None or mine & _acked_bits(held.ack_set, width)):
+                    return f"{self._prefix(txn)} try to ack batch message:{pos} in pending ack status."
+            elif held is not None:
+                return f"{self._prefix(txn)} try to ack message:{pos} in pending ack status."
+        return None
+
+    def _cumulative_conflict(self, txn, pos: Position, ack_set, cursor: ManagedCursor | None) -> str | None:
+        if cursor is not None and pos <= cursor.mark_delete_position:
+            return (f"{self._prefix(txn)} try to cumulative ack position: {pos} within range of cursor's "
+                    f"markDeletePosition: {cursor.mark_delete_position}")
+        current = self._cumulative
+        if current is not None and (current[0] != txn
+                                    or _ack_set_key(pos, ack_set) <= _ack_set_key(current[1], current[2])):
+            return (f"{self._prefix(txn)} try to cumulative batch ack position: {pos} within range of current "
+                    f"currentPosition: {current[1]}")
+        return None
+
     # -- operations -------------------------------------------------------------------------
     def ack(self, txn: tuple[int, int], positions: list[tuple[Position, list[int] | None, int | None]],
-            cumulative: bool = False) -> None:
+            cumulative: bool = False, subscription_cursor: ManagedCursor | None = None) -> None:
+        """Log and hold acks of an open transaction; refused (PendingAckConflict) as Pulsar refuses them.
+
+        Pulsar checks after the record is written; checking first keeps refused acks out of the log.
+        """
+        if cumulative and len(positions) != 1:
+            raise PendingAckNotAllowed(f"{self._prefix(txn)} invalid cumulative ack received with multiple "
+                                       "message ids.")
         with self._lock:
-            for pos, _, _ in positions:
-                holder = self._held.get(pos)
-                if holder is not None and holder != txn:
-                    raise PendingAckConflict(
-                        f"[{self.topic}][{self.subscription}] Transaction:({txn[0]},{txn[1]}) try to ack message:{pos} "
-                        f"in pending ack status, held by ({holder[0]},{holder[1]})"
-                    )
+            if cumulative:
+                pos, ack_set, _ = positions[0]
+                reason = self._cumulative_conflict(txn, pos, ack_set, subscription_cursor)
+            else:
+                reason = self._individual_conflict(txn, positions, subscription_cursor)
+            if reason:
+                raise PendingAckConflict(reason)
             rec = PendingAckMetadataEntry(
                 pending_ack_op=PendingAckOp.ACK,
                 ack_type=AckType.Cumulative if cumulative else AckType.Individual,
@@ -97,42 +197,80 @@ class PendingAckStore:
                 meta = PendingAckMetadata(ledgerId=pos.ledger_id, entryId=pos.entry_id)
                 if ack_set:
                     meta.ack_set.extend(ack_set)
-                if batch_size is not None and not cumulative:
-                    meta.batch_size = batch_size
+                if not cumulative:
+                    # Pulsar's Consumer sends batch size 0 for a message outside a batch; cumulative acks carry none
+                    meta.batch_size = batch_size or 0
                 rec.pending_ack_metadata.append(meta)
-        log_pos = self._append(rec)
-        with self._lock:
+            # Held before the write so a racing ack of the same message is refused; released if the write fails.
             self._apply_ack(txn, positions, cumulative)
+        try:
+            log_pos = self._append(rec)
+        except BaseException:
+            with self._lock:
+                self._release(txn)
+            raise
+        with self._lock:
             self._note_logged(log_pos, 1, [p for p, _, _ in positions])
 
     def _apply_ack(self, txn, positions, cumulative: bool) -> None:
+        if cumulative:
+            pos, ack_set, _ = positions[0]
+            self._cumulative = (txn, pos, list(ack_set) if ack_set else None)
+            self._txns.setdefault(txn, _TxnAcks())
+            return
         acks = self._txns.setdefault(txn, _TxnAcks())
         for pos, ack_set, batch_size in positions:
-            if cumulative:
-                acks.cumulative = pos if acks.cumulative is None or pos > acks.cumulative else acks.cumulative
+            if ack_set:
+                width = _batch_width(ack_set, batch_size)
+                previous = acks.positions.get(pos)
+                mine = _acked_bits(ack_set, width) | (_acked_bits(previous[0], width) if previous else 0)
+                acks.positions[pos] = (_to_ack_set(~mine & ((1 << width) - 1)), width)
+                held = self._held.get(pos)
+                if held is None:
+                    self._held[pos] = _Held(_to_ack_set(~mine & ((1 << width) - 1)), width)
+                elif held.ack_set is not None:
+                    both = _acked_bits(held.ack_set, width) | mine
+                    self._held[pos] = _Held(_to_ack_set(~both & ((1 << width) - 1)), width)
             else:
-                acks.positions[pos] = (list(ack_set) if ack_set else None, batch_size)
-                self._held[pos] = txn
+                acks.positions[pos] = (None, batch_size)
+                self._held.setdefault(pos, _Held(None, batch_size or 0))
+
+    def _release(self, txn) -> _TxnAcks | None:
+        """Forget a transaction's acks (it ended): its positions and batch indexes are no longer held."""
+        acks = self._txns.pop(txn, None)
+        cumulative = None
+        if self._cumulative is not None and self._cumulative[0] == txn:
+            cumulative, self._cumulative = self._cumulative, None
+        if acks is None:
+            return None
+        for pos, (ack_set, width) in acks.positions.items():
+            held = self._held.get(pos)
+            if held is None:
+                continue
+            if ack_set is None or held.ack_set is None:
+                self._held.pop(pos, None)
+                continue
+            mine = _acked_bits(ack_set, width)
+            rest = _acked_bits(held.ack_set, width) & ~mine
+            if rest:
+                self._held[pos] = _Held(_to_ack_set(~rest & ((1 << width) - 1)), width)
+            else:
+                self._held.pop(pos, None)
+        acks.cumulative = cumulative
+        return acks
 
     def end(self, txn: tuple[int, int], commit: bool, subscription_cursor: ManagedCursor) -> None:
         """COMMIT applies the transaction's acks to the subscription; ABORT releases them."""
-        with self._lock:
-            acks = self._txns.get(txn)
         op = PendingAckOp.COMMIT if commit else PendingAckOp.ABORT
         rec = PendingAckMetadataEntry(pending_ack_op=op, ack_type=AckType.Individual,
                                       txnid_most_bits=txn[0], txnid_least_bits=txn[1])
         self._append(rec)
         with self._lock:
-            self._txns.pop(txn, None)
-            if acks is None:
-                return
-            for pos in acks.positions:
-                self._held.pop(pos, None)
+            acks = self._release(txn)
+        if acks is None:
+            return
         if commit:
-            if acks.positions:
-                subscription_cursor.delete_many([(p, a) for p, (a, _) in acks.positions.items()])
-            if acks.cumulative is not None:
-                subscription_cursor.mark_delete(acks.cumulative)
+            _apply_to_subscription(acks, subscription_cursor)
         self.clear_useless_log_data(subscription_cursor.mark_delete_position)
 
     def clear_useless_log_data(self, subscription_mark_delete: Position) -> Optional[Position]:
@@ -146,7 +284,11 @@ class PendingAckStore:
         return last
 
     # -- recovery ---------------------------------------------------------------------------
-    def recover(self, clock_ms) -> None:
+    def recover(self, clock_ms, subscription_cursor: ManagedCursor | None = None) -> None:
+        """Replay the log after its mark-delete. As Pulsar's handle*AckRecover, an ACK record that the
+        subscription's own state already covers (a deleted position, an acknowledged batch index, a cumulative ack
+        at or below the mark-delete) is skipped; a COMMIT found in the log is applied to the subscription again,
+        so a crash between the COMMIT record and the subscription update loses nothing."""
         with self._lock:
             self.state = "Initializing"
             self.recover_start_time = clock_ms()
@@ -160,15 +302,23 @@ class PendingAckStore:
                     txn = (rec.txnid_most_bits, rec.txnid_least_bits)
                     if rec.pending_ack_op == PendingAckOp.ACK:
                         items = [(Position(m.ledgerId, m.entryId), list(m.ack_set) or None,
-                                  m.batch_size if m.HasField("batch_size") else None)
+                                  m.batch_size if m.HasField("batch_size") and m.batch_size else None)
                                  for m in rec.pending_ack_metadata]
-                        self._apply_ack(txn, items, rec.ack_type == AckType.Cumulative)
                         acked.extend(p for p, _, _ in items)
+                        cumulative = rec.ack_type == AckType.Cumulative
+                        if not items:
+                            continue
+                        if cumulative:
+                            if self._cumulative_conflict(txn, items[0][0], items[0][1], subscription_cursor):
+                                continue
+                        elif self._individual_conflict(txn, items, subscription_cursor):
+                            continue
+                        self._apply_ack(txn, items[:1] if cumulative else items, cumulative)
                     else:
-                        acks = self._txns.pop(txn, None)
-                        if acks:
-                            for p in acks.positions:
-                                self._held.pop(p, None)
+                        acks = self._release(txn)
+                        if acks is not None and rec.pending_ack_op == PendingAckOp.COMMIT \
+                                and subscription_cursor is not None:
+                            _apply_to_subscription(acks, subscription_cursor)
                 acked_records = sum(1 for r in decoded.records if r.pending_ack_op == PendingAckOp.ACK)
                 self._note_logged(TxnPosition(pos.ledger_id, pos.entry_id, 1, 0), acked_records, acked)
             self.state = "Ready"
@@ -185,24 +335,31 @@ class PendingAckStore:
             return list(self._txns)
 
     def position_state(self, pos: Position, batch_index: int | None, subscription_cursor: ManagedCursor) -> str:
+        """Pulsar's checkPositionInPendingAckState: not ready, then the subscription's own acks, then the held ones."""
         with self._lock:
             if self.state != "Ready":
                 return "PendingAckNotReady"
-            if pos in self._held:
-                if batch_index is None:
-                    return "PendingAck"
-                txn = self._held[pos]
-                ack_set, _ = self._txns[txn].positions[pos]
-                if ack_set is None or not has_bit(ack_set, batch_index):
-                    return "PendingAck"
-        if subscription_cursor.is_deleted(pos) or pos <= subscription_cursor.mark_delete_position:
-            return "MarkDelete"
-        return "NotInPendingAck"
+            if subscription_cursor.is_deleted(pos):
+                return "MarkDelete"
+            held = self._held.get(pos)
+            if held is None:
+                return "NotInPendingAck"
+            if batch_index is None:
+                return "PendingAck"
+            if held.ack_set is not None and batch_index >= held.batch_size:
+                return "InvalidPosition"
+            if held.ack_set is None or not has_bit(held.ack_set, batch_index):
+                return "PendingAck"
+            return "NotInPendingAck"
 
-    def txn_cumulative_position(self, txn: tuple[int, int]) -> Position | None:
+    def txn_cumulative_position(self, txn: tuple[int, int]) -> str | None:
+        """``L:E``, or ``L:E:i`` for a batch message (i = the first unacknowledged index − 1, as Pulsar prints it)."""
         with self._lock:
-            acks = self._txns.get(txn)
-            return acks.cumulative if acks else None
+            current = self._cumulative
+        if current is None or current[0] != txn:
+            return None
+        first = _first_set_bit(current[2])
+        return str(current[1]) if first is None else f"{current[1]}:{first - 1}"
 
     def stats(self, low_water_marks: dict[int, int] | None = None) -> dict:
         out = {"state": self.state}
@@ -226,3 +383,17 @@ class PendingAckStore:
         self.writer.close()
         self.ledger.close()
         self.state = "Close"
+
+
+def _apply_to_subscription(acks: _TxnAcks, cursor: ManagedCursor) -> None:
+    """A committed transaction's acks reach the subscription: individual deletes, then the cumulative ack."""
+    if acks.positions:
+        cursor.delete_many([(p, a) for p, (a, _) in acks.positions.items()])
+    if acks.cumulative is not None:
+        _, pos, ack_set = acks.cumulative
+        if ack_set:
+            # Pulsar's mark-delete with an ack set: up to the entry before, and the batch indexes on the entry
+            cursor.mark_delete(Position(pos.ledger_id, pos.entry_id - 1))
+            cursor.delete(pos, ack_set)
+        else:
+            cursor.mark_delete(pos)

@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Optional
 
 from .coordinator import TxnMeta
-from .engine import Engine, NotFound
+from .engine import Engine, EngineError, NotFound
 from .position import Position
 from .topic import normalize_topic
+
+
+class NotReady(EngineError):
+    status = 503
 
 
 def coordinators_list(engine: Engine) -> list[dict]:
@@ -61,10 +65,20 @@ def transaction_in_buffer_stats(engine: Engine, txn: tuple[int, int], topic: str
     return out
 
 
+def _store_or_none(engine: Engine, topic: str, sub: str):
+    """The subscription's pending-ack store; None while the subscription exists but has never acked in a
+    transaction (Pulsar's handle in state None); NotFound for an unknown topic or subscription."""
+    t = engine.topic(topic, create=False)
+    store = engine.stores.get((t.name, sub))
+    if store is None and sub not in t.ledger.cursors():
+        raise NotFound(f"Subscription not found {sub} on {t.name}")
+    return store
+
+
 def transaction_in_pending_ack_stats(engine: Engine, txn: tuple[int, int], topic: str, sub: str) -> dict:
-    store = engine.store(topic, sub, create=False)
-    pos = store.txn_cumulative_position(txn)
-    return {"cumulativeAckPosition": str(pos)} if pos is not None else {}
+    store = _store_or_none(engine, topic, sub)
+    pos = store.txn_cumulative_position(txn) if store is not None else None
+    return {"cumulativeAckPosition": pos} if pos is not None else {}
 
 
 def slow_transactions(engine: Engine, timeout_ms: int, tc_id: Optional[int] = None) -> dict:
@@ -94,20 +108,33 @@ def buffer_snapshot_internal_stats(engine: Engine, topic: str, metadata: bool = 
 
 
 def pending_ack_stats(engine: Engine, topic: str, sub: str, lwm: bool = False) -> dict:
-    return engine.store(topic, sub, create=False).stats(low_water_marks(engine) if lwm else None)
+    store = _store_or_none(engine, topic, sub)
+    lwms = low_water_marks(engine) if lwm else None
+    if store is None:
+        out: dict = {"state": "None"}
+        if lwms is not None:
+            out["lowWaterMarks"] = {str(k): v for k, v in lwms.items()}
+        out.update({"ongoingTxnSize": 0, "recoverStartTime": 0, "recoverEndTime": 0})
+        return out
+    return store.stats(lwms)
 
 
 def pending_ack_internal_stats(engine: Engine, topic: str, sub: str, metadata: bool = False) -> dict:
-    return engine.store(topic, sub, create=False).internal_stats(metadata)
+    store = _store_or_none(engine, topic, sub)
+    if store is None:
+        raise NotReady("Pending ack have not init success!")  # Pulsar's ServiceUnitNotReadyException → 503
+    return store.internal_stats(metadata)
 
 
 def position_stats_in_pending_ack(engine: Engine, topic: str, sub: str, ledger_id: int, entry_id: int,
                                   batch_index: Optional[int] = None) -> dict:
     t = engine.topic(topic, create=False)
-    store = engine.store(t.name, sub, create=False)
+    store = _store_or_none(engine, t.name, sub)
     pos = Position(ledger_id, entry_id)
     if ledger_id < 0 or entry_id < 0 or pos > t.ledger.last_confirmed_entry:
         return {"state": "InvalidPosition"}
+    if store is None:
+        return {"state": "PendingAckNotReady"}
     return {"state": store.position_state(pos, batch_index, t.subscription(sub))}
 
 

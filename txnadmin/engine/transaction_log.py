@@ -45,9 +45,14 @@ class TransactionLog:
         self._max_local_txn_id = -1
         self.records_written = 0  # since this process opened the log
         self._lock = threading.Lock()
-        # Like Pulsar's sequence-id interceptor: the highest id is kept as a property at rollover,
-        # so it survives even when every ledger has been trimmed.
-        self.ledger.add_rollover_listener(lambda ml: ml.set_properties({MAX_LOCAL_TXN_ID: str(self._max_local_txn_id)}))
+        # Like Pulsar's MLTransactionSequenceIdGenerator: the highest id goes into the managed ledger's properties
+        # whenever its ledger list is written (rollover, trim, close), so it survives the trim of every ledger.
+        self.ledger.add_info_interceptor(self._save_max_local_txn_id)
+
+    def _save_max_local_txn_id(self, properties: dict[str, str]) -> None:
+        # Never lower it: before recovery has read the log the in-memory value is still -1.
+        saved = int(properties.get(MAX_LOCAL_TXN_ID, "-1"))
+        properties[MAX_LOCAL_TXN_ID] = str(max(saved, self._max_local_txn_id))
 
     # -- sequence ----------------------------------------------------------------------------
     def recover_max_local_txn_id(self) -> int:

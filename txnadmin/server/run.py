@@ -29,12 +29,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def _metrics_route(engine):
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+def _metrics_routes(engine) -> list:
+    """``/metrics`` and ``/metrics/get`` (both paths a broker's metrics servlet answers), unauthenticated as on a
+    broker with the default ``authenticateMetricsEndpoint=false``."""
+    from prometheus_client import CONTENT_TYPE_LATEST
     from starlette.responses import Response
     from starlette.routing import Route
 
-    return Route("/metrics", lambda request: Response(generate_latest(engine.registry), media_type=CONTENT_TYPE_LATEST))
+    from ..engine.engine import metrics_exposition
+
+    def handler(request):
+        return Response(metrics_exposition(engine), media_type=CONTENT_TYPE_LATEST)
+
+    return [Route("/metrics", handler), Route("/metrics/get", handler)]
 
 
 def _record(directory: Path, url: str, token: Optional[str]) -> Path:
@@ -66,7 +73,7 @@ class BackgroundServer:
         self.port = port or free_port(host)
         self.url = f"http://{host}:{self.port}"
         self.token = token
-        app = create_app(LocalAdmin(engine), token, [_metrics_route(engine)])
+        app = create_app(LocalAdmin(engine), token, _metrics_routes(engine))
         self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=self.port, log_level="error",
                                                      access_log=False, lifespan="off"))
         self._thread = threading.Thread(target=self._server.run, name="txnadmin-serve", daemon=True)
@@ -106,7 +113,7 @@ def serve_forever(engine_dir: Path, host: str, port: int, token: Optional[str], 
     url = f"http://{host}:{port}"
     # Other local shells get the token through server.json (mode 600).
     local_token = token or secrets.token_urlsafe(24)
-    app = create_app(admin, local_token, [_metrics_route(engine)])
+    app = create_app(admin, local_token, _metrics_routes(engine))
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="error", access_log=False,
                                            lifespan="off"))
     _record(engine.directory, url, local_token)
