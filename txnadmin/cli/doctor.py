@@ -18,7 +18,7 @@ def doctor(
     ctx: typer.Context,
     only: Optional[str] = typer.Option(None, "--only", help="Comma-separated checks to run (default: all). "
                                        "coordinators, stuck-transactions, max-read-position, recovery, snapshots, "
-                                       "batched-log, leftovers, versions, bookie-rocksdb."),
+                                       "batched-log, leftovers, coverage, versions, bookie-rocksdb."),
     threshold: list[str] = typer.Option([], "--threshold", help="name=value, repeatable: stuck-margin, ending, "
                                         "stalled, recovery (durations: 90s, 5m, 2h) and snapshot-share (a fraction)."),
     output: str = typer.Option("table", "--output", "-o", help="table or json."),
@@ -64,7 +64,7 @@ def doctor(
         with bar or contextlib.nullcontext():
             report = proc.run(admin, target.url, checks, thresholds, concurrency, progress, bookie_dir)
         if fix:
-            report = _fix(admin, report, target.url, checks, thresholds, concurrency, bookie_dir, yes, dry_run, output)
+            report = _fix(admin, report, target, checks, thresholds, concurrency, bookie_dir, yes, dry_run, output)
     except proc.DoctorError as exc:
         fail(str(exc), exc.code)
     finally:
@@ -106,31 +106,31 @@ def _progress(output: str):
     return bar, (lambda done, total: bar.update(task, completed=done, total=total))
 
 
-def _fix(admin, report, target_url, checks, thresholds, concurrency, bookie_dir, yes, dry_run, output):
+def _fix(admin, report, target, checks, thresholds, concurrency, bookie_dir, yes, dry_run, output):
+    """Abort what the plan lists, after A's plan-then-ask (cli/confirm.py); then check again and report that."""
     from ..procedures import doctor as proc
+    from .confirm import Plan, confirm
 
     plan = proc.fix_plan(report)
     say = (lambda text: typer.echo(text, err=True)) if output == "json" else typer.echo
     if not plan:
         say("fix: nothing to abort (no transaction is OPEN past its timeout plus the margin)")
         return report
-    say(f"fix plan on {target_url}: abort {len(plan)} transaction(s) OPEN past their timeout "
-        f"(judged on the target's clock):")
-    for txn in plan:
-        say(f"  abort {txn}")
-    if dry_run:
-        say("dry run: nothing changed")
+    steps = [f"abort {txn}" for txn in plan]
+    fix = Plan(f"abort {len(plan)} transaction(s) OPEN past their timeout (judged on the target's clock)",
+               f"{target.url} (from {target.source})", steps, {"abort": [str(txn) for txn in plan]})
+    if dry_run and output == "json":
+        report.fix = {"dryRun": True, "plan": fix.to_json()}  # one JSON document: the plan rides in the report
         return report
-    if not yes:
-        if not sys.stdin.isatty():
-            fail("--fix needs --yes (or --dry-run) when not at a terminal", EXIT_USAGE)
-        if not typer.confirm("apply?", default=False, err=True):
-            say("nothing changed")
-            return report
-    for row in proc.apply_fix(admin, plan):
+    if not confirm(fix, yes=yes, dry_run=dry_run, output=output):
+        return report  # dry run: plan printed, nothing changed; the exit code still says what doctor found
+    results = proc.apply_fix(admin, plan)
+    for row in results:
         say(f"  {row['txnId']}: {row['result']}" + (f" ({row['reason']})" if "reason" in row else ""))
     say("checking again after the fix:")
-    return proc.run(admin, target_url, checks, thresholds, concurrency, None, bookie_dir)
+    after = proc.run(admin, target.url, checks, thresholds, concurrency, None, bookie_dir)
+    after.fix = {"dryRun": False, "plan": fix.to_json(), "results": results}
+    return after
 
 
 def _render(report, target, strict: bool) -> None:

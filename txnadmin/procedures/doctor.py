@@ -186,7 +186,7 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
         s.errors["clock"] = "the target's answers carry no Date header, so ages cannot be judged on its clock"
     try:
         _survey_coordinators(admin, s, concurrency)
-        if need & {"max-read-position", "recovery", "snapshots", "leftovers", "batched-log"}:
+        if need & {"max-read-position", "recovery", "snapshots", "leftovers", "batched-log", "coverage"}:
             _survey_topics(admin, s, concurrency, progress)
         if need & {"batched-log", "snapshots", "coordinators"}:
             s.runtime = _read(s, "runtime-config", admin.runtime_config)
@@ -744,17 +744,46 @@ def check_leftovers(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Findin
     return out
 
 
+@check("coverage", "what the survey could not read: namespaces, topics, buffers (unknown), topics not loaded (info)")
+def check_coverage(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
+    """A check that could not read part of the target proves nothing about that part: say which part, and why."""
+    name = "coverage"
+    out: list[Finding] = []
+    for area, reason in sorted(s.errors.items()):
+        if area == "namespaces" or area.startswith(("namespaces of ", "topics of ")):
+            out.append(_unknown(name, area, reason, "grant doctor's role access there (tenant admin or super-user), "
+                                "then run again; nothing in it was checked"))
+    by_status: dict[int, list[str]] = {}
+    for topic, exc in s.buffer_errors.items():
+        by_status.setdefault(exc.status, []).append(topic)
+    for status, topics in sorted(by_status.items()):
+        topics.sort()
+        evidence = {"status": status, "topics": len(topics), "examples": topics[:5],
+                    "reason": s.buffer_errors[topics[0]].reason}
+        if status == 404:
+            out.append(Finding(name, "info", "topics not loaded", evidence,
+                               "a topic no broker has loaded holds no transaction buffer in memory, so nothing on it "
+                               "can be stalled or recovering; its buffer was not read", "nothing to do", []))
+        else:
+            out.append(Finding(name, "unknown", "transaction buffers", evidence,
+                               "these topics' transaction buffers could not be read, so the buffer checks say nothing "
+                               "about them", "run again; for 401/403 grant doctor's role access to those namespaces",
+                               []))
+    return out
+
+
 # Known transaction bugs and the releases that fixed them. ``fixed`` maps a release line (major, minor) to the first
 # fixed patch release of that line; lines newer than every key are fixed, older ones are not. Where only one line is
 # listed, backports to older lines were not verified: the finding says to check the line's release notes.
 # Sources per entry in docs/doctor.md (which says what was verified and how).
 KNOWN_BUGS: list[dict] = [
-    {"issue": 17040, "pr": 18833, "fixed": {(2, 9): (2, 9, 5), (2, 10): (2, 10, 4), (2, 11): (2, 11, 1)},
+    {"ref": 17040, "fix": 18833, "fixed": {(2, 9): (2, 9, 5), (2, 10): (2, 10, 4), (2, 11): (2, 11, 1)},
      "what": "transaction buffer recovery blocked in the snapshot reader's readNext (transactional produce hangs)"},
-    {"issue": 22943, "pr": 23189, "fixed": {(4, 0): (4, 0, 0)},
-     "what": "high CPU from a tailing read while a transaction is ongoing (mitigated; full fix PR #22944 is open)"},
-    {"issue": 23550, "pr": 23551, "fixed": {(4, 2): (4, 2, 0)}, "what": "transactions stuck in COMMITTING"},
-    {"issue": 24945, "pr": None, "fixed": {(4, 2): (4, 2, 0)}, "what": "sends fail forever while a snapshot is taken"},
+    {"ref": 22943, "fix": 23189, "fixed": {(4, 0): (4, 0, 0)},
+     "what": "high CPU from a tailing read while a transaction is ongoing (mitigated; the full fix, PR #22944, is open)"},
+    {"ref": 23550, "fix": 23551, "fixed": {(4, 2): (4, 2, 0)}, "what": "transactions stuck in COMMITTING"},
+    {"ref": 24945, "fix": None, "fixed": {(4, 2): (4, 2, 0)},
+     "what": "transactional sends fail for good when they race the buffer's first snapshot"},
 ]
 
 
@@ -786,11 +815,11 @@ def check_versions(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding
                 continue
             fixed = [".".join(map(str, v)) for _, v in sorted(bug["fixed"].items())]
             out.append(Finding(
-                name, "warning", broker, {"version": text, "fixedIn": fixed, "issue": bug["issue"]},
+                name, "warning", broker, {"version": text, "fixedIn": fixed, "ref": bug["ref"]},
                 f"{text} does not have the fix for: {bug['what']}",
                 f"upgrade to {' / '.join(fixed)} or later (a patch release of your line may backport "
-                f"{'PR #' + str(bug['pr']) if bug['pr'] else 'the fix'}: check its release notes)",
-                [_ref(bug["issue"])] + ([_ref(bug["pr"])] if bug["pr"] else [])))
+                f"{'PR #' + str(bug['fix']) if bug['fix'] else 'PR #' + str(bug['ref'])}: check its release notes)",
+                [_ref(bug["ref"])] + ([_ref(bug["fix"])] if bug["fix"] else [])))
         if version >= (5, 0, 0):
             out.append(Finding(
                 name, "info", broker, {"version": text},
@@ -802,6 +831,7 @@ def check_versions(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding
 
 # Checksums an older RocksDB cannot read, with the release that introduced them (RocksDB HISTORY.md).
 ROCKSDB_NEW_CHECKSUMS = {"kXXH3": "6.27.0"}
+ROCKSDB_FORMAT_6 = "8.6.0"  # format_version=6 (RocksDB 9's default): unreadable before 8.6.0 (RocksDB 9.0.0 notes)
 TABLE_SECTION = "TableOptions/BlockBasedTable"
 
 
@@ -864,20 +894,31 @@ def check_bookie_rocksdb(admin: TransactionsAdmin, s: Survey, t: dict) -> list[F
                     "checksum": table.get("checksum"), "format_version": table.get("format_version"),
                     "confFiles": configured}
         checksum = table.get("checksum")
+        try:
+            fmt = int(table.get("format_version", "0"))
+        except ValueError:
+            fmt = 0
+        needs = []
         if checksum in ROCKSDB_NEW_CHECKSUMS:
-            since = ROCKSDB_NEW_CHECKSUMS[checksum]
+            needs.append((ROCKSDB_NEW_CHECKSUMS[checksum], f"checksum {checksum}"))
+        if fmt >= 6:
+            needs.append((ROCKSDB_FORMAT_6, f"format_version={fmt}"))
+        if needs:
+            since = max(v for v, _ in needs)
+            what = " and ".join(w for _, w in needs)
             out.append(Finding(
-                name, "warning", str(db), evidence,
-                f"the existing files use checksum {checksum}, which RocksDB before {since} cannot read (an older "
-                "bookie fails to start with 'unknown checksum type'); the *_rocksdb.conf files only govern files "
-                "written from now on, so changing them alone does not make the existing ones readable",
+                name, "warning", str(db), dict(evidence, readableFromRocksDB=since),
+                f"the existing files use {what}, which RocksDB before {since} cannot read (an older "
+                "bookie fails to open the database, e.g. 'unknown checksum type 4'); the *_rocksdb.conf files only "
+                "govern files written from now on, so changing them alone does not make the existing ones readable",
                 f"before downgrading BookKeeper, check that its RocksDB is {since} or newer; otherwise set "
-                "checksum=kxxHash (or kCRC32c) in the *_rocksdb.conf files and have the bookie rewrite its "
-                "databases (a full compaction) before the downgrade, then run doctor again",
+                "checksum=kxxHash and format_version=5 in the *_rocksdb.conf files (BookKeeper 4.16+ reads them; "
+                "apache/bookkeeper#3793), have the bookie rewrite its databases (a full compaction), and run doctor "
+                "again until the OPTIONS files say so",
                 [_ref(22051)]))
         else:
             out.append(Finding(name, "info", str(db), evidence,
-                               "the existing files use no checksum an older RocksDB lacks", "nothing to do",
+                               "the existing files use no checksum or format an older RocksDB lacks", "nothing to do",
                                [_ref(22051)]))
     return out
 
@@ -892,6 +933,8 @@ class Report:
     clock: str
     checks: list[str]
     findings: list[Finding]
+    fix: Optional[dict] = None  # with --fix: the plan, and what applying it did
+
 
     def counts(self) -> dict[str, int]:
         return {sev: sum(1 for f in self.findings if f.severity == sev) for sev in SEVERITIES}
@@ -905,7 +948,8 @@ class Report:
                 "checkedAt": datetime.fromtimestamp(self.checked_at / 1000, timezone.utc).isoformat(timespec="seconds"),
                 "findings": [f.to_json() for f in self.findings],
                 "summary": dict(self.counts(), checks=self.checks, clock=self.clock, strict=strict,
-                                healthy=self.healthy(strict))}
+                                healthy=self.healthy(strict)),
+                **({"fix": self.fix} if self.fix is not None else {})}
 
 
 def exit_code(report: Report, strict: bool = False) -> int:
