@@ -583,3 +583,40 @@ def test_bookie_dir_without_databases_is_unknown(monkeypatch, tmp_path):
     assert finding["severity"] == "unknown" and "no RocksDB database" in finding["evidence"]["reason"]
     missing = run_cli(monkeypatch, BrokerStandIn(), "--bookie-dir", str(tmp_path / "nope"))
     assert missing.exit_code == 3 and "not a directory" in missing.stderr
+
+
+# -- garbage from the target ----------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                    max_leaves=8)
+GARBLED = ["/admin/v3/transactions/coordinators", "/admin/v3/transactions/coordinatorStats",
+           "/admin/v3/transactions/slowTransactions", "/admin/v3/transactions/transactionBufferStats",
+           "/admin/v3/transactions/pendingAckStats", "/admin/v2/tenants", "/admin/v2/namespaces",
+           "/admin/v2/persistent", "/admin/v2/brokers/configuration/runtime", "/admin/v3/transactions/coordinatorInternalStats"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prefix=st.sampled_from(GARBLED), garbage=JSON, stuck=st.booleans())
+def test_garbage_answers_never_make_a_traceback(monkeypatch, prefix, garbage, stuck):
+    standin = BrokerStandIn()
+    if stuck:
+        open_transaction(standin.state, "(0,3)", opened_ago_ms=3_600_000, timeout_ms=60_000, produced=[TOPIC])
+    original = standin._route
+
+    def route(method, path, params):
+        if path.startswith(prefix):
+            return 200, garbage
+        return original(method, path, params)
+
+    standin._route = route
+    result = run_cli(monkeypatch, standin, "-o", "json", "--fix", "--dry-run")
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code in (0, 1, 3), result.output
+    if result.exit_code != 3:
+        json.loads(result.stdout)
+    else:
+        assert len(result.stderr.strip().splitlines()) == 1

@@ -117,6 +117,15 @@ def _position(text: Any) -> Optional[tuple[int, int]]:
         return None
 
 
+# What a garbled answer (a list where Pulsar sends an object, a string where it sends a number) raises in the
+# code that reads it. Caught per survey part and per check: doctor reports it as unknown, never a traceback.
+MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def _malformed(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
 def _problem(exc: Exception) -> str:
     if isinstance(exc, AdminError):
         return f"HTTP {exc.status}: {exc.reason}" if exc.status else exc.reason
@@ -185,9 +194,18 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
     if now is None:
         s.errors["clock"] = "the target's answers carry no Date header, so ages cannot be judged on its clock"
     try:
-        _survey_coordinators(admin, s, concurrency)
+        try:
+            _survey_coordinators(admin, s, concurrency)
+        except MALFORMED as exc:
+            s.coordinators, s.coordinator_stats, s.transactions = None, {}, {}
+            s.coordinator_errors.clear()
+            s.errors["coordinators"] = f"an answer doctor cannot read: {_malformed(exc)}"
         if need & {"max-read-position", "recovery", "snapshots", "leftovers", "batched-log", "coverage"}:
-            _survey_topics(admin, s, concurrency, progress)
+            try:
+                _survey_topics(admin, s, concurrency, progress)
+            except MALFORMED as exc:
+                s.buffers, s.stores = {}, []
+                s.errors["namespaces"] = f"an answer doctor cannot read: {_malformed(exc)}"
         if need & {"batched-log", "snapshots", "coordinators"}:
             s.runtime = _read(s, "runtime-config", admin.runtime_config)
         if "versions" in need:
@@ -244,6 +262,13 @@ def _resolve(store: str, plain: set[str]) -> tuple[Optional[str], Optional[str],
     return candidates[0][0], candidates[0][1], candidates[1:]
 
 
+def _names(value: Any) -> set[str]:
+    """A topic listing as Pulsar sends it: a list of strings; anything else is a malformed answer."""
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"expected a list of topic names, got {type(value).__name__}")
+    return set(value)
+
+
 def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progress: Progress) -> None:
     tenants = _read(s, "namespaces", admin.list_tenants)
     if tenants is None:
@@ -255,7 +280,7 @@ def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progre
         listed = list(pool.map(lambda ns: (ns, _read(s, f"topics of {ns}", admin.list_topics, ns, True)), namespaces))
     for ns, topics in listed:
         if topics is not None:
-            s.topics[ns] = set(topics)
+            s.topics[ns] = _names(topics)
     plain: list[str] = []
     stores: list[Store] = []
     for ns, topics in s.topics.items():
@@ -386,11 +411,12 @@ def check_coordinators(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Fin
     system = s.topics.get(TC_SYSTEM_NAMESPACE)
     if system is None and "coordinators" not in s.errors and ids:
         try:
-            system = set(admin.list_topics(TC_SYSTEM_NAMESPACE, True))
+            system = _names(admin.list_topics(TC_SYSTEM_NAMESPACE, True))
         except TargetUnreachableError:
             raise
-        except AdminError as exc:
-            out.append(_unknown(name, "transaction_coordinator_assign", f"listing {TC_SYSTEM_NAMESPACE}: {_problem(exc)}",
+        except (AdminError, ValueError) as exc:
+            reason = _problem(exc) if isinstance(exc, AdminError) else f"an answer doctor cannot read: {exc}"
+            out.append(_unknown(name, "transaction_coordinator_assign", f"listing {TC_SYSTEM_NAMESPACE}: {reason}",
                                 "grant the doctor's role access to pulsar/system, or run it as a super-user"))
     if system is not None and ids:
         prefix = TC_ASSIGN.format("")
@@ -412,6 +438,9 @@ def check_stuck(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
     name = "stuck-transactions"
     if s.tc_disabled is not None:
         return _tc_disabled_unknown(name, s)
+    if s.coordinators is None:
+        return [_unknown(name, "cluster", f"coordinators: {s.errors.get('coordinators', 'not read')}",
+                         "see the coordinators finding; no transaction was checked")]
     out: list[Finding] = []
     for tc_id, exc in sorted(s.coordinator_errors.items()):
         if tc_id in s.coordinator_stats:  # stats answered, the transaction listing did not
@@ -504,7 +533,11 @@ def check_max_read_position(admin: TransactionsAdmin, s: Survey, t: dict) -> lis
         known = sorted(by_topic.get(topic, []))
         if not known:
             if s.coordinator_errors or s.coordinators is None:
-                continue  # some coordinator was not read: the stuck check already says unknown
+                out.append(_unknown(name, topic, f"{ongoing} ongoing transaction(s) hold the max read position "
+                                    f"{stats.get('maxReadPosition')} behind {internal.get('lastConfirmedEntry')}, and "
+                                    "not every coordinator could be read to tell how old they are",
+                                    "see the coordinators finding, then run again"))
+                continue
             out.append(Finding(
                 name, "warning", topic, evidence,
                 f"{ongoing} transaction(s) hold this topic's max read position, and no coordinator lists one of them "
@@ -538,6 +571,8 @@ def check_max_read_position(admin: TransactionsAdmin, s: Survey, t: dict) -> lis
 
 def _recovering(stats: dict, now: Optional[int], threshold: float) -> Optional[dict]:
     state = stats.get("state")
+    if not isinstance(state, str):
+        raise ValueError(f"stats without a state: {str(stats)[:100]}")
     if state in READY_STATES:
         return None
     start = int(stats.get("recoverStartTime") or 0)
@@ -549,8 +584,14 @@ def _recovering(stats: dict, now: Optional[int], threshold: float) -> Optional[d
         evidence.update(recoveringForMs=now - start, recoveringFor=_age(now - start))
         return evidence if now - start >= threshold else None
     if not start:
-        return dict(evidence, note="recovery has not started")
+        return dict(evidence, note="not Ready and no recovery started")
     return None
+
+
+def _recovery_severity(evidence: dict) -> str:
+    """Critical when the clock proves the recovery overran; a component not Ready that never started recovering may
+    be loading right now (nothing says for how long), so that one is unknown: run again."""
+    return "unknown" if "note" in evidence else "critical"
 
 
 @check("recovery", "buffers, pending-ack stores and coordinators whose recovery started and never ended")
@@ -562,14 +603,14 @@ def check_recovery(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding
     for tc_id, stats in sorted(s.coordinator_stats.items()):
         ev = _recovering(stats, s.now_ms, t["recovery"])
         if ev:
-            out.append(Finding(name, "critical", f"coordinator {tc_id}", ev,
+            out.append(Finding(name, _recovery_severity(ev), f"coordinator {tc_id}", ev,
                                "the coordinator's log replay has not finished: every transaction on it fails until it does",
                                f"read the owning broker's log for the replay error; unload "
                                f"`{TC_ASSIGN.format(tc_id)}` to retry", [_ref(18923)]))
     for topic, stats in sorted(s.buffers.items()):
         ev = _recovering(stats, s.now_ms, t["recovery"])
         if ev:
-            out.append(Finding(name, "critical", topic, ev,
+            out.append(Finding(name, _recovery_severity(ev), topic, ev,
                                "the transaction buffer never finished recovering: producers and consumers of this topic hang",
                                f"unload the topic (`pulsar-admin topics unload {topic}`) to retry; if it repeats, read the "
                                "broker log around the snapshot reader (upgrade past the fixes below)",
@@ -579,7 +620,7 @@ def check_recovery(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding
             continue
         ev = _recovering(store.stats, s.now_ms, t["recovery"])
         if ev:
-            out.append(Finding(name, "critical", f"{store.topic} {store.subscription}", dict(ev, store=store.name),
+            out.append(Finding(name, _recovery_severity(ev), f"{store.topic} {store.subscription}", dict(ev, store=store.name),
                                "the pending-ack store's replay never finished: consumers of this subscription time out "
                                "on subscribe and transactional acks fail",
                                f"unload the topic (`pulsar-admin topics unload {store.topic}`) to retry; a replay that "
@@ -982,6 +1023,9 @@ def run(admin: TransactionsAdmin, target: str, only: Optional[list[str]] = None,
             findings += CHECKS[name](admin, s, t)
         except TargetUnreachableError as exc:
             raise DoctorError(f"cannot read the target: {exc.reason}") from None
+        except MALFORMED as exc:  # an answer not shaped as Pulsar's: this check proves nothing, the others still run
+            findings.append(_unknown(name, "target", f"an answer doctor cannot read: {_malformed(exc)}",
+                                     "compare the target's admin API with Pulsar's (docs/doctor.md lists the calls)"))
     order = {sev: i for i, sev in enumerate(reversed(SEVERITIES))}
     findings.sort(key=lambda f: (order[f.severity], f.check, f.subject))
     return Report(target, s.now_ms if s.now_ms is not None else int(time.time() * 1000),
