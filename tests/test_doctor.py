@@ -620,3 +620,21 @@ def test_garbage_answers_never_make_a_traceback(monkeypatch, prefix, garbage, st
         json.loads(result.stdout)
     else:
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_pulsar_5_encoded_subscription_in_a_store_name_is_not_a_leftover():
+    standin = BrokerStandIn()
+    standin.state["topics"][TOPIC]["subscriptions"]["team/a"] = dict(standin.state["topics"][TOPIC]["subscriptions"]["billing"])
+    standin.state["topics"][TOPIC]["internal"]["cursors"]["team/a"] = {}
+    # Pulsar 5 names the store with the subscription URL-encoded (PR #25727); the stand-in lists the raw name too
+    standin.state["extra_system_topics"] = [f"{TOPIC}-team%2Fa__transaction_pending_ack"]
+    original = standin._route
+
+    def route(method, path, params):
+        status, body = original(method, path, params)
+        if path.endswith("/topics") and "public" in path:
+            body = [n for n in body if n != f"{TOPIC}-team/a__transaction_pending_ack"]
+        return status, body
+
+    standin._route = route
+    assert not bad(report(standin, only=["leftovers", "recovery"]))

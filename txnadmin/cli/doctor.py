@@ -142,7 +142,7 @@ def _render(report, target, strict: bool) -> None:
     for f in report.findings:
         style = SEVERITY_STYLE[f.severity]
         console.print(f"[{style}]{f.severity.upper():8}[/] {escape(f.check)}  {escape(f.subject)}")
-        evidence = ", ".join(f"{k}={v}" for k, v in f.evidence.items() if v not in (None, [], {}))
+        evidence = ", ".join(f"{k}={_text(v)}" for k, v in f.evidence.items() if v not in (None, [], {}))
         console.print(f"  evidence: {escape(evidence)}")
         console.print(f"  why: {escape(f.why)}")
         console.print(f"  fix: {escape(f.fix)}")
@@ -152,3 +152,15 @@ def _render(report, target, strict: bool) -> None:
     verdict = "healthy" if report.healthy(strict) else "NOT healthy"
     console.print(f"{verdict}: " + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "unknown", "info"))
                   + f" ({len(report.checks)} checks)")
+
+
+def _text(value) -> str:
+    """Evidence for people: lists joined, maps as k=v, long lists cut (the JSON output has everything)."""
+    if isinstance(value, list):
+        shown = ", ".join(_text(v) for v in value[:5])
+        return f"[{shown}{f', … {len(value) - 5} more' if len(value) > 5 else ''}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

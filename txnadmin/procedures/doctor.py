@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
+from urllib.parse import unquote
 
 from ..admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin, TxnId,
@@ -142,6 +143,7 @@ class Store:
     subscription: Optional[str]
     stats: Optional[dict] = None
     error: Optional[AdminError] = None
+    others: list[tuple[str, str]] = field(default_factory=list)  # other (topic, sub) splits of an ambiguous name
 
 
 @dataclass
@@ -287,8 +289,8 @@ def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progre
         ns_plain = {t for t in topics if not _is_system(t)}
         plain += sorted(ns_plain)
         for name in sorted(t for t in topics if t.endswith(PENDING_ACK_SUFFIX)):
-            topic, sub, _ = _resolve(name, ns_plain)
-            stores.append(Store(name, topic, sub))
+            topic, sub, others = _resolve(name, ns_plain)
+            stores.append(Store(name, topic, sub, others=others))
     total = len(plain) + len(stores)
     done = 0
 
@@ -303,12 +305,23 @@ def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progre
     def pending(store: Store):
         if store.topic is None:
             return store
-        try:
-            store.stats = admin.pending_ack_stats(store.topic, store.subscription)
-        except TargetUnreachableError:
-            raise
-        except AdminError as exc:
-            store.error = exc
+        # The name's split is a guess when topic or subscription holds '-', and Pulsar 5 URL-encodes the subscription
+        # in the name (PR #25727): on a 404, try the other readings before calling the store a leftover.
+        readings = [(store.topic, store.subscription)]
+        readings += [(t, unquote(sub)) for t, sub in readings if unquote(sub) != sub] + store.others
+        readings += [(t, unquote(sub)) for t, sub in store.others if unquote(sub) != sub]
+        for topic, sub in readings:
+            try:
+                store.stats = admin.pending_ack_stats(topic, sub)
+                store.topic, store.subscription, store.error = topic, sub, None
+                return store
+            except TargetUnreachableError:
+                raise
+            except NotFoundError as exc:
+                store.error = store.error or exc
+            except AdminError as exc:
+                store.error = exc
+                return store
         return store
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
