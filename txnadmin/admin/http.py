@@ -691,6 +691,28 @@ def _has_json_reason(response: httpx.Response) -> bool:
                 other.close()
 
 
+    # -- what `txnadmin doctor` reads besides the above ---------------------------------------
+    def topic_internal_stats(self, topic: str) -> Json:
+        return self._request("GET", f"/admin/v2/persistent/{topic_path(topic)}/internalStats")
+
+    def broker_time_ms(self) -> Optional[int]:
+        from email.utils import parsedate_to_datetime
+
+        response = self._send("GET", "/admin/v2/brokers/version", {}, None)
+        if response.status_code != 200:
+            self._result(response)
+        try:
+            return int(parsedate_to_datetime(response.headers["date"]).timestamp() * 1000)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None  # no (or a garbled) Date header: the caller says it cannot judge ages
+
+    def metrics_text(self) -> str:
+        response = self._send("GET", "/metrics/", {}, None)
+        if response.status_code != 200:
+            self._result(response)
+        return response.text
+
+
 def _reason(response: httpx.Response) -> str:
     """Pulsar's ``{"reason": …}`` or a short plain-text body, on one line; HTML pages give the status phrase."""
     raw = response.content

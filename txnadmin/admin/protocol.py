@@ -156,3 +156,15 @@ class TransactionsAdmin(Protocol):
 
     def broker_runtime_config(self, broker: str) -> dict[str, str]:
         """[GET http(s)://{broker}/admin/v2/brokers/configuration/runtime] one named broker's effective values."""
+
+    # -- what `txnadmin doctor` reads besides the above ---------------------------------------
+    def topic_internal_stats(self, topic: str) -> Json:
+        """[GET /admin/v2/persistent/{t}/{ns}/{topic}/internalStats] ManagedLedgerInternalStats + ``cursors``
+        (one per subscription): ``lastConfirmedEntry`` is what a transaction buffer's max read position chases."""
+
+    def broker_time_ms(self) -> Optional[int]:
+        """The target's clock in epoch ms: the ``Date`` header of [GET /admin/v2/brokers/version] (1 s
+        resolution), ``None`` when the answer carries none. Timeouts are judged on this, never on ours."""
+
+    def metrics_text(self) -> str:
+        """[GET /metrics/] the broker's Prometheus exposition (text format 0.0.4)."""

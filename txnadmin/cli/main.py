@@ -17,6 +17,7 @@ from typer.core import TyperGroup, TyperOption
 from typer.exceptions import TyperException
 
 from .. import __version__
+from . import doctor as doctor_cli
 from . import downgrade
 from . import engine as engine_cli
 from . import inspect
@@ -162,6 +163,7 @@ app.command("serve")(serve_cli.serve)
 app.command("target")(target_cli.target)
 app.command("upgrade")(upgrade_cli.upgrade)
 app.command("metrics")(metrics_cli.metrics)
+app.command("doctor")(doctor_cli.doctor)
 app.add_typer(transactions.app, name="transactions")
 app.add_typer(transactions.app, name="txn", hidden=True)
 
