@@ -616,6 +616,57 @@ class HttpAdmin:
         return {host: text}
 
 
+    # -- cluster identity and brokers ---------------------------------------------------------
+    def list_clusters(self) -> list[str]:
+        return self._request("GET", "/admin/v2/clusters", shape=SHAPES["strings"])
+
+    def active_brokers(self, cluster: str) -> list[str]:
+        return self._request("GET", f"/admin/v2/brokers/{quote(cluster, safe='')}", shape=SHAPES["strings"])
+
+    def internal_configuration(self) -> Json:
+        return self._request("GET", "/admin/v2/brokers/internal-configuration") or {}
+
+    def broker_runtime_config(self, broker: str) -> dict[str, str]:
+        """Ask ``broker`` itself (same scheme, credentials and TLS as this admin): only it knows its values."""
+        import copy
+
+        scheme = httpx.URL(self.base_url).scheme
+        if httpx.URL(self.base_url).netloc.decode() == broker:
+            return self.runtime_config()
+        other = copy.copy(self)
+        other.base_url = f"{scheme}://{broker}"
+        other._proxy = _environment_proxy(other.base_url)
+        other._local = threading.local()
+        other._transports = {}
+        other._transports_lock = threading.Lock()
+        try:
+            return other.runtime_config()
+        finally:
+            if self._shared_transport is None:
+                other.close()
+
+    # -- what `txnadmin doctor` reads besides the above ---------------------------------------
+    def topic_internal_stats(self, topic: str) -> Json:
+        return self._request("GET", f"/admin/v2/persistent/{topic_path(topic)}/internalStats")
+
+    def broker_time_ms(self) -> Optional[int]:
+        from email.utils import parsedate_to_datetime
+
+        response = self._call("GET", "/admin/v2/brokers/version", {}, None)
+        if response.status_code != 200:
+            self._result(response)
+        try:
+            return int(parsedate_to_datetime(response.headers["date"]).timestamp() * 1000)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None  # no (or a garbled) Date header: the caller says it cannot judge ages
+
+    def metrics_text(self) -> str:
+        response = self._call("GET", "/metrics/", {}, None)
+        if response.status_code != 200:
+            self._result(response)
+        return response.text
+
+
 _VERSION = re.compile(r"\d+\.\d+(\.\d+)?([.+-][0-9A-Za-z.+-]*)?$")
 
 
@@ -660,57 +711,6 @@ def _has_json_reason(response: httpx.Response) -> bool:
     except (ValueError, RecursionError):
         return False
     return isinstance(data, dict) and bool(data.get("reason"))
-
-    # -- cluster identity and brokers ---------------------------------------------------------
-    def list_clusters(self) -> list[str]:
-        return self._request("GET", "/admin/v2/clusters") or []
-
-    def active_brokers(self, cluster: str) -> list[str]:
-        return self._request("GET", f"/admin/v2/brokers/{quote(cluster, safe='')}") or []
-
-    def internal_configuration(self) -> Json:
-        return self._request("GET", "/admin/v2/brokers/internal-configuration") or {}
-
-    def broker_runtime_config(self, broker: str) -> dict[str, str]:
-        """Ask ``broker`` itself (same scheme, credentials and TLS as this admin): only it knows its values."""
-        import copy
-
-        scheme = httpx.URL(self.base_url).scheme
-        if httpx.URL(self.base_url).netloc.decode() == broker:
-            return self.runtime_config()
-        other = copy.copy(self)
-        other.base_url = f"{scheme}://{broker}"
-        other._proxy = _environment_proxy(other.base_url)
-        other._local = threading.local()
-        other._transports = {}
-        other._transports_lock = threading.Lock()
-        try:
-            return other.runtime_config()
-        finally:
-            if self._shared_transport is None:
-                other.close()
-
-
-    # -- what `txnadmin doctor` reads besides the above ---------------------------------------
-    def topic_internal_stats(self, topic: str) -> Json:
-        return self._request("GET", f"/admin/v2/persistent/{topic_path(topic)}/internalStats")
-
-    def broker_time_ms(self) -> Optional[int]:
-        from email.utils import parsedate_to_datetime
-
-        response = self._send("GET", "/admin/v2/brokers/version", {}, None)
-        if response.status_code != 200:
-            self._result(response)
-        try:
-            return int(parsedate_to_datetime(response.headers["date"]).timestamp() * 1000)
-        except (KeyError, TypeError, ValueError, IndexError):
-            return None  # no (or a garbled) Date header: the caller says it cannot judge ages
-
-    def metrics_text(self) -> str:
-        response = self._send("GET", "/metrics/", {}, None)
-        if response.status_code != 200:
-            self._result(response)
-        return response.text
 
 
 def _reason(response: httpx.Response) -> str:
