@@ -218,3 +218,31 @@ def test_wait_timeout_bounds_a_hung_target(tmp_path):
         finally:
             hung.release.set()
         assert err.value.exit_code == 3 and time.monotonic() - t < 30
+
+
+def test_a_store_deleted_mid_wait_counts_as_done_and_an_idle_one_does_not(tmp_path):
+    """Through a real `txnadmin serve`: the deleted store is done, the idle store unloaded by start keeps waiting."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from txnadmin.admin.http import HttpAdmin
+    from txnadmin.cli.main import app
+
+    from serve_helpers import serving
+
+    d = tmp_path / "e"
+    with open_engine(d, **BATCHED) as engine:
+        load(engine)
+    runner = CliRunner()
+    state = str(tmp_path / "s.json")
+    with serving(d, tmp_path / "home") as (url, token):
+        assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state", state]).exit_code == 0
+        HttpAdmin(url, token=token).delete_subscription("persistent://public/default/t", "s")
+        result = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", state, "-o", "json"])
+    report = _json.loads(result.stdout)
+    by_name = {c["name"]: c for c in report["components"]}
+    deleted = by_name["persistent://public/default/t-s__transaction_pending_ack"]
+    assert deleted["done"] and "deleted" in deleted["reason"]
+    idle = by_name["persistent://public/default/u-s__transaction_pending_ack"]
+    assert not idle["done"] and result.exit_code == 1
