@@ -95,6 +95,15 @@ def main() -> None:
                 t = time.perf_counter()
                 report = status(admin, state, concurrency=c)
                 rows.append((str(c), time.perf_counter() - t, len(report.logs)))
+            # Same run, same load: what the old status did per store (internal stats only, no identity, no
+            # broker checks, no recoverStartTime), as the comparison for the evidence added since.
+            from concurrent.futures import ThreadPoolExecutor
+
+            stores = [(v["topic"], v["subscription"]) for v in recorded["pendingAckStores"].values()]
+            t = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                list(pool.map(lambda ts: admin.pending_ack_internal_stats(*ts), stores))
+            rows.append(("16, old evidence only (reference)", time.perf_counter() - t, len(stores)))
             # Worst case: every log's newest ledger changed since the last poll (all rolled over), so each
             # one also needs its stats call for recoverStartTime: two calls per store.
             forget_confirmed(state)

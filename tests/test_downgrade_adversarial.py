@@ -246,3 +246,26 @@ def test_a_store_deleted_mid_wait_counts_as_done_and_an_idle_one_does_not(tmp_pa
     assert deleted["done"] and "deleted" in deleted["reason"]
     idle = by_name["persistent://public/default/u-s__transaction_pending_ack"]
     assert not idle["done"] and result.exit_code == 1
+
+
+def test_a_store_created_while_batching_was_briefly_on_is_not_ignored(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        admin = LocalAdmin(engine)
+        load(engine)
+        start(admin, tmp_path / "s.json")
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "true")
+        traffic(engine, 30, "late", "s")  # a new subscription opens its store while batching is on
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "false")
+        for _ in range(4):
+            load(engine, 30)
+            report = checked_status(engine, admin, tmp_path / "s.json")
+            assert not report.safe
+            assert [l.name for l in report.groups()["created since recording"]] == [
+                "persistent://public/default/late-s__transaction_pending_ack"]
+        assert start(admin, tmp_path / "s.json")["rerecorded"] == 1
+        for _ in range(12):
+            traffic(engine, 20, "late", "s")
+            load(engine)
+            if checked_status(engine, admin, tmp_path / "s.json").safe:
+                break
+        assert checked_status(engine, admin, tmp_path / "s.json").safe

@@ -53,6 +53,7 @@ KIND_TRIMMING = "not trimmed yet"
 KIND_NOT_REOPENED = "store not reopened"
 KIND_REOPENED = "reopened since recording"
 KIND_NOT_LOADED = "store not loaded"
+KIND_UNRECORDED = "created since recording"
 
 
 class DowngradeError(Exception):
@@ -282,14 +283,6 @@ def _resolve_store(admin: TransactionsAdmin, store: str, topics: set[str]) -> di
 
 def _namespace(topic: str) -> str:
     return topic.split("://", 1)[1].rsplit("/", 1)[0]
-
-
-def listed_stores(admin: TransactionsAdmin, stores: list[str], concurrency: int = 16) -> set[str]:
-    """Which of ``stores`` the topic listing still shows (one listing per namespace)."""
-    namespaces = sorted({_namespace(s) for s in stores})
-    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(namespaces)))) as pool:
-        lists = list(pool.map(lambda ns: _call(admin.list_topics, ns, True), namespaces))
-    return {t for topics in lists for t in topics}
 
 
 # -- plan ---------------------------------------------------------------------------------------
@@ -624,18 +617,27 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                                                                           key=lambda kv: int(kv[0]))]
     stores = [(_Log(admin, "pending-ack", k, rec), rec) for k, rec in sorted(state["pendingAckStores"].items())]
     jobs = coord + stores
-    listed_box: dict[str, set[str]] = {}
+    # Logs that exist now but were never recorded may have opened while batching was on: they are part of the
+    # proof too. One listing per namespace (also what tells "deleted" from "not loaded").
+    namespaces = [ns for tenant in _call(admin.list_tenants) for ns in _call(admin.list_namespaces, tenant)]
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(namespaces)))) as pool:
+        listing = {t for topics in pool.map(lambda ns: _call(admin.list_topics, ns, True), namespaces)
+                   for t in topics}
+    unrecorded = [LogStatus("pending-ack", name, None, None, False, "created since recording: it may have opened "
+                            "while batching was on", REOPENED_HINT, kind=KIND_UNRECORDED)
+                  for name in sorted(listing) if name.endswith(PENDING_ACK_SUFFIX)
+                  and name not in state["pendingAckStores"]]
+    unrecorded += [LogStatus("coordinator", f"__transaction_log_{c['id']}", None, None, False, "created since "
+                             "recording (coordinators scaled up)", REOPENED_HINT, extra={"coordinatorId": int(c["id"])},
+                             kind=KIND_UNRECORDED)
+                   for c in _call(admin.list_coordinators) if str(c["id"]) not in state["coordinators"]]
 
     def listed() -> set[str]:
-        if "v" not in listed_box:
-            listed_box["v"] = listed_stores(admin, [log.key for log, _ in stores], concurrency)
-        return listed_box["v"]
+        return listing
 
     def one(job) -> tuple[LogStatus, Optional[int]]:
         log, rec = job
-        verdict, ids, confirmed = _evidence(log, rec, None, state_path, state)
-        if verdict is not None and verdict.kind == KIND_NOT_LOADED:
-            verdict, ids, confirmed = _evidence(log, rec, listed(), state_path, state)
+        verdict, ids, confirmed = _evidence(log, rec, listed(), state_path, state)
         if verdict is not None:
             return verdict, confirmed
         if log.component == "coordinator":
@@ -652,6 +654,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                 changed = True
             if progress:
                 progress(len(logs), len(jobs))
+    logs += unrecorded
     if changed:
         save_state(state_path, state)
     verification = state.get("verification")
