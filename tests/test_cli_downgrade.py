@@ -121,21 +121,24 @@ def test_verify_folds_the_scan_into_the_verdict(tmp_path):
     with _running(d):
         assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state",
                                    str(state)]).exit_code == 0
-        dirty = runner.invoke(app, ["downgrade", "verify", "--dumps", str(tmp_path / "before" / "ledgers"),
-                                    "--ledgers", str(tmp_path / "before" / "ledgers.txt"), "--state", str(state),
-                                    "--engine", "python", "-o", "json"])
-        assert dirty.exit_code == 1 and json.loads(dirty.stdout)["verdict"] == "batched"
-        # The logs get done, but the recorded scan said batched: never safe on that.
-        held = runner.invoke(app, ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state), "--timeout", "8",
-                                   "--interval", "0.5", "-o", "json"])
-        assert held.exit_code == 1 and json.loads(held.stdout)["safe"] is False
-    # The engine is stopped: a dump of it now is what the bookies hold after the wait.
-    assert runner.invoke(app, ["engine", "dump", str(d), "--out", str(tmp_path / "after")]).exit_code == 0
-    report = json.loads(held.stdout)
-    if report["waiting"] == 0:  # every log was proven done, so the dump must be clean
-        clean = runner.invoke(app, ["downgrade", "verify", "--dumps", str(tmp_path / "after" / "ledgers"),
-                                    "--ledgers", str(tmp_path / "after" / "ledgers.txt"), "--state", str(state),
-                                    "--engine", "python"])
-        assert clean.exit_code == 0, clean.output
-        final = json.loads(state.read_text())
-        assert final["verification"]["verdict"] == "clean"
+    dirty = runner.invoke(app, ["downgrade", "verify", "--dumps", str(tmp_path / "before" / "ledgers"), "--ledgers",
+                                str(tmp_path / "before" / "ledgers.txt"), "--state", str(state), "--engine", "python",
+                                "-o", "json"])
+    assert dirty.exit_code == 1 and json.loads(dirty.stdout)["verdict"] == "batched"
+    _load(d, "3")
+    status = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state), "-o", "json"])
+    assert json.loads(status.stdout)["safe"] is False  # the recorded scan said batched
+    # More traffic rolls and trims the batched ledgers; how much depends on the machine's speed, so load in rounds
+    # until the dump proves clean (bounded) rather than for a fixed time.
+    for attempt in range(8):
+        after = tmp_path / f"after-{attempt}"
+        assert runner.invoke(app, ["engine", "dump", str(d), "--out", str(after)]).exit_code == 0
+        clean = runner.invoke(app, ["downgrade", "verify", "--dumps", str(after / "ledgers"), "--ledgers",
+                                    str(after / "ledgers.txt"), "--state", str(state), "--engine", "python"])
+        if clean.exit_code != 1:
+            break
+        _load(d, "2")
+    assert clean.exit_code == 0, clean.output
+    final = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state), "-o", "json"])
+    assert json.loads(final.stdout)["verification"]["verdict"] == "clean"
+    assert final.exit_code == 1  # clean dumps, but the engine restarted (reopened) since recording: not a proof

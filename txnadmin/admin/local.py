@@ -273,3 +273,18 @@ class LocalAdmin:
         if broker != self._broker_id():
             raise NotFoundError(f"Broker {broker} is not active in this engine")
         return self.engine.config.engineBrokerVersion
+
+    # -- what `txnadmin doctor` reads besides the above ---------------------------------------
+    @_admin_errors
+    def topic_internal_stats(self, topic: str) -> Json:
+        return self.engine.topic(topic, create=False).ledger.internal_stats()
+
+    @_admin_errors
+    def broker_time_ms(self) -> Optional[int]:
+        return int(self.engine.clock_ms())
+
+    @_admin_errors
+    def metrics_text(self) -> str:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.engine.registry).decode()

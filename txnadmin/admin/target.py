@@ -155,7 +155,9 @@ def _resolve(admin_url: Optional[str], conf: Optional[Path]) -> Target:
 
 
 def _tls(values: dict[str, str]) -> dict:
-    keys = ("tlsTrustCertsFilePath", "tlsAllowInsecureConnection", "tlsEnableHostnameVerification")
+    # The last three are read by the auth plugins (admin/auth.py), not by the TLS context itself.
+    keys = ("tlsTrustCertsFilePath", "tlsAllowInsecureConnection", "tlsEnableHostnameVerification",
+            "useKeyStoreTls", "tlsCertificateFilePath", "tlsKeyFilePath")
     return {k: values.get(k) or None for k in keys}
 
 

@@ -314,7 +314,7 @@ def verify(
     engine: str = typer.Option("auto", "--engine", help="auto, spark or python."),
     output: str = OutputOpt,
 ) -> None:
-    """Scan dumps for batched entries and fold the result into the verdict (0 clean, 1 batched, 3 unreadable)."""
+    """Scan dumps for batched entries and fold the result into the verdict (0 clean, 1 batched, 3 incomplete)."""
     from ..procedures.downgrade import record_verification
     from ..scan import ScanInputError, run_scan
 
@@ -322,14 +322,17 @@ def verify(
         result = run_scan([str(p) for p in dumps], ledgers_file=ledgers, engine=engine)
     except ScanInputError as exc:
         fail(str(exc), EXIT_UNREADABLE)
-    summary = {"verdict": result.verdict, "liveBatchedEntries": result.live_batched_entries, "engine": result.engine}
+    summary = {"verdict": result.verdict, "liveBatchedEntries": result.live_batched_entries, "engine": result.engine,
+               "reasons": result.reasons[:20]}
     _guard(record_verification, state, summary)
     if output == "json":
         print_json(summary)
     else:
         typer.echo(f"scan ({result.engine}): {result.verdict}, {result.live_batched_entries} batched entries in live "
                    "transaction ledgers")
-    raise typer.Exit(EXIT_OK if result.verdict == "clean" else EXIT_FAILURE)
+        for reason in result.reasons[:20]:
+            typer.echo(f"  not proven: {reason}")
+    raise typer.Exit(result.exit_code)  # 0 clean, 1 batched, 3 incomplete: the scan's own codes
 
 
 @app.command("reset")

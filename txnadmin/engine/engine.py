@@ -327,18 +327,30 @@ class Engine:
 
     def _drive_end(self, tc: TransactionCoordinator, meta: TxnMeta, commit: bool) -> None:
         txn = meta.txn_id
+        # Every marker and every pending-ack end is written at once and then awaited, as Pulsar's broker sends
+        # them all and waits for all: one group commit instead of one sync per topic and subscription.
+        waits: list[tuple] = []
         for topic in list(meta.produced_partitions):
-            self.topic(topic).end_transaction(txn, commit)
+            waits.append((None, None, 0, self.topic(topic).end_transaction_async(txn, commit)))
         for topic, sub in list(meta.acked_partitions):
             t = self.topic(topic)
-            started, ended = time.perf_counter_ns(), False
+            started = time.perf_counter_ns()
+            waits.append((t, sub, started, self.store(topic, sub).end_async(txn, commit, t.subscription(sub))))
+        failure: BaseException | None = None
+        for t, sub, started, finish in waits:
             try:
-                self.store(topic, sub).end(txn, commit, t.subscription(sub))
-                ended = True
-            finally:
-                self.tp_metrics.record_end(t.name, sub, commit, ended, time.perf_counter_ns() - started)
-            if not commit:
-                t.redeliver(sub)
+                finish()
+            except BaseException as exc:  # wait for the others too, then report the first failure
+                failure = failure or exc
+                if t is not None:
+                    self.tp_metrics.record_end(t.name, sub, commit, False, time.perf_counter_ns() - started)
+                continue
+            if t is not None:
+                self.tp_metrics.record_end(t.name, sub, commit, True, time.perf_counter_ns() - started)
+                if not commit:
+                    t.redeliver(sub)
+        if failure is not None:
+            raise failure
         tc.update_status(meta.seq, COMMITTED if commit else ABORTED, COMMITTING if commit else ABORTING)
         self.txn_ended.labels(str(tc.tc_id), "committed" if commit else "aborted").inc()
 
@@ -455,6 +467,7 @@ class Engine:
             mls = self._managed_ledgers()
         trimmed = set()
         for ml in mls:
+            ml.flush_cursors()
             ml.maybe_rollover()
             if ml.trim():
                 trimmed.add(ml.name)
