@@ -269,3 +269,21 @@ def test_a_store_created_while_batching_was_briefly_on_is_not_ignored(tmp_path):
             if checked_status(engine, admin, tmp_path / "s.json").safe:
                 break
         assert checked_status(engine, admin, tmp_path / "s.json").safe
+
+
+def test_growing_batched_writer_flushes_on_metrics_mean_not_safe(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        admin = LocalAdmin(engine)
+        load(engine)
+        start(admin, tmp_path / "s.json")
+        report = until_safe(engine, admin, tmp_path / "s.json")
+        assert report.safe
+        # A store the tool does not know of keeps batching (here: its writer switched back on behind our back).
+        store = engine.stores[("persistent://public/default/t", "s")]
+        from dataclasses import replace
+
+        store.update_writer_config(replace(store.writer_config, enabled=True))
+        traffic(engine, 20, "t", "s")
+        report = status(admin, tmp_path / "s.json")
+        assert not report.safe
+        assert [l.kind for l in report.waiting] == ["batched writer still flushing"]

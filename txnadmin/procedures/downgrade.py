@@ -54,6 +54,8 @@ KIND_NOT_REOPENED = "store not reopened"
 KIND_REOPENED = "reopened since recording"
 KIND_NOT_LOADED = "store not loaded"
 KIND_UNRECORDED = "created since recording"
+KIND_STILL_FLUSHING = "batched writer still flushing"
+FLUSH_PREFIXES = ("pulsar_txn_tc_bufferedwriter_flush_trigger_", "pulsar_txn_pending_ack_store_bufferedwriter_flush_trigger_")
 
 
 class DowngradeError(Exception):
@@ -223,6 +225,30 @@ def flags_disabled(admin: TransactionsAdmin) -> tuple[bool, list[str]]:
     runtime = _call(admin.runtime_config)
     enabled = [f for f in (TC_BATCH_FLAG, PENDING_ACK_BATCH_FLAG) if str(runtime.get(f, "false")).lower() == "true"]
     return not enabled, enabled
+
+
+def batched_flushes(admin: TransactionsAdmin) -> Optional[float]:
+    """The answering broker's batched-writer flush count (coordinators + pending-ack stores), from /metrics.
+
+    None when /metrics is not reachable or carries no such counters: this is extra evidence where available,
+    never a reason to say safe. With batching off a store writes plainly and never counts a flush.
+    """
+    try:
+        text = admin.metrics_text()
+    except (AdminError, AttributeError):
+        return None
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total, seen = 0.0, False
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.startswith(FLUSH_PREFIXES) and sample.name.endswith("_total"):
+                    total += sample.value
+                    seen = True
+    except ValueError:
+        return None  # not Prometheus text: no evidence either way
+    return total if seen else None
 
 
 def _describe_on(on: dict[str, list[str]]) -> str:
@@ -461,6 +487,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
     state["phase"] = "recorded"
     state["recordedAt"] = _now_ms()
     state["rerecorded"] = len(this_run)
+    state["batchedFlushes"] = batched_flushes(admin)  # the baseline status compares against
     save_state(state_path, state)
     return state
 
@@ -655,6 +682,18 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
             if progress:
                 progress(len(logs), len(jobs))
     logs += unrecorded
+    flushes = batched_flushes(admin)
+    baseline = state.get("batchedFlushes")
+    if flushes is not None and baseline is not None and flushes < baseline:
+        state["batchedFlushes"] = flushes  # counters restarted with their broker (its stores reopened: see above)
+        changed = True
+    elif flushes is not None and baseline is not None and flushes > baseline:
+        broker = brokers[0] if len(brokers) == 1 else "the answering broker"
+        logs.append(LogStatus("broker", broker, None, None, False,
+                              f"batched-writer flushes grew from {baseline:g} to {flushes:g} since recording "
+                              "(pulsar_txn_*_bufferedwriter_flush_trigger_*): something still batches",
+                              "find the store that still batches (a broker.conf override?), then run `txnadmin "
+                              "downgrade start` again", kind=KIND_STILL_FLUSHING))
     if changed:
         save_state(state_path, state)
     verification = state.get("verification")
