@@ -85,7 +85,8 @@ def stored_entry(ledger: int, entry: int, payload: bytes, length: int, kind: str
 
 def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_last: int = 0,
                     digests: dict[int, str] | None = None, password: bytes = b"",
-                    corrupt: set[tuple[int, int]] | None = None) -> None:
+                    corrupt: set[tuple[int, int]] | None = None,
+                    corrupt_header: set[tuple[int, int]] | None = None) -> None:
     """A finished DefaultEntryLogger file: header, [size][32-byte header][digest][payload] records, ledgers map.
 
     ``digests`` gives a ledger's digest type (CRC32C by default); ``corrupt`` flips a byte of those entries' payload
@@ -100,6 +101,8 @@ def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_
                                         password))
         if corrupt and (ledger, entry) in corrupt:
             record[-len(payload)] ^= 0x40  # 0E → 4E: the damaged prefix byte no longer looks like the magic
+        if corrupt_header and (ledger, entry) in corrupt_header:
+            record[7] ^= 0x01  # a flipped bit in the stored ledger id: the entry claims another ledger
         out += struct.pack(">i", len(record)) + record
     map_offset = len(out)
     items = b"".join(struct.pack(">qq", l, s) for l, s in counts.items())

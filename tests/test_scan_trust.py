@@ -289,3 +289,13 @@ def test_bad_flag_values_are_usage_errors(tmp_path):
     for args in (["--txn-ledgers", "ten"], ["--ledger-id-format", "octal"], ["--engine", "gpu"]):
         result = runner.invoke(app, ["scan", str(tmp_path / "0.log"), *args])
         assert result.exit_code == 2 and "Traceback" not in result.output, (args, result.output)
+
+
+def test_a_damaged_ledger_id_cannot_hide_an_entry_of_an_open_ledger(tmp_path):
+    # Entry 2 of open ledger 10 has a flipped bit in its stored ledger id: it claims ledger 11, which is not live.
+    # Coverage of an open ledger ends at the highest entry found, so only the failed digest gives it away.
+    g.write_entry_log(tmp_path / "0.log", [(10, i, g.plain(i)) for i in range(3)], corrupt_header={(10, 2)})
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: None})
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and out["verdict"] == "incomplete"
+    assert any("ledger 11 is not in the list" in r and "digest" in r for r in out["reasons"]), out["reasons"]

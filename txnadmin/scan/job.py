@@ -151,6 +151,14 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
             record.update(entries=len(RangeSet(t.batched.to_json() + t.good.to_json())),
                           batchedEntries=len(t.batched))
             dead.append(record)  # trimmed by the broker, still in entry logs until bookie GC
+            if t.failed or t.unplaced:
+                # The digest covers the header too: a copy that fails it may be a live ledger's entry whose
+                # ledger id was damaged, so "not in the list" cannot be trusted for it.
+                first = next((x for x in sorted(t.examples, key=_example_order) if x["form"] != "batched"), None)
+                at = f": {_where(first)}" if first else ""
+                reasons.append(f"ledger {lid} is not in the list, but {len(t.failed) + t.unplaced} of its entries "
+                               f"failed their digest or were unreadable (a damaged header can hide a live "
+                               f"ledger's entry){at}")
             continue
         last = info.last_entry_id if info is not None and info.closed else None
         found = RangeSet(t.batched.to_json() + t.good.to_json())
