@@ -177,7 +177,7 @@ def _finding(path, offset, ledger, entry, payload: bytes, digest: str = digests.
 
 
 def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: bytes, plan: ReadPlan,
-                    where: str = "", detected: Optional[dict] = None) -> Finding:
+                    detected: Optional[dict] = None) -> Finding:
     """A stored entry (32-byte header, digest, payload) judged by its ledger's digest type, then classified.
 
     Without metadata the type is detected once per ledger (in ``detected``) and then held to: an entry that fails
@@ -193,9 +193,7 @@ def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: byt
     if status == digests.FAILED:
         if held:
             detail += " (type detected from this ledger's earlier entries)"
-        at = f" ({where})" if where else ""
-        return Finding(path, offset, ledger, entry, BAD_DIGEST, detail + at, stored[start:start + 8].hex(),
-                       digests.FAILED)
+        return Finding(path, offset, ledger, entry, BAD_DIGEST, detail, stored[start:start + 8].hex(), digests.FAILED)
     if kind is None and detected is not None and found_type and held is None:
         detected[ledger] = found_type
     note = "" if kind or not found_type else f"digest {found_type} (detected)"
@@ -278,16 +276,14 @@ def read_entrylog(path: str, plan=NO_PLAN, start: int = ENTRYLOG_HEADER,
                                   f"record with impossible ids (ledger {ledger}, entry {entry})", "")
                 elif ledger not in plan.skip:
                     walked[ledger] = walked.get(ledger, 0) + length + 4
-                    yield _stored_finding(path, pos, ledger, entry, mm[body:body + length], plan,
-                                          f"{path} offset {pos}", detected)
+                    yield _stored_finding(path, pos, ledger, entry, mm[body:body + length], plan, detected)
                 else:
                     walked[ledger] = walked.get(ledger, 0) + length + 4
                 if ledger in plan.skip and ledger >= 0 and entry >= 0 and plan.verify_skipped:
                     kind, password = plan.digests.get(ledger, (None, None))
                     status, _, _, detail = digests.check(mm[body:body + length], kind, password)
                     if status == digests.FAILED:
-                        yield Finding(path, pos, ledger, entry, BAD_DIGEST, f"{detail} ({path} offset {pos})",
-                                      "", digests.FAILED)
+                        yield Finding(path, pos, ledger, entry, BAD_DIGEST, detail, "", digests.FAILED)
                 pos = body + length
             if whole and map_at >= 0:
                 for lid in sorted(set(walked) | set(mapped)):
@@ -486,8 +482,7 @@ def _make_hex_reader(kind: str) -> Reader:
                     yield Finding(path, item.offset, ledger, entry, UNREADABLE,
                                   "no hex dump after the header (was -msg given?)", "")
                     continue
-                yield _stored_finding(path, item.offset, ledger, entry, data, plan, f"{path} offset {item.offset}",
-                                      detected)
+                yield _stored_finding(path, item.offset, ledger, entry, data, plan, detected)
             else:
                 yield _readlog_finding(path, item, ledger, entry, size, data, rows, plan)
         if not found:
