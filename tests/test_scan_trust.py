@@ -212,6 +212,7 @@ def test_a_fixture_per_bookkeeper_version(tmp_path, version):
             assert tc["verifiedEntries"] == 2  # the raw stored entry keeps its digest: checked
         else:
             assert tc["verifiedEntries"] == 0 and tc["uncheckedEntries"] == tc["foundEntries"]
+            assert tc["unchecked"] == ([[0, 2]] if name in ("hex.txt", "string.txt") else [[0, 1]])
 
 
 def test_a_damaged_bookie_dump_fails_its_digest(tmp_path):

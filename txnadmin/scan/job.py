@@ -204,10 +204,12 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
             for p in problems:
                 reasons.append(f"ledger {lid} ({record['managedLedger'] or 'named'}): {p}")
         nbatched = len(batched) if txn else 0
+        unchecked = found.minus(t.verified)  # found, but in a format (or digest type) that cannot be verified
         record.update(
             expectedEntries=expected, foundEntries=len(found), entries=len(found), missing=missing[:100],
             batchedEntries=len(batched), verifiedEntries=len(t.verified.clip(0, last if last is not None else 1 << 62)),
-            uncheckedEntries=len(found.minus(t.verified)), failedCopies=len(t.failed), problems=problems,
+            uncheckedEntries=len(unchecked), unchecked=unchecked.to_json()[:100], failedCopies=len(t.failed),
+            problems=problems,
             examples=sorted(t.examples, key=_example_order)[:20])
         ledgers.append(record)
         if txn:
