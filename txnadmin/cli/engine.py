@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from .render import output_option
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
 
 app = typer.Typer(help="The embedded engine: init, run a workload, dump ledgers, settings.", no_args_is_help=True)
@@ -87,7 +88,7 @@ def run(
     seed: int = typer.Option(1, "--seed"),
     journal: Optional[Path] = typer.Option(None, "--journal",
                                            help="Append each committed transaction and its acks as JSON lines."),
-    output: str = typer.Option("table", "--output", "-o", help="table (live view) or json (final counters)."),
+    output: str = output_option("table", help="table (live view) or json (final counters)."),
 ) -> None:
     """Run a transactional workload; Ctrl-C stops cleanly, kill -9 loses nothing acknowledged."""
     from ..engine.engine import Engine
