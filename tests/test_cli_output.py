@@ -109,3 +109,21 @@ def test_h_v_and_help_show_metavars_only_for_options_with_values():
     assert commands[:4] == ["transactions", "downgrade", "upgrade", "scan"]
     sub = runner.invoke(app, ["transactions", "find-hanging", "-h"], env={"COLUMNS": "200"})
     assert sub.exit_code == 0 and "<bool>" not in sub.stdout and "--dry-run" in sub.stdout
+
+
+def test_a_call_that_waits_shows_a_spinner_naming_it_on_a_terminal(monkeypatch, capsys):
+    import sys
+    import time
+
+    from txnadmin.cli.transactions import waiting_notice
+
+    class Slow:
+        in_flight = "GET /admin/v3/transactions/coordinatorStats"
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with waiting_notice(Slow(), "http://broker:8080"):
+        time.sleep(1.6)
+    assert "waiting for GET /admin/v3/transactions/coordinatorStats on http://broker:8080" in capsys.readouterr().err
+    with waiting_notice(Slow(), "http://broker:8080"):
+        pass  # a quick answer shows nothing
+    assert "waiting for" not in capsys.readouterr().err

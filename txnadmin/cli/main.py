@@ -29,6 +29,7 @@ from . import transactions
 from . import upgrade as upgrade_cli
 
 PULSAR_STYLE = ("transactions", "txn")
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for `… | head`
 # Top-level commands in the order operators reach for them; anything not named keeps its place after these.
 ORDER = ("transactions", "downgrade", "upgrade", "scan", "target", "doctor", "rehearse", "serve", "engine", "inspect",
          "metrics")
@@ -64,6 +65,12 @@ class GuardedGroup(TyperGroup):
                 raise
             typer.echo("interrupted", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            # The reader went away (`| head`): nothing to say to it. Point stdout at /dev/null so the interpreter's
+            # final flush does not fail again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            raise typer.Exit(EXIT_PIPE_CLOSED) from None
         except Exception as exc:  # noqa: BLE001 — this is the one place that may catch everything
             if _debug(ctx):
                 raise
@@ -175,6 +182,9 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        sys.exit(EXIT_PIPE_CLOSED)
     except Exception as exc:
         # Usage errors (typer's vendored click or click itself) know how to show themselves. Anything else got
         # past the root group's guard (parsing, completion): still one line, never a traceback.

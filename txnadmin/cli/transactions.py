@@ -346,6 +346,9 @@ def _txn_table(rows: list[dict], title: str) -> None:
 
     from .render import _human, age
 
+    if not rows:
+        typer.echo(title)
+        return
     table = Table(title=title, title_justify="left")
     for col in ("txnId", "status", "opened", "age", "owner", "timeout", "partitions", "why"):
         table.add_column(col)
