@@ -32,10 +32,11 @@ check-java:
 run: $(VENV)/.installed check-java
 	@tmp=$$(mktemp -d); $(VENV)/bin/txnadmin rehearse --dir "$$tmp/rehearsal"; rc=$$?; rm -rf "$$tmp"; \
 	echo ""; \
+	echo "(the rehearsal directory above was removed; keep one with: txnadmin rehearse --dir DIR)"; \
 	echo "next steps:"; \
-	echo "  . $(VENV)/bin/activate          # puts txnadmin on PATH (or run $(VENV)/bin/txnadmin)"; \
-	echo "  txnadmin -h                       # commands, most used first"; \
-	echo "  README.md, 'Quick tour'           # an engine of your own, then pulsar-admin's commands on it"; \
+	echo "  . $(VENV)/bin/activate    # puts txnadmin on PATH (or run $(VENV)/bin/txnadmin)"; \
+	echo "  txnadmin -h                 # the commands, most used first"; \
+	echo "  README.md, Quick tour       # an engine of your own, then pulsar-admin's commands on it"; \
 	exit $$rc
 
 test: $(VENV)/.installed-test check-java

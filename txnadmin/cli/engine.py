@@ -247,3 +247,33 @@ def txn_abort(
 ) -> None:
     """Abort a transaction; with --client-name a retry after a lost answer succeeds (PIP-255)."""
     _end(directory, most, least, client_name, False)
+
+
+@app.command("recover")
+def recover(
+    directory: Path = typer.Argument(..., help="The engine directory whose metadata.db is damaged (stop it first)."),
+    output: str = output_option("table"),
+) -> None:
+    """Rebuild a damaged metadata.db: keep it aside, salvage what SQLite can read, re-index the entry logs.
+
+    Exit 0 when nothing was lost, 1 when the engine opens again but something could not be rebuilt (listed),
+    3 when the directory cannot be recovered.
+    """
+    from ..engine.storage import LedgerStorage, StorageError
+
+    try:
+        report = LedgerStorage.recover(directory)
+    except StorageError as exc:
+        fail(str(exc), EXIT_UNREADABLE)
+    if output == "json":
+        print_json(report)
+    else:
+        rebuilt = report["rebuiltFromEntryLogs"]
+        typer.echo(f"kept the damaged file as {report['damagedCopy']}")
+        typer.echo("salvaged: " + ", ".join(f"{n} {t} rows" for t, n in report["salvaged"].items()))
+        typer.echo(f"re-indexed {rebuilt.get('entries', 0)} entries from {rebuilt.get('entryLogs', 0)} entry logs")
+        for item in report["lost"]:
+            typer.echo(f"lost: {item}")
+        typer.echo("recovered: nothing lost" if not report["lost"] else
+                   "recovered with losses (above); the entries are intact in the entry logs")
+    raise typer.Exit(0 if not report["lost"] else 1)
