@@ -112,7 +112,10 @@ def test_is_transient_tells_retryable_failures_from_final_answers():
     assert is_transient(TargetUnreachableError("x"))
     assert is_transient(AdminError("busy", 503)) and is_transient(AdminError("slow", 429))
     assert not is_transient(NotAuthorizedError()) and not is_transient(AdminError("bad", 400))
-    assert not is_transient(AdminError("unexpected JSON", 502))  # a wrong reply does not fix itself
+    assert is_transient(AdminError("bad gateway", 502))  # a proxy between us and the broker
+    from txnadmin.admin.http import BAD_REPLY
+
+    assert not is_transient(AdminError("unexpected JSON", BAD_REPLY))  # a wrong reply does not fix itself
     assert RetryPolicy().should_retry("POST", 429) and not RetryPolicy().should_retry("POST", 500)
 
 

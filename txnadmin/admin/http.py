@@ -38,7 +38,10 @@ V3 = "/admin/v3/transactions"
 MAX_REDIRECTS = 5
 MAX_BODY = 256 * 1024 * 1024  # a reply larger than this is not an admin answer
 MAX_DEPTH = 64  # Pulsar's admin JSON nests a handful of levels; far deeper is garbage (and would exhaust the stack)
-BAD_REPLY = 502  # status of errors about a reply we cannot use: "cannot read the target" (exit 3 in our commands)
+# The status of errors about a reply we cannot use (wrong shape, HTML, absurd nesting, a redirect we refuse). Not an
+# HTTP status a server sends: a 5xx that is not 502/503/504 reads as "cannot read the target" (exit 3 in our
+# commands) and, unlike a proxy's 502, as permanent — the same reply will come back if we ask again.
+BAD_REPLY = 599
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, TargetUnreachableError):
         return True
     if isinstance(exc, AdminError):
-        return exc.status == 429 or (exc.status >= 500 and exc.status != BAD_REPLY)
+        return exc.status == 429 or (500 <= exc.status < 600 and exc.status != BAD_REPLY)
     return False
 
 
@@ -616,6 +619,57 @@ class HttpAdmin:
             raise AdminError(f"{where}: expected a Pulsar version such as 4.0.1, got {shown}", BAD_REPLY)
         host = httpx.URL(self.base_url).netloc.decode()
         return {host: text}
+
+
+    # -- cluster identity and brokers ---------------------------------------------------------
+    def list_clusters(self) -> list[str]:
+        return self._request("GET", "/admin/v2/clusters", shape=SHAPES["strings"])
+
+    def active_brokers(self, cluster: str) -> list[str]:
+        return self._request("GET", f"/admin/v2/brokers/{quote(cluster, safe='')}", shape=SHAPES["strings"])
+
+    def internal_configuration(self) -> Json:
+        return self._request("GET", "/admin/v2/brokers/internal-configuration") or {}
+
+    def broker_runtime_config(self, broker: str) -> dict[str, str]:
+        """Ask ``broker`` itself (same scheme, credentials and TLS as this admin): only it knows its values."""
+        import copy
+
+        scheme = httpx.URL(self.base_url).scheme
+        if httpx.URL(self.base_url).netloc.decode() == broker:
+            return self.runtime_config()
+        other = copy.copy(self)
+        other.base_url = f"{scheme}://{broker}"
+        other._proxy = _environment_proxy(other.base_url)
+        other._local = threading.local()
+        other._transports = {}
+        other._transports_lock = threading.Lock()
+        try:
+            return other.runtime_config()
+        finally:
+            if self._shared_transport is None:
+                other.close()
+
+    # -- what `txnadmin doctor` reads besides the above ---------------------------------------
+    def topic_internal_stats(self, topic: str) -> Json:
+        return self._request("GET", f"/admin/v2/persistent/{topic_path(topic)}/internalStats")
+
+    def broker_time_ms(self) -> Optional[int]:
+        from email.utils import parsedate_to_datetime
+
+        response = self._call("GET", "/admin/v2/brokers/version", {}, None)
+        if response.status_code != 200:
+            self._result(response)
+        try:
+            return int(parsedate_to_datetime(response.headers["date"]).timestamp() * 1000)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None  # no (or a garbled) Date header: the caller says it cannot judge ages
+
+    def metrics_text(self) -> str:
+        response = self._call("GET", "/metrics/", {}, None)
+        if response.status_code != 200:
+            self._result(response)
+        return response.text
 
 
 _VERSION = re.compile(r"\d+\.\d+(\.\d+)?([.+-][0-9A-Za-z.+-]*)?$")

@@ -17,6 +17,7 @@ from typer.core import TyperGroup, TyperOption
 from typer.exceptions import TyperException
 
 from .. import __version__
+from . import doctor as doctor_cli
 from . import downgrade
 from . import engine as engine_cli
 from . import inspect
@@ -66,11 +67,7 @@ class GuardedGroup(TyperGroup):
             typer.echo("interrupted", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
-            # The reader went away (`| head`): nothing to say to it. Point stdout at /dev/null so the interpreter's
-            # final flush does not fail again.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            raise typer.Exit(EXIT_PIPE_CLOSED) from None
+            raise  # the reader of stdout went away: main() ends quietly (141); not a failure to describe
         except Exception as exc:  # noqa: BLE001 — this is the one place that may catch everything
             if _debug(ctx):
                 raise
@@ -169,6 +166,7 @@ app.command("serve")(serve_cli.serve)
 app.command("target")(target_cli.target)
 app.command("upgrade")(upgrade_cli.upgrade)
 app.command("metrics")(metrics_cli.metrics)
+app.command("doctor")(doctor_cli.doctor)
 app.add_typer(transactions.app, name="transactions")
 app.add_typer(transactions.app, name="txn", hidden=True)
 

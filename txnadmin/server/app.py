@@ -182,6 +182,10 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
               methods=["PUT"]),
         Route("/admin/v2/brokers/version", endpoint(
             lambda r, p: PlainTextResponse(next(iter(admin.broker_versions().values()))))),
+        Route("/admin/v2/clusters", endpoint(lambda r, p: admin.list_clusters())),
+        Route("/admin/v2/brokers/internal-configuration", endpoint(lambda r, p: admin.internal_configuration())),
+        Route("/admin/v2/brokers/{cluster}", endpoint(lambda r, p: admin.active_brokers(p["cluster"]))),
+        Route(f"/admin/v2/persistent/{TOPIC}/internalStats", endpoint(lambda r, p: admin.topic_internal_stats(_topic(p)))),
     ]
     async def http_error(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 500)
