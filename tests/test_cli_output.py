@@ -127,3 +127,15 @@ def test_a_call_that_waits_shows_a_spinner_naming_it_on_a_terminal(monkeypatch, 
     with waiting_notice(Slow(), "http://broker:8080"):
         pass  # a quick answer shows nothing
     assert "waiting for" not in capsys.readouterr().err
+
+
+def test_engine_txn_commit_and_abort_take_txn_id_too(engine):
+    directory = engine[1].removeprefix("local:")
+    opened = json.loads(runner.invoke(app, [*engine, "transactions", "list", "-o", "json"]).stdout)
+    first, second = opened[0]["txnId"], opened[1]["txnId"]
+    committed = runner.invoke(app, ["engine", "txn", "commit", "--dir", directory, "--txn-id", first])
+    assert committed.exit_code == 0 and json.loads(committed.stdout)["txnId"] == first
+    most, least = second.strip("()").split(",")
+    aborted = runner.invoke(app, ["engine", "txn", "abort", "--dir", directory, "-m", most, "-l", least])
+    assert aborted.exit_code == 0, aborted.output
+    assert runner.invoke(app, ["engine", "txn", "abort", "--dir", directory]).exit_code == 2

@@ -214,8 +214,15 @@ def txn_begin(
     print_json({"txnId": f"({txn[0]},{txn[1]})", "mostSigBits": txn[0], "leastSigBits": txn[1]})
 
 
-def _end(directory, most: int, least: int, client_name: Optional[str], commit: bool) -> None:
+def _end(directory, most: Optional[int], least: Optional[int], client_name: Optional[str], commit: bool,
+         txn_id: Optional[str] = None) -> None:
     from ..engine.coordinator import CoordinatorError
+    from ._common import txn_id_from
+
+    try:
+        most, least = txn_id_from(most, least, txn_id)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
 
     engine = _client_engine(directory)
     try:
@@ -229,24 +236,26 @@ def _end(directory, most: int, least: int, client_name: Optional[str], commit: b
 
 @txn_app.command("commit")
 def txn_commit(
-    most: int = typer.Option(..., "--most-sig-bits", "-m"),
-    least: int = typer.Option(..., "--least-sig-bits", "-l"),
+    most: Optional[int] = typer.Option(None, "--most-sig-bits", "-m", help="Or use --txn-id."),
+    least: Optional[int] = typer.Option(None, "--least-sig-bits", "-l", help="Or use --txn-id."),
+    txn_id: Optional[str] = typer.Option(None, "--txn-id", help='The TxnID as printed, e.g. "(1,6)".'),
     client_name: Optional[str] = typer.Option(None, "--client-name", help="PIP-255: makes a retried commit idempotent."),
     directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
 ) -> None:
     """Commit a transaction; with --client-name a retry after a lost answer succeeds (PIP-255)."""
-    _end(directory, most, least, client_name, True)
+    _end(directory, most, least, client_name, True, txn_id)
 
 
 @txn_app.command("abort")
 def txn_abort(
-    most: int = typer.Option(..., "--most-sig-bits", "-m"),
-    least: int = typer.Option(..., "--least-sig-bits", "-l"),
+    most: Optional[int] = typer.Option(None, "--most-sig-bits", "-m", help="Or use --txn-id."),
+    least: Optional[int] = typer.Option(None, "--least-sig-bits", "-l", help="Or use --txn-id."),
+    txn_id: Optional[str] = typer.Option(None, "--txn-id", help='The TxnID as printed, e.g. "(1,6)".'),
     client_name: Optional[str] = typer.Option(None, "--client-name", help="PIP-255: makes a retried abort idempotent."),
     directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
 ) -> None:
     """Abort a transaction; with --client-name a retry after a lost answer succeeds (PIP-255)."""
-    _end(directory, most, least, client_name, False)
+    _end(directory, most, least, client_name, False, txn_id)
 
 
 @app.command("recover")

@@ -29,7 +29,9 @@ LowWaterMark = typer.Option(False, "--low-water-mark", "-l", help="Include each 
 
 
 def _fail(message: str) -> None:
-    typer.echo(message, err=True)
+    from ..admin.auth import mask
+
+    typer.echo(mask(message), err=True)
     raise typer.Exit(1)
 
 
@@ -94,17 +96,12 @@ def waiting_notice(admin: Any, where: str):
 def _txn_id(most: Optional[int], least: Optional[int], txn_id: Optional[str]):
     """-m/-l, or --txn-id "(1,6)" (also "1,6"); exactly one way, or a usage error naming what is missing."""
     from ..admin.protocol import TxnId
+    from ._common import txn_id_from
 
-    if txn_id is not None:
-        if most is not None or least is not None:
-            _fail("give either --txn-id or -m/-l, not both")
-        m = re.fullmatch(r"\s*\(?\s*(-?\d{1,19})\s*,\s*(-?\d{1,19})\s*\)?\s*", txn_id)
-        if not m:
-            _fail(f"--txn-id {txn_id!r}: expected (mostSigBits,leastSigBits), e.g. (1,6)")
-        return TxnId(int(m.group(1)), int(m.group(2)))
-    if most is None or least is None:
-        _fail("Missing required option: give --most-sig-bits/-m and --least-sig-bits/-l, or --txn-id")
-    return TxnId(most, least)
+    try:
+        return TxnId(*txn_id_from(most, least, txn_id))
+    except ValueError as exc:
+        _fail(str(exc))
 
 
 def _print(value: Any, output: Optional[str], default: Callable[[Any], str] | None = None,
