@@ -392,7 +392,8 @@ class HttpAdmin:
         if remaining <= 0:
             raise TargetUnreachableError(f"{where}: no answer within --request-timeout {self.timeout:g} s (timeout)")
         request = httpx.Request(method, url, content=content, headers=headers,
-                                extensions={"timeout": httpx.Timeout(remaining).as_dict()})
+                                extensions={"timeout": {"connect": remaining, "read": remaining, "write": remaining,
+                                                        "pool": remaining}})
         sent = False
         try:
             response = self._transport().handle_request(request)

@@ -272,8 +272,8 @@ def abort_transaction(ctx: typer.Context, most: Optional[int] = Most, least: Opt
     result = {"txnId": str(txn), "status": "ABORTED"}
     if output in ("json", "yaml"):
         _print(result, output)
-    else:
-        typer.echo(f"aborted transaction {txn} on {_target_url(ctx)}")
+    else:  # on stderr: stdout stays exactly pulsar-admin's (empty) for scripts
+        typer.echo(f"aborted transaction {txn} on {_target_url(ctx)}", err=True)
 
 
 # -- PIP-160's proposed batch-log commands -----------------------------------------------------
