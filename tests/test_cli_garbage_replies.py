@@ -59,9 +59,9 @@ TXN = [
     ["find-hanging"],
 ]
 OWN = [
-    ["downgrade", "start", "--state", "{state}", "--yes"],
+    ["downgrade", "start", "--yes", "--state", "{state}"],
     ["downgrade", "status", "--state", "{recorded}"],
-    ["downgrade", "wait", "--state", "{recorded}", "--timeout", "20", "--interval", "1"],
+    ["downgrade", "wait", "--state", "{recorded}", "--timeout", "0"],
     ["upgrade", "--yes"],
 ]
 COMMANDS = [["transactions", *c] for c in TXN] + [["transactions", *c, "-o", "json"] for c in TXN[:4]] + \
