@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from .render import output_option
 from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
 from ..procedures.state import StateError
 from ._target import AdminUrl, Conf, admin_for
@@ -16,7 +17,7 @@ app = typer.Typer(help="Guided PIP-160 downgrade: disable batching, record, wait
                   no_args_is_help=True)
 
 StateOpt = typer.Option(Path("txnadmin-downgrade.json"), "--state", help="The checklist file (JSON).")
-OutputOpt = typer.Option("table", "--output", "-o", help="table or json.")
+OutputOpt = output_option("table")
 
 
 def _guard(fn, *args, **kwargs):

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
+from .render import output_option
 
 
 def scan(
@@ -23,7 +24,7 @@ def scan(
     fmt: str = typer.Option("auto", "--format", help="Force a dump format (see docs/scan.md)."),
     engine: str = typer.Option("auto", "--engine", help="auto, spark or python."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
-    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    output: str = output_option("table"),
     report: Optional[Path] = typer.Option(None, "--report", help="Write per-entry findings (.parquet or .jsonl)."),
 ) -> None:
     """Prove that no batched entries remain in transaction ledgers, from bookie entry logs or shell dumps.
