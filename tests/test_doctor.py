@@ -638,3 +638,32 @@ def test_pulsar_5_encoded_subscription_in_a_store_name_is_not_a_leftover():
 
     standin._route = route
     assert not bad(report(standin, only=["leftovers", "recovery"]))
+
+
+def test_idle_pending_ack_stores_only_with_proof_from_metrics():
+    standin = BrokerStandIn()
+    subs = standin.state["topics"][TOPIC]["subscriptions"]
+    subs["audit"] = dict(subs["billing"])
+    standin.state["topics"][TOPIC]["internal"]["cursors"]["audit"] = {}
+    counters = (f'pulsar_txn_tp_committed_count_total{{namespace="public/default",topic="{TOPIC}",'
+                f'subscription="billing",status="succeed"}} 42.0\n')
+
+    def metrics(started_days_ago, with_counters=True):
+        standin.state["metrics_status"] = 200
+        standin.state["metrics"] = ("# TYPE process_start_time_seconds gauge\n"
+                                    f"process_start_time_seconds {(NOW - started_days_ago * 86_400_000) / 1000}\n"
+                                    + ("# TYPE pulsar_txn_tp_committed_count counter\n" + counters if with_counters else ""))
+
+    metrics(started_days_ago=10)
+    rep = report(standin, only=["leftovers"])
+    (finding,) = rep.findings
+    assert finding.severity == "info" and finding.subject == "idle pending-ack stores"
+    assert finding.evidence["examples"] == [f"{TOPIC} audit"] and finding.evidence["brokerUp"] == "10.0d"
+    assert doctor.exit_code(rep) == 0
+    metrics(started_days_ago=1)  # not up long enough to say
+    assert not report(standin, only=["leftovers"]).findings
+    metrics(started_days_ago=10, with_counters=False)  # counters not exported: no proof either way
+    assert not report(standin, only=["leftovers"]).findings
+    counters += counters.replace("billing", "audit").replace("committed", "aborted")
+    metrics(started_days_ago=10)  # the fix is traffic (or unsubscribing): nothing idle
+    assert not report(standin, only=["leftovers"]).findings

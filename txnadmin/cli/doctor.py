@@ -20,7 +20,7 @@ def doctor(
                                        "coordinators, stuck-transactions, max-read-position, recovery, snapshots, "
                                        "batched-log, leftovers, coverage, versions, bookie-rocksdb."),
     threshold: list[str] = typer.Option([], "--threshold", help="name=value, repeatable: stuck-margin, ending, "
-                                        "stalled, recovery (durations: 90s, 5m, 2h) and snapshot-share (a fraction)."),
+                                        "stalled, recovery, idle (durations: 90s, 5m, 2h) and snapshot-share (a fraction)."),
     output: str = typer.Option("table", "--output", "-o", help="table or json."),
     strict: bool = typer.Option(False, "--strict", help="Count 'unknown' findings (checks that could not run) as warnings."),
     fix: bool = typer.Option(False, "--fix", help="Abort the transactions that are OPEN past their timeout (judged on "

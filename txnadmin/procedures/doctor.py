@@ -38,6 +38,7 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "stalled": (120_000, "a max read position behind the last entry while a transaction this old is ongoing is stalled"),
     "recovery": (300_000, "a recovery started this long ago without an end never ends"),
     "snapshot-share": (0.5, "a Single snapshot estimated above this share of maxMessageSize (a fraction, not ms)"),
+    "idle": (7 * 86_400_000, "a pending-ack store whose subscription ended no transaction for this long is idle"),
 }
 # Pulsar's defaults where the target does not say (broker.conf).
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
@@ -165,6 +166,7 @@ class Survey:
     runtime: Optional[dict] = None
     versions: Optional[dict] = None
     errors: dict[str, str] = field(default_factory=dict)
+    metrics: Optional[tuple[Optional[str], str]] = None  # /metrics text once read, or why it could not be
     target: str = ""  # as the operator named it (keys txnadmin's record of batch-flag changes)
     bookie_dir: Optional[Path] = None  # --bookie-dir: read by the bookie-rocksdb check only
 
@@ -719,13 +721,7 @@ def check_batched_log(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Find
                     "reopen them: `txnadmin transactions set-txn-tc-batch-log --enable|--disable --reload`, or unload "
                     "each transaction_coordinator_assign partition", []))
     out += _pending_ack_batching(admin, s, flags)
-    try:
-        text = admin.metrics_text()
-    except TargetUnreachableError:
-        text = None
-        reason = "metrics endpoint unreachable"
-    except AdminError as exc:
-        text, reason = None, _problem(exc)
+    text, reason = _metrics(admin, s)
     if text is None:
         out.append(_unknown(name, "writer metrics", f"/metrics: {reason}", "expose /metrics to doctor's host, or run "
                             "`txnadmin metrics <broker>/metrics` where it is reachable"))
@@ -747,6 +743,18 @@ def check_batched_log(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Find
                            rec.get("reason", ""), ", ".join(f"set {k}={v:g}" for k, v in rec.get("set", {}).items())
                            or "nothing to do", []))
     return out
+
+
+def _metrics(admin: TransactionsAdmin, s: Survey) -> tuple[Optional[str], str]:
+    """The broker's /metrics text, read once per run: (text, "") or (None, why not)."""
+    if s.metrics is None:
+        try:
+            s.metrics = (admin.metrics_text(), "")
+        except TargetUnreachableError:
+            s.metrics = (None, "metrics endpoint unreachable")
+        except AdminError as exc:
+            s.metrics = (None, _problem(exc))
+    return s.metrics
 
 
 def _pending_ack_batching(admin: TransactionsAdmin, s: Survey, flags: dict) -> list[Finding]:
@@ -773,7 +781,7 @@ def _pending_ack_batching(admin: TransactionsAdmin, s: Survey, flags: dict) -> l
                     "or unload their topics", [])]
 
 
-@check("leftovers", "pending-ack stores whose topic or subscription no longer exists")
+@check("leftovers", "pending-ack stores whose topic or subscription no longer exists; idle stores (from /metrics)")
 def check_leftovers(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
     name = "leftovers"
     out: list[Finding] = []
@@ -795,7 +803,52 @@ def check_leftovers(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Findin
             out.append(Finding(name, "warning", store.name, gone, why,
                                f"`pulsar-admin topics delete {store.name}` (after checking the subscription is really gone)",
                                [_ref(11000), _ref(13793)]))
+    out += _idle_stores(admin, s, t)
     return out
+
+
+def _idle_stores(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
+    """Stores whose subscription ended no transaction since the broker started, when that start is old enough.
+
+    Proof, not absence of evidence: only with /metrics exporting the per-subscription pending-ack counters
+    (``pulsar_txn_tp_committed_count`` / ``_aborted_count``, topic-level metrics on) for at least one
+    subscription, and the broker's ``process_start_time_seconds``; otherwise nothing is claimed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    live = [store for store in s.stores if store.stats is not None]
+    if not live or s.now_ms is None:
+        return []
+    text, _ = _metrics(admin, s)
+    if not text:
+        return []
+    active: dict[tuple[str, str], float] = {}
+    started = None
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "process_start_time_seconds":
+                    started = sample.value * 1000
+                elif sample.name.startswith(("pulsar_txn_tp_committed_count", "pulsar_txn_tp_aborted_count")) \
+                        and not sample.name.endswith("_created"):
+                    key = (sample.labels.get("topic", ""), sample.labels.get("subscription", ""))
+                    active[key] = active.get(key, 0.0) + sample.value
+    except ValueError:
+        return []  # not an exposition doctor can parse; the batched-log check reports the metrics
+    if started is None or not active or s.now_ms - started < t["idle"]:
+        return []
+    idle = sorted(f"{store.topic} {store.subscription}" for store in live
+                  if active.get((store.topic, store.subscription), 0.0) == 0.0)
+    if not idle:
+        return []
+    return [Finding("leftovers", "info", "idle pending-ack stores",
+                    {"stores": len(idle), "examples": idle[:10], "brokerUp": _age(s.now_ms - started),
+                     "source": "pulsar_txn_tp_committed_count / pulsar_txn_tp_aborted_count on /metrics"},
+                    f"{len(idle)} subscription(s) with a pending-ack store ended no transaction in the "
+                    f"{_age(s.now_ms - started)} since this broker started; each store still holds a managed ledger "
+                    "and is reopened (replayed) whenever its topic loads",
+                    "nothing while the subscription may use transactions again; a store only goes away with its "
+                    "subscription (`pulsar-admin topics unsubscribe`), never delete it under a live subscription",
+                    [_ref(11000)])]
 
 
 @check("coverage", "what the survey could not read: namespaces, topics, buffers (unknown), topics not loaded (info)")
