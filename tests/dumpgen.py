@@ -1,9 +1,13 @@
-"""Dump fixtures written straight from the published formats (bookkeeper-formats.md), not with txnadmin's code."""
+"""Dump fixtures written straight from the published formats (bookkeeper-formats.md, BookKeeper's DigestManager,
+ReadLedgerCommand, FormatUtil, ListLedgersCommand sources), not with txnadmin's scan code."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import struct
+import zlib
 from pathlib import Path
 
 import google_crc32c
@@ -41,17 +45,61 @@ def pulsar_message(i: int) -> bytes:
     return b"\x0e\x01" + struct.pack(">I", google_crc32c.value(body)) + body
 
 
-def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_last: int = 0) -> None:
-    """A finished DefaultEntryLogger file: header, [size][32-byte header][CRC32C][payload] records, ledgers map."""
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, v = v & 0x7F, v >> 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def raw_txn_record(seq: int, extra_fields: bytes = b"") -> bytes:
+    """TransactionMetadataEntry by hand: metadata_op=NEW(1), least bits(2), most bits(3), timeout(8), times(9, 10),
+    max_local_txn_id(11), then any extra (unknown) fields."""
+    fields = [(1, 0), (2, seq), (3, 1), (8, 1000), (9, 1), (10, 1), (11, seq)]
+    return b"".join(_varint(n << 3) + _varint(v) for n, v in fields) + extra_fields
+
+
+def raw_batch(records: list[bytes], version: int = 1) -> bytes:
+    """PIP-160: 0E 01, the version, then Batched…MetadataEntry with each record as field 1 (length-delimited)."""
+    return struct.pack(">HH", 0x0E01, version) + b"".join(b"\x0a" + _varint(len(r)) + r for r in records)
+
+
+def digest(kind: str, header: bytes, payload: bytes, password: bytes = b"") -> bytes:
+    """BookKeeper's DigestManager subclasses: over the 32-byte header then the payload."""
+    if kind == "CRC32C":
+        return struct.pack(">I", google_crc32c.value(header + payload))
+    if kind == "CRC32":
+        return struct.pack(">q", zlib.crc32(header + payload))  # java.util.zip.CRC32 value written as a long
+    if kind == "MAC":
+        return hmac.new(hashlib.sha1(b"mac" + password).digest(), header + payload, hashlib.sha1).digest()
+    return b""  # DUMMY
+
+
+def stored_entry(ledger: int, entry: int, payload: bytes, length: int, kind: str = "CRC32C",
+                 password: bytes = b"") -> bytes:
+    head = struct.pack(">qqqq", ledger, entry, entry - 1, length)
+    return head + digest(kind, head, payload, password) + payload
+
+
+def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_last: int = 0,
+                    digests: dict[int, str] | None = None, password: bytes = b"",
+                    corrupt: set[tuple[int, int]] | None = None) -> None:
+    """A finished DefaultEntryLogger file: header, [size][32-byte header][digest][payload] records, ledgers map.
+
+    ``digests`` gives a ledger's digest type (CRC32C by default); ``corrupt`` flips a byte of those entries' payload
+    after the digest was computed (a damaged byte on disk)."""
     out = bytearray(b"BKLO" + struct.pack(">i", 1) + bytes(1016))
     lengths: dict[int, int] = {}
     counts: dict[int, int] = {}
     for ledger, entry, payload in entries:
         lengths[ledger] = lengths.get(ledger, 0) + len(payload)
         counts[ledger] = counts.get(ledger, 0) + len(payload)
-        head = struct.pack(">qqqq", ledger, entry, entry - 1, lengths[ledger])
-        digest = struct.pack(">I", google_crc32c.value(head + payload))
-        record = head + digest + payload
+        record = bytearray(stored_entry(ledger, entry, payload, lengths[ledger], (digests or {}).get(ledger, "CRC32C"),
+                                        password))
+        if corrupt and (ledger, entry) in corrupt:
+            record[-len(payload)] ^= 0x40  # 0E → 4E: the damaged prefix byte no longer looks like the magic
         out += struct.pack(">i", len(record)) + record
     map_offset = len(out)
     items = b"".join(struct.pack(">qq", l, s) for l, s in counts.items())
@@ -63,18 +111,27 @@ def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_
     path.write_bytes(bytes(out))
 
 
-def ledger_list(path: Path, ledgers: dict[int, str], cursor: dict[int, str] | None = None) -> None:
+def ledger_list(path: Path, ledgers: dict[int, str], cursor: dict[int, str] | None = None,
+                last: dict[int, int | None] | None = None, digest_type: str | dict[int, str] = "CRC32C",
+                meta: bool = True, prefix: str = "pulsar", password: bytes = b"") -> None:
+    """`listledgers -meta` (or without -meta) as the shell logs it; ``last[lid]`` None makes the ledger OPEN."""
     lines = []
+    pre = {"pulsar": "12:00:00.000 [main] INFO  org.apache.bookkeeper.tools.cli.commands.client.ListLedgersCommand - ",
+           "bk": "12:00:00,000 INFO  ", "none": ""}[prefix]
     for lid, ml in ledgers.items():
+        lines.append(f"{pre}ledgerID: {lid}")
+        if not meta:
+            continue
         custom = {"application": "pulsar", "component": "managed-ledger", "pulsar/managed-ledger": ml}
         if cursor and lid in cursor:
             custom["pulsar/cursor"] = cursor[lid]
-        meta = ", ".join(f"{k}=base64:{base64.b64encode(v.encode()).decode()}" for k, v in custom.items())
-        lines.append(f"12:00:00.000 [main] INFO  org.apache.bookkeeper.tools.cli.commands.client.LedgerMetaDataCommand - ledgerID: {lid}")
-        lines.append("12:00:00.001 [main] INFO  org.apache.bookkeeper.tools.cli.commands.client.LedgerMetaDataCommand - "
-                     f"LedgerMetadata{{formatVersion=3, ensembleSize=2, writeQuorumSize=2, ackQuorumSize=2, state=CLOSED, "
-                     f"length=63, lastEntryId=2, digestType=CRC32C, password=base64:, ensembles={{0=[10.0.0.1:3181, "
-                     f"10.0.0.2:3181]}}, customMetadata={{{meta}}}}}")
+        custom_text = ", ".join(f"{k}=base64:{base64.b64encode(v.encode()).decode()}" for k, v in custom.items())
+        lac = (last or {}).get(lid)
+        kind = digest_type if isinstance(digest_type, str) else digest_type.get(lid, "CRC32C")
+        state = "state=CLOSED, length=63, lastEntryId=" + str(lac) if lac is not None else "state=OPEN"
+        lines.append(f"{pre}LedgerMetadata{{formatVersion=3, ensembleSize=2, writeQuorumSize=2, ackQuorumSize=2, "
+                     f"{state}, digestType={kind}, password=base64:{base64.b64encode(password).decode()}, "
+                     f"ensembles={{0=[10.0.0.1:3181, 10.0.0.2:3181]}}, customMetadata={{{custom_text}}}}}")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -102,41 +159,87 @@ def netty_dump(data: bytes) -> str:
     return "\n".join(rows)
 
 
-def readledger_hex(entries: list[tuple[int, int, bytes]], style: str = "4.17") -> str:
+# Log prefixes the shell's console appender puts before each INFO line, per distribution and version.
+PREFIXES = {
+    "4.14": "2022-05-01T14:02:11,532+0000 [main] INFO  org.apache.bookkeeper.tools.cli.commands.bookie.{cls} - ",
+    "4.15": "2023-01-10T14:02:11,532+0000 [main] INFO  org.apache.bookkeeper.tools.cli.commands.bookie.{cls} - ",
+    "4.16": "2024-02-01T14:02:11,532+0000 [main] INFO  org.apache.bookkeeper.tools.cli.commands.bookie.{cls} - ",
+    "4.17": "14:02:11.532 [main] INFO  org.apache.bookkeeper.tools.cli.commands.bookie.{cls} - ",
+    "bk": "14:02:11,532 INFO  ",
+}
+VERSIONS = ("4.14", "4.15", "4.16", "4.17", "4.18")
+
+
+def _prefix(style: str, cls: str = "ReadLedgerCommand") -> str:
+    return PREFIXES.get(style, PREFIXES["bk"]).format(cls=cls)
+
+
+def readledger_hex(entries: list[tuple[int, int, bytes]], style: str = "4.17", ids: bool = True,
+                   id_format=str) -> str:
+    """`bookkeeper shell -entryformat hex readledger -msg`: a logged header, then HexDump straight to stdout.
+
+    4.14–4.17 log `--------- Lid=…, Eid=…, EntrySize=… ---------`; 4.18 logs an `Entry` event whose attributes
+    appear only with a %X layout (``ids=False`` is the default 4.18 console: no ids at all)."""
     lines = ["JAVA_HOME not set, using java from PATH"]
     for lid, eid, payload in entries:
-        if style == "4.17":
-            lines.append(f"14:02:11.532 [main] INFO  org.apache.bookkeeper.tools.cli.commands.bookie.ReadLedgerCommand"
-                         f" - --------- Lid={lid}, Eid={eid}, EntrySize={len(payload)} ---------")
+        if style != "4.18":
+            lines.append(f"{_prefix(style)}--------- Lid={id_format(lid)}, Eid={eid}, EntrySize={len(payload)} "
+                         "---------")
+        elif ids:
+            lines.append(f"14:02:11,532 INFO  Entry {{entryId={eid}, entrySize={len(payload)}, "
+                         f"ledgerId={id_format(lid)}}}")
         else:
-            lines.append(f"14:02:11,532 INFO  Entry {{entryId={eid}, entrySize={len(payload)}, ledgerId={lid}}}")
+            lines.append("14:02:11,532 INFO  Entry")
         lines.append(hexdump(payload) if payload else
                      "Warn: Index is outside the data array's bounds : illegal index: 0 into array of length 0")
     return "\n".join(lines) + "\n"
 
 
-def readledger_string(entries: list[tuple[int, int, bytes]]) -> bytes:
+def readledger_string(entries: list[tuple[int, int, bytes]], style: str = "bk") -> bytes:
+    """The default (string) formatter: the payload as lossy UTF-8 and a newline, straight to stdout."""
     out = bytearray()
     for lid, eid, payload in entries:
-        out += (f"14:02:11,532 INFO  --------- Lid={lid}, Eid={eid}, EntrySize={len(payload)} ---------\n").encode()
+        if style == "4.18":
+            out += f"14:02:11,532 INFO  Entry {{entryId={eid}, entrySize={len(payload)}, ledgerId={lid}}}\n".encode()
+        else:
+            out += f"{_prefix(style)}--------- Lid={lid}, Eid={eid}, EntrySize={len(payload)} ---------\n".encode()
         out += payload.decode("utf-8", "replace").encode() + b"\n"
     return bytes(out)
 
 
-def readlog(entries: list[tuple[int, int, bytes]]) -> str:
+def readlog(entries: list[tuple[int, int, bytes]], style: str = "bk", kind: str = "CRC32C") -> str:
+    """`readlog -m`: FormatUtil logs the header lines; the formatter prints digest + payload (32 bytes skipped)."""
     lines = []
     pos = 1024
+    pre = _prefix(style, "FormatUtil") if style != "4.18" else "14:02:11,532 INFO  "
     for lid, eid, payload in entries:
-        stored = struct.pack(">I", 0xDEADBEEF) + payload  # readlog leaves the CRC32C digest in front
-        lines += [f"--------- Lid={lid}, Eid={eid}, ByteOffset={pos}, EntrySize={len(payload) + 36} ---------",
-                  "Type:           DATA", f"LastConfirmed:  {eid - 1}", "Data:", "", hexdump(stored), ""]
-        pos += len(payload) + 40
+        stored = stored_entry(lid, eid, payload, 100, kind)
+        if style == "4.18":
+            # FormatUtil on 4.18 logs two slog events per data entry (attributes sorted by %X), then the formatter.
+            lines += [f"{pre}Entry {{entryId={eid}, entrySize={len(stored)}, ledgerId={lid}, position={pos}}}",
+                      f"{pre}Entry {{entryId={eid}, lastAddConfirmed={eid - 1}, ledgerId={lid}, type=DATA}}",
+                      hexdump(stored[32:])]
+        else:
+            lines.append(f"{pre}--------- Lid={lid}, Eid={eid}, ByteOffset={pos}, EntrySize={len(stored)} ---------")
+            lines += [f"{pre}Type:           DATA", f"{pre}LastConfirmed:  {eid - 1}", f"{pre}Data:", pre,
+                      hexdump(stored[32:]), pre]
+        pos += len(stored) + 4
     return "\n".join(lines) + "\n"
 
 
-def readledger_bookie(entries: list[tuple[int, int, bytes]]) -> str:
+def readledger_bookie(entries: list[tuple[int, int, bytes]], style: str = "bk", kind: str = "CRC32C",
+                      corrupt: bool = False) -> str:
+    """`readledger -msg -bookie`: the raw stored entry as Netty's prettyHexDump, logged after `Data: `."""
     lines = []
     for lid, eid, payload in entries:
-        raw = struct.pack(">qqqq", lid, eid, eid - 1, 100) + struct.pack(">I", 1) + payload
-        lines += [f"14:02:11,532 INFO  --------- Lid={lid}, Eid={eid} ---------", "Data: ", netty_dump(raw)]
+        raw = bytearray(stored_entry(lid, eid, payload, 100, kind))
+        if corrupt:
+            raw[-1] ^= 1
+        dump = netty_dump(bytes(raw)).split("\n")
+        if style == "4.18":
+            lines += [f"14:02:11,532 INFO  Entry {{data={dump[0]}", *dump[1:-1], f"{dump[-1]}, entryId={eid}, "
+                      f"ledgerId={lid}}}"]
+        else:
+            lines += [f"{_prefix(style)}--------- Lid={lid}, Eid={eid} ---------", f"{_prefix(style)}Data: {dump[0]}",
+                      *dump[1:]]
     return "\n".join(lines) + "\n"

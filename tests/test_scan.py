@@ -53,9 +53,11 @@ def test_trimmed_ledger_is_reported_apart_without_the_filter(bookie):
     from txnadmin.scan.job import collect_inputs, judge, scan_in_process
     from txnadmin.scan.ledgers import read_ledger_list
 
+    from txnadmin.scan.formats import ReadPlan
+
     inputs, notes = collect_inputs([str(bookie / "bookie")])
-    counts, notable = scan_in_process(inputs, set())
-    result = judge(counts, notable, read_ledger_list(bookie / "ledgers.txt"), "python", inputs, notes)
+    tally = scan_in_process(inputs, ReadPlan())
+    result = judge(tally, read_ledger_list(bookie / "ledgers.txt"), "python", inputs, notes)
     dead = {d["ledgerId"]: d for d in result.dead_ledgers}
     assert dead[9]["batchedEntries"] == 1 and dead[9]["live"] is False
     assert result.live_batched_entries == 3
@@ -64,12 +66,15 @@ def test_trimmed_ledger_is_reported_apart_without_the_filter(bookie):
 def test_clean_when_only_plain_entries_remain(tmp_path):
     g.write_entry_log(tmp_path / "0.log", [(10, i, g.plain(i)) for i in range(5)]
                       + [(12, i, g.pulsar_message(i)) for i in range(5)])
-    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0), 12: g.MSG_ML})
+    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0), 12: g.MSG_ML}, last={10: 4, 12: 4})
     result = runner.invoke(app, ["scan", str(tmp_path / "0.log"), "--ledgers", str(tmp_path / "l.txt"), "-o", "json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["verdict"] == "clean" and out["liveBatchedEntries"] == 0
-    assert {"ledgerId", "managedLedger", "live", "transactionLedger", "entries", "batchedEntries"} <= set(out["ledgers"][0])
+    assert {"ledgerId", "managedLedger", "live", "transactionLedger", "expectedEntries", "foundEntries", "missing",
+            "batchedEntries", "verifiedEntries"} <= set(out["ledgers"][0])
+    tc = out["ledgers"][0]
+    assert tc["expectedEntries"] == tc["foundEntries"] == tc["verifiedEntries"] == 5 and tc["missing"] == []
 
 
 def test_cli_exit_1_and_report_jsonl(bookie, tmp_path):
@@ -89,25 +94,29 @@ def test_report_parquet(bookie, tmp_path):
     assert set(table.column_names) >= {"file", "offset", "ledgerId", "entryId", "form"}
 
 
-def test_truncated_and_corrupt_files_are_located_not_fatal(tmp_path):
-    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.batched(2)), (10, 1, g.batched(2))], truncate_last=10)
+def test_truncated_and_corrupt_files_are_located_and_never_clean(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(1)), (10, 1, g.plain(2))], truncate_last=10)
     (tmp_path / "bad.log").write_bytes(b"BKLO" + b"\x00" * 1020 + b"\x7f\xff\xff\xff" + b"junk")
-    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0)})
+    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0)}, last={10: 1})
     result = run_scan([str(tmp_path / "0.log"), str(tmp_path / "bad.log")], tmp_path / "l.txt", engine="python")
-    assert result.live_batched_entries == 1
-    assert len(result.unreadable) == 2
-    assert {u["file"].rsplit("/", 1)[1] for u in result.unreadable} == {"0.log", "bad.log"}
-    assert all(u["offset"] >= 1024 for u in result.unreadable)
+    assert result.verdict == "incomplete" and result.exit_code == 3
+    tc = result.ledgers[0]
+    assert tc["foundEntries"] == 1 and tc["missing"] == [[1, 1]]
+    assert any("ledger 10" in r and "entries 1 failed" in r for r in result.reasons), result.reasons
+    assert result.unreadable_count == 1 and result.unreadable[0]["file"].endswith("bad.log")
+    assert result.unreadable[0]["offset"] == 1024
 
 
-def test_suspicious_prefix_is_reported_with_file_and_offset(tmp_path):
+def test_the_magic_decides_not_the_decoder(tmp_path):
+    """Unknown versions and undecodable bodies behind 0E 01 are batched entries, never a lesser finding."""
     g.write_entry_log(tmp_path / "0.log", [(10, 0, b"\x0e\x01\x00\x02" + g.batched(1)[4:]),
                                            (10, 1, b"\x0e\x01\x00\x01\xff\xff")])
-    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0)})
+    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0)}, last={10: 1})
     result = run_scan([str(tmp_path / "0.log")], tmp_path / "l.txt", engine="python")
-    assert result.verdict == "clean" and len(result.suspicious) == 2
-    assert "unknown batch version 2" in result.suspicious[0]["detail"]
-    assert result.suspicious[0]["offset"] == 1024
+    assert result.verdict == "batched" and result.live_batched_entries == 2
+    details = [x["detail"] for x in result.ledgers[0]["examples"]]
+    assert any("unknown batch version 2" in d for d in details)
+    assert result.ledgers[0]["examples"][0]["offset"] == 1024
 
 
 def test_nothing_readable_is_exit_3(tmp_path):
@@ -117,7 +126,7 @@ def test_nothing_readable_is_exit_3(tmp_path):
     missing = runner.invoke(app, ["scan", str(tmp_path / "absent")])
     assert missing.exit_code == 3 and "no such file" in missing.stderr
     unknown = runner.invoke(app, ["scan", str(tmp_path / "x.log"), "--format", "tape"])
-    assert unknown.exit_code == 3 and "unknown" in unknown.stderr
+    assert unknown.exit_code == 2 and "unknown" in unknown.stderr
 
 
 ENTRIES = [(10, 0, g.batched(2)), (10, 1, g.plain(5)), (10, 2, b""), (12, 0, g.pulsar_message(1))]
@@ -137,7 +146,7 @@ def test_text_dumps_are_detected_and_exact(tmp_path, name, text, fmt):
     g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0), 12: g.MSG_ML})
     result = run_scan([str(tmp_path / name)], tmp_path / "l.txt", engine="python")
     tc = next(l for l in result.ledgers if l["ledgerId"] == 10)
-    assert tc["batchedEntries"] == 1 and result.verdict == "batched"
+    assert tc["batchedEntries"] == 1 and result.verdict == "batched", result.to_json()
 
 
 def test_string_dump_checks_the_prefix_only(tmp_path):
@@ -148,7 +157,7 @@ def test_string_dump_checks_the_prefix_only(tmp_path):
     g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0)})
     result = runner.invoke(app, ["scan", str(tmp_path / "s.txt"), "--ledgers", str(tmp_path / "l.txt")])
     assert result.exit_code == 1
-    assert "not trustworthy" in result.stdout
+    assert "not recoverable" in result.stdout
 
 
 def test_a_format_registered_by_a_plugin_is_used(tmp_path):
@@ -194,12 +203,40 @@ def test_engine_dump_then_scan_agrees_with_the_engine(tmp_path, spark):
         assert {k: v for k, v in scanned.items() if v} == {k: v for k, v in truth.items() if v}
 
 
-def test_without_a_ledger_list_messages_never_count(tmp_path):
+def test_without_a_ledger_list_messages_never_count_and_the_best_is_incomplete(tmp_path):
     g.write_entry_log(tmp_path / "0.log", [(12, i, g.pulsar_message(i)) for i in range(200)]
                       + [(10, 0, g.plain(1))])
     result = run_scan([str(tmp_path / "0.log")], engine="python")
-    assert result.verdict == "clean" and result.live_batched_entries == 0
+    assert result.verdict == "incomplete" and result.live_batched_entries == 0
+    assert "listledgers -meta" in result.reasons[0]
     assert not any(l["transactionLedger"] for l in result.ledgers)
-    assert any("no --ledgers list" in n for n in result.notes)
     g.write_entry_log(tmp_path / "1.log", [(10, 1, g.batched(2))])
     assert run_scan([str(tmp_path / "1.log")], engine="python").verdict == "batched"
+
+
+def test_both_engines_give_identical_reports(tmp_path, spark):
+    """Same dumps, same list: the reports differ only in the engine field (damage, replicas, formats, coverage)."""
+    d = tmp_path / "dumps"
+    d.mkdir()
+    g.write_entry_log(d / "0.log", [(10, i, g.plain(i)) for i in range(6)] + [(11, 0, g.batched(2))],
+                      corrupt={(10, 3)})
+    g.write_entry_log(d / "1.log", [(10, i, g.plain(i)) for i in range(4)] + [(12, 0, g.pulsar_message(0)),
+                                                                               (9, 0, g.batched(1))])
+    g.write_entry_log(d / "2.log", [(13, i, g.plain(i)) for i in range(3)], truncate_last=5)
+    (d / "hex.txt").write_text(g.readledger_hex([(14, 0, g.batched(1)), (14, 1, g.plain(1))], "4.18"))
+    (d / "junk.log").write_bytes(b"BKLO" + bytes(1020) + b"\x00\x00\x00\x05abc")
+    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0), 11: g.ACK_ML, 12: g.MSG_ML, 13: g.TC_ML.format(1),
+                                       14: g.TC_ML.format(2)}, last={10: 6, 11: 0, 12: 0, 13: 2, 14: 1})
+    reports = {}
+    for engine in ("python", "spark"):
+        out = run_scan([str(d)], tmp_path / "l.txt", engine=engine).to_json()
+        assert out.pop("engine").startswith(engine)
+        reports[engine] = out
+    assert reports["python"] == reports["spark"]
+    assert reports["python"]["verdict"] == "batched" and reports["python"]["liveBatchedEntries"] == 2
+    by_id = {l["ledgerId"]: l for l in reports["python"]["ledgers"]}
+    assert by_id[10]["missing"] == [[6, 6]] and by_id[13]["missing"] == [[2, 2]]
+    spark_report = tmp_path / "findings"
+    run_scan([str(d)], tmp_path / "l.txt", engine="spark", report=spark_report)
+    rows = [json.loads(line) for part in spark_report.glob("part-*") for line in part.read_text().splitlines()]
+    assert sum(r["form"] == "batched" and r["ledgerId"] in (11, 14) for r in rows) == 2

@@ -144,6 +144,19 @@ class TransactionsAdmin(Protocol):
     def broker_versions(self) -> dict[str, str]:
         """Each active broker's version: ``{"host:port": "3.3.2"}``."""
 
+    # -- cluster identity and brokers (used by the guided downgrade/upgrade) ---------------------
+    def list_clusters(self) -> list[str]:
+        """[GET /admin/v2/clusters] cluster names."""
+
+    def active_brokers(self, cluster: str) -> list[str]:
+        """[GET /admin/v2/brokers/{cluster}] the cluster's active brokers as ``host:port`` (web service)."""
+
+    def internal_configuration(self) -> Json:
+        """[GET /admin/v2/brokers/internal-configuration] metadata-store and BookKeeper URIs (an identity)."""
+
+    def broker_runtime_config(self, broker: str) -> dict[str, str]:
+        """[GET http(s)://{broker}/admin/v2/brokers/configuration/runtime] one named broker's effective values."""
+
     # -- what `txnadmin doctor` reads besides the above ---------------------------------------
     def topic_internal_stats(self, topic: str) -> Json:
         """[GET /admin/v2/persistent/{t}/{ns}/{topic}/internalStats] ManagedLedgerInternalStats + ``cursors``

@@ -1,4 +1,4 @@
-"""`txnadmin scan`: Spark (or in-process) verification that no batched entries remain."""
+"""`txnadmin scan`: Spark (or in-process) proof that no batched entries remain."""
 
 from __future__ import annotations
 
@@ -7,12 +7,17 @@ from typing import Optional
 
 import typer
 
-from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
+from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
 
 
 def scan(
     paths: list[Path] = typer.Argument(..., help="Entry-log files, readledger/readlog dumps, or directories."),
-    ledgers: Optional[Path] = typer.Option(None, "--ledgers", help="`listledgers -meta` output: the live ledgers."),
+    ledgers: Optional[Path] = typer.Option(None, "--ledgers", help="`listledgers -meta` output taken after the "
+                                           "dumps were copied: the live ledgers (needed for a clean verdict)."),
+    txn_ledgers: Optional[str] = typer.Option(None, "--txn-ledgers", help="Transaction ledger ids, comma-separated, "
+                                              "when the list has no metadata."),
+    ledger_id_format: str = typer.Option("long", "--ledger-id-format",
+                                         help="How the dumps print ledger ids (-ledgeridformat): long or hex."),
     fmt: str = typer.Option("auto", "--format", help="Force a dump format (see docs/scan.md)."),
     engine: str = typer.Option("auto", "--engine", help="auto, spark or python."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
@@ -21,33 +26,43 @@ def scan(
 ) -> None:
     """Prove that no batched entries remain in transaction ledgers, from bookie entry logs or shell dumps.
 
-    Exit 0 clean, 1 batched entries remain in live transaction ledgers, 3 input unreadable.
+    Exit 0 clean (every entry of every live transaction ledger found and plain), 1 batched entries remain,
+    3 incomplete (something missing, unreadable or failing its digest; no ledger list) or input unreadable.
     """
-    from ..scan import ScanInputError, run_scan
+    from ..scan import ScanInputError, ScanUsageError, run_scan
+    from ..scan.job import parse_txn_ledgers
 
     if output not in ("table", "json"):
         fail(f"--output {output!r}: use table or json", EXIT_USAGE)
-    progress = None
     bar = None
+    progress = None
     if output == "table" and stdout_is_terminal():
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-        bar = Progress(TextColumn("scanning"), BarColumn(), DownloadColumn(), transient=True)
-        task = bar.add_task("scan", total=None)
-        progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
+        bar = Progress(TextColumn("scanning {task.description}"), BarColumn(), DownloadColumn(), transient=True)
+        task = bar.add_task(f"0/{len(paths)} paths", total=None)
+
+        def progress(files_done: int, files_total: int, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=f"{files_done}/{files_total} files")
+
     try:
+        named = parse_txn_ledgers(txn_ledgers, ledger_id_format if ledger_id_format in ("long", "hex") else "long")
+        args = dict(ledgers_file=ledgers, fmt=fmt, engine=engine, master=master, report=report, progress=progress,
+                    txn_ledgers=named, ledger_id_format=ledger_id_format)
         if bar:
             with bar:
-                result = run_scan([str(p) for p in paths], ledgers, fmt, engine, master, report, progress)
+                result = run_scan([str(p) for p in paths], **args)
         else:
-            result = run_scan([str(p) for p in paths], ledgers, fmt, engine, master, report, progress)
+            result = run_scan([str(p) for p in paths], **args)
+    except ScanUsageError as exc:
+        fail(str(exc), EXIT_USAGE)
     except ScanInputError as exc:
         fail(str(exc), EXIT_UNREADABLE)
     if output == "json":
         print_json(result.to_json())
     else:
         _render(result)
-    raise typer.Exit(EXIT_OK if result.verdict == "clean" else EXIT_FAILURE)
+    raise typer.Exit(result.exit_code)
 
 
 def _render(result) -> None:
@@ -56,13 +71,17 @@ def _render(result) -> None:
 
     console = Console()
     txn = [l for l in result.ledgers if l["transactionLedger"]]
-    table = Table(title=f"Transaction ledgers in the dumps ({result.engine})")
-    for col in ("ledger", "managed ledger", "live", "entries", "batched", "suspicious"):
+    table = Table(title=f"Transaction ledgers ({result.engine})")
+    for col in ("ledger", "managed ledger", "live", "expected", "found", "batched", "verified", "missing"):
         table.add_column(col)
     for l in txn[:200]:
+        missing = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in l["missing"][:3])
         table.add_row(str(l["ledgerId"]), l["managedLedger"] or "?", {True: "yes", False: "no", None: "?"}[l["live"]],
-                      str(l["entries"]), str(l["batchedEntries"]), str(l["suspiciousEntries"]))
+                      "?" if l["expectedEntries"] is None else str(l["expectedEntries"]), str(l["foundEntries"]),
+                      str(l["batchedEntries"]), str(l["verifiedEntries"]), missing or "-")
     console.print(table)
+    if len(txn) > 200:
+        console.print(f"… {len(txn) - 200} more transaction ledgers (use -o json)")
     by_ml: dict[str, int] = {}
     for l in txn:
         if l["batchedEntries"]:
@@ -72,12 +91,20 @@ def _render(result) -> None:
     if result.dead_ledgers:
         console.print(f"{len(result.dead_ledgers)} ledgers are in the dumps but no longer live (trimmed, awaiting "
                       "bookie GC): not counted")
-    console.print(f"suspicious entries: {len(result.suspicious)}; unreadable spots: {len(result.unreadable)}")
     if any(i["format"] == "readledger-string" for i in result.inputs):
-        console.print("note: string-formatter dumps show only the batch prefix; the rest of each entry is not "
-                      "trustworthy (use -entryformat hex for exact results)")
+        console.print("note: string-formatter dumps show only the batch magic; the rest of each entry is not "
+                      "recoverable (use -entryformat hex for details)")
     for note in result.notes:
         console.print(f"note: {note}")
-    verdict = "[bold green]clean[/]" if result.verdict == "clean" else (
-        f"[bold red]batched[/]: {result.live_batched_entries} batched entries remain in live transaction ledgers")
+    for reason in result.reasons[:20]:
+        console.print(f"[yellow]not proven:[/] {reason}", markup=True, highlight=False)
+    if len(result.reasons) > 20:
+        console.print(f"… {len(result.reasons) - 20} more reasons (use -o json)")
+    if result.verdict == "clean":
+        verdict = "[bold green]clean[/]"
+    elif result.verdict == "batched":
+        verdict = (f"[bold red]batched[/]: {result.live_batched_entries} batched entries remain in live "
+                   "transaction ledgers")
+    else:
+        verdict = "[bold yellow]incomplete[/]: cannot prove clean (see the reasons above)"
     console.print(f"verdict: {verdict}")

@@ -4,9 +4,9 @@ The parsers (one registry of dump formats) run in-process or inside Spark; pyspa
 by :mod:`txnadmin.scan.spark`, when the Spark engine is chosen.
 """
 
-from .formats import REGISTRY, DumpFormat, Finding, detect, register, unregister
-from .job import ScanInputError, ScanResult, run_scan
+from .formats import REGISTRY, DumpFormat, Finding, ReadPlan, detect, register, unregister
+from .job import ScanInputError, ScanResult, ScanUsageError, run_scan
 from .ledgers import LiveLedger, read_ledger_list
 
-__all__ = ["REGISTRY", "DumpFormat", "Finding", "LiveLedger", "ScanInputError", "ScanResult", "detect",
-           "read_ledger_list", "register", "run_scan", "unregister"]
+__all__ = ["REGISTRY", "DumpFormat", "Finding", "LiveLedger", "ReadPlan", "ScanInputError", "ScanResult",
+           "ScanUsageError", "detect", "read_ledger_list", "register", "run_scan", "unregister"]

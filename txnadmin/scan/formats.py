@@ -1,42 +1,81 @@
 """One registry of dump formats: each has a name, a sniffer and a reader of findings.
 
-A finding is one entry of a dump, reduced to small fields — never its payload — so the same readers
-feed the in-process scan and the Spark data source. Readers never raise on bad input: damage is
-reported as an ``unreadable`` finding with the file and byte offset where it was found.
+A finding is one entry of a dump, reduced to small fields — never its payload — so the same readers feed the
+in-process scan and the Spark data source. Readers never raise on bad input: damage is reported as an
+``unreadable`` (or ``bad-digest``) finding with the file and byte offset where it was found, and a ledger or entry
+id that the dump does not state is never guessed (the finding then carries ledger -1).
+``tests/test_scan_fuzz.py`` holds every registered reader to that.
 """
 
 from __future__ import annotations
 
+import base64
 import mmap
 import re
 import struct
-from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping, Optional
 
-from .classify import EMPTY, PLAIN, SUSPICIOUS, UNREADABLE, classify
+from . import digests
+from .classify import BAD_DIGEST, BATCHED, EMPTY, PLAIN, UNREADABLE, classify, describe_batch
 
 SNIFF_BYTES = 8192
+MAX_ID = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
 class Finding:
     file: str
     offset: int  # byte offset of the entry (entry logs) or of its header line (text dumps)
-    ledger_id: int  # -1 when unknown (damage before any header)
-    entry_id: int
-    form: str  # batched | plain | suspicious | empty | unreadable | prefix-batched
+    ledger_id: int  # -1 when the dump does not state it (damage before a readable header)
+    entry_id: int  # -1 likewise
+    form: str  # batched | plain | empty | unreadable | bad-digest
     detail: str
     first8: str  # first 8 payload bytes as hex
+    digest: str = digests.UNCHECKED  # verified | unchecked | failed
+    kind: str = ""  # txn-log | pending-ack when a batch decodes as that log's
 
     def to_json(self) -> dict:
         return {"file": self.file, "offset": self.offset, "ledgerId": self.ledger_id, "entryId": self.entry_id,
-                "form": self.form, "detail": self.detail, "first8": self.first8}
+                "form": self.form, "detail": self.detail, "first8": self.first8, "digest": self.digest,
+                "kind": self.kind}
 
 
-# Ledger ids a reader skips without looking at their payloads (live ledgers that are not transaction ledgers).
-Skip = frozenset
-Reader = Callable[[str, Skip], Iterator[Finding]]
-NO_SKIP: frozenset = frozenset()
+@dataclass(frozen=True)
+class ReadPlan:
+    """What the readers need to know besides the file: ledgers to pass over, each ledger's digest, id format.
+
+    ``skip``: live ledgers that are not transaction ledgers (messages, cursors), passed over unread.
+    ``digests``: ledger id → (digest type, password or None) from the ledger list's metadata.
+    ``ledger_id_format``: how the dump prints ledger ids (`-ledgeridformat`): long (BookKeeper's default) or hex;
+    UUID-formatted ids are recognised by their shape.
+    """
+
+    skip: frozenset = frozenset()
+    digests: Mapping[int, tuple[str, Optional[bytes]]] = field(default_factory=dict)
+    ledger_id_format: str = "long"
+
+    def __contains__(self, ledger: object) -> bool:  # readers written against the old `skip` set keep working
+        return ledger in self.skip
+
+    def to_json(self) -> dict:
+        return {"skip": sorted(self.skip), "idFormat": self.ledger_id_format,
+                "digests": {str(k): [t, None if p is None else base64.b64encode(p).decode()]
+                            for k, (t, p) in self.digests.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ReadPlan":
+        return cls(frozenset(data.get("skip", ())),
+                   {int(k): (t, None if p is None else base64.b64decode(p)) for k, (t, p) in
+                    data.get("digests", {}).items()}, data.get("idFormat", "long"))
+
+
+NO_PLAN = ReadPlan()
+Reader = Callable[[str, ReadPlan], Iterator[Finding]]
+
+
+def as_plan(plan) -> ReadPlan:
+    return plan if isinstance(plan, ReadPlan) else ReadPlan(frozenset(plan or ()))
 
 
 @dataclass(frozen=True)
@@ -46,6 +85,14 @@ class DumpFormat:
     sniff: Callable[[bytes], int]  # confidence 0..100 from the first bytes of a file
     read: Reader
     splittable: bool = False
+
+    def findings(self, path: str, plan: ReadPlan) -> Iterator[Finding]:
+        """The reader's findings; a reader that raises anyway (a plug-in, or a bug) costs a located finding."""
+        try:
+            yield from self.read(path, plan)
+        except Exception as exc:  # noqa: BLE001 - the promise is per reader; this keeps one bug from a traceback
+            yield Finding(path, 0, -1, -1, UNREADABLE, f"{self.name} reader failed: {type(exc).__name__}: {exc}"[:300],
+                          "", digests.UNCHECKED)
 
 
 REGISTRY: dict[str, DumpFormat] = {}
@@ -63,36 +110,124 @@ def unregister(name: str) -> None:
 def detect(path: str) -> Optional[DumpFormat]:
     with open(path, "rb") as fh:
         head = fh.read(SNIFF_BYTES)
-    scored = sorted(((fmt.sniff(head), fmt.name) for fmt in REGISTRY.values()), reverse=True)
+    scored = []
+    for fmt in REGISTRY.values():
+        try:
+            scored.append((int(fmt.sniff(head)), fmt.name))
+        except Exception:  # noqa: BLE001 - a sniffer that chokes simply does not claim the file
+            continue
+    scored.sort(reverse=True)
     if not scored or scored[0][0] <= 0:
         return None
     return REGISTRY[scored[0][1]]
 
 
-def _finding(path, offset, ledger, entry, payload: bytes) -> Finding:
-    form, detail = classify(payload)
-    return Finding(path, offset, ledger, entry, form, detail, payload[:8].hex())
+UUID_ID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+class LedgerIdError(ValueError):
+    pass
+
+
+def parse_ledger_id(text, fmt: str = "long") -> int:
+    """A ledger id as BookKeeper's `LedgerIdFormatter` printed it; raises :class:`LedgerIdError` only.
+
+    Decimal by default; hex only when the operator says the dump used ``-ledgeridformat hex`` (``10`` means 16
+    there, so guessing would invent ids); ``new UUID(0, id)`` strings are unambiguous and always accepted.
+    """
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("ascii", "replace")
+    text = str(text).strip()
+    if UUID_ID.match(text):
+        value = int(text.replace("-", ""), 16)
+        if value >> 64:
+            raise LedgerIdError(f"ledger id {text!r} is a UUID with high bits set")
+        value &= (1 << 64) - 1
+    elif fmt == "hex" and re.fullmatch(r"[0-9a-fA-F]{1,16}", text):
+        value = int(text, 16)
+    elif re.fullmatch(r"[0-9]{1,19}", text):
+        if fmt == "hex":
+            value = int(text, 16)
+        else:
+            value = int(text)
+    elif re.fullmatch(r"[0-9a-fA-F]{1,16}", text):
+        raise LedgerIdError(f"ledger id {text!r} is not decimal (was the dump taken with -ledgeridformat hex? "
+                            "then pass --ledger-id-format hex)")
+    else:
+        raise LedgerIdError(f"ledger id {text[:40]!r} is not a ledger id")
+    if value > MAX_ID:
+        raise LedgerIdError(f"ledger id {text!r} is out of range")
+    return value
+
+
+def _entry_id(text: bytes) -> Optional[int]:
+    if not re.fullmatch(rb"-?[0-9]{1,19}", text):
+        return None
+    value = int(text)
+    return value if -MAX_ID <= value <= MAX_ID else None
+
+
+def _finding(path, offset, ledger, entry, payload: bytes, digest: str = digests.UNCHECKED, note: str = "") -> Finding:
+    form, detail, kind = classify(payload)
+    if note:
+        detail = f"{detail}; {note}" if detail else note
+    return Finding(path, offset, ledger, entry, form, detail, payload[:8].hex(), digest, kind)
+
+
+def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: bytes, plan: ReadPlan,
+                    where: str = "", detected: Optional[dict] = None) -> Finding:
+    """A stored entry (32-byte header, digest, payload) judged by its ledger's digest type, then classified.
+
+    Without metadata the type is detected once per ledger (in ``detected``) and then held to: an entry that fails
+    the detected type is a mismatch, never re-tried with a weaker one.
+    """
+    kind, password = plan.digests.get(ledger, (None, None))
+    held = None
+    if kind is None and detected is not None:
+        held = detected.get(ledger)
+        if held == "MAC" and password is None:
+            password = b""  # detection verified it with the empty password
+    status, found_type, start, detail = digests.check(stored, kind or held, password)
+    if status == digests.FAILED:
+        if held:
+            detail += " (type detected from this ledger's earlier entries)"
+        at = f" ({where})" if where else ""
+        return Finding(path, offset, ledger, entry, BAD_DIGEST, detail + at, stored[start:start + 8].hex(),
+                       digests.FAILED)
+    if kind is None and detected is not None and found_type and held is None:
+        detected[ledger] = found_type
+    note = "" if kind or not found_type else f"digest {found_type} (detected)"
+    if detail:
+        note = f"{note}; {detail}" if note else detail
+    return _finding(path, offset, ledger, entry, stored[start:], status, note)
 
 
 # -- BookKeeper entry-log files ------------------------------------------------------------------
 
 ENTRYLOG_HEADER = 1024
 _REC = struct.Struct(">iqq")
-DIGEST_LEN = 4  # CRC32C, Pulsar's default digest
+META_ENTRY_IDS = frozenset((-0x1000, -0x2000, -0x4000, -0x8000))
+LEDGERS_MAP = (-1, -2)
 
 
 def _sniff_entrylog(head: bytes) -> int:
     return 100 if head[:4] == b"BKLO" else 0
 
 
-def read_entrylog(path: str, skip: Skip = NO_SKIP, start: int = ENTRYLOG_HEADER,
+def read_entrylog(path: str, plan=NO_PLAN, start: int = ENTRYLOG_HEADER,
                   end: Optional[int] = None) -> Iterator[Finding]:
     """Walk `[int32 size][ledgerId][entryId][LAC][length][digest][payload]` records with mmap.
 
-    Only the 4 payload bytes after the 36-byte header are looked at, and a body is decoded only when
-    they are the batch prefix; ledgers in ``skip`` are passed over without touching their payload.
+    Ledgers in ``plan.skip`` are passed over by id without touching their bytes; every other entry is checked
+    against its digest (the type from the ledger list, else detected) and classified.
     """
-    with open(path, "rb") as fh:
+    plan = as_plan(plan)
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        yield Finding(path, 0, -1, -1, UNREADABLE, f"cannot open: {exc.strerror or exc}", "")
+        return
+    with fh:
         size = fh.seek(0, 2)
         if size == 0:
             yield Finding(path, 0, -1, -1, UNREADABLE, "empty file", "")
@@ -104,31 +239,33 @@ def read_entrylog(path: str, skip: Skip = NO_SKIP, start: int = ENTRYLOG_HEADER,
             if size < ENTRYLOG_HEADER:
                 yield Finding(path, 0, -1, -1, UNREADABLE, f"truncated header: {size} of 1024 bytes", "")
                 return
-            pos, stop = start, size if end is None else min(end, size)
+            pos, stop = max(start, ENTRYLOG_HEADER), size if end is None else min(end, size)
+            detected: dict[int, str] = {}
             unpack = _REC.unpack_from
             while pos < stop:
                 if pos + 20 > size:
-                    yield Finding(path, pos, -1, -1, UNREADABLE, "truncated record header at end of file", "")
+                    yield Finding(path, pos, -1, -1, UNREADABLE,
+                                  f"torn record header at end of file ({size - pos} bytes)", "")
                     return
                 length, ledger, entry = unpack(mm, pos)
-                if length < 16 or pos + 4 + length > size:
-                    yield Finding(path, pos, ledger if length >= 16 else -1, entry, UNREADABLE,
-                                  f"bad or truncated record (size {length}, {size - pos - 4} bytes left)", "")
-                    return
                 body = pos + 4
-                if ledger >= 0 and entry >= 0 and ledger not in skip:
-                    if length < 32 + DIGEST_LEN:
-                        yield Finding(path, pos, ledger, entry, UNREADABLE, f"record of {length} bytes is too short", "")
-                    else:
-                        p = body + 32 + DIGEST_LEN
-                        head4 = mm[p:p + 4] if length > 32 + DIGEST_LEN else b""
-                        if head4[:2] == b"\x0e\x01":
-                            payload = mm[p: body + length]
-                            yield _finding(path, pos, ledger, entry, payload)
-                        elif not head4:
-                            yield Finding(path, pos, ledger, entry, EMPTY, "empty entry", "")
-                        else:
-                            yield Finding(path, pos, ledger, entry, PLAIN, "", mm[p:p + 8].hex())
+                if length < 16:
+                    yield Finding(path, pos, -1, -1, UNREADABLE, f"bad record size {length}", "")
+                    return
+                if body + length > size:
+                    # Torn: the header is there, the body is not. The ids are stated, so the damage has a place.
+                    known = ledger >= 0 and entry >= 0
+                    yield Finding(path, pos, ledger if known else -1, entry if known else -1, UNREADABLE,
+                                  f"torn record: size {length}, {size - body} bytes left in the file", "")
+                    return
+                if (ledger, entry) == LEDGERS_MAP or (ledger >= 0 and entry in META_ENTRY_IDS):
+                    pass
+                elif ledger < 0 or entry < 0:
+                    yield Finding(path, pos, ledger if ledger >= 0 else -1, -1, UNREADABLE,
+                                  f"record with impossible ids (ledger {ledger}, entry {entry})", "")
+                elif ledger not in plan.skip:
+                    yield _stored_finding(path, pos, ledger, entry, mm[body:body + length], plan,
+                                          f"{path} offset {pos}", detected)
                 pos = body + length
 
 
@@ -138,99 +275,258 @@ register(DumpFormat("entrylog", "BookKeeper DefaultEntryLogger .log file (digest
 
 # -- text dumps ----------------------------------------------------------------------------------
 
-HEADER_417 = re.compile(rb"Lid=(\S+), Eid=(-?\d+)(?:, ByteOffset=(\d+))?(?:, EntrySize=(\d+))?")
-HEADER_418 = re.compile(rb"\{([^{}]*\bentryId=-?\d+[^{}]*\bledgerId=[^,}]+[^{}]*)\}")
+# ≤ 4.17: `--------- Lid=13, Eid=0, EntrySize=63 ---------` (readlog adds ByteOffset) behind any log prefix.
+HEADER_417 = re.compile(rb"Lid=([^,\s]*), Eid=([^,\s]*)(?:, ByteOffset=([^,\s]*))?(?:, EntrySize=([^,\s]*))?")
+# 4.18 (slog): an `Entry` event; its attributes print only through %X, as `{entryId=0, entrySize=63, ledgerId=13}`.
+EVENT_418 = re.compile(rb"\bEntry\s*(\{.*)?$")
 HEX_LINE = re.compile(rb"^([0-9A-F]{8}) ((?:[0-9A-F]{2} |   ){16})")
-NETTY_ROW = re.compile(rb"^\|([0-9a-f]{8})\|((?: [0-9a-f]{2}){1,16})\s*\|")
+NETTY_ROW = re.compile(rb"\|([0-9a-f]{8})\|((?: [0-9a-f]{2}){1,16})\s*\|")
 
 
-def parse_ledger_id(text: str) -> int:
-    """Decimal (default), hex (`-ledgeridformat hex`) or UUID (`uuid`) ledger ids."""
-    if "-" in text and len(text) == 36:
-        return int(text.replace("-", ""), 16)
-    try:
-        return int(text)
-    except ValueError:
-        return int(text, 16)
+@dataclass
+class _TextEntry:
+    offset: int
+    ledger: Optional[bytes]
+    entry: Optional[bytes]
+    byte_offset: Optional[bytes] = None
+    size: Optional[bytes] = None
+    lines: list = field(default_factory=list)
+    open_attrs: bool = False  # a 4.18 `Entry {data=…` event whose attributes close on a later line
+    continuation: bool = False  # 4.18 readlog's second `Entry` event (type=DATA, lastAddConfirmed) of one entry
 
 
-def _headers(line: bytes) -> Optional[tuple[int, int]]:
-    m = HEADER_417.search(line)
-    if m and b"---------" in line:
-        return parse_ledger_id(m.group(1).decode()), int(m.group(2))
-    m = HEADER_418.search(line)
-    if m and b"Entry" in line:
-        attrs = dict(kv.split("=", 1) for kv in m.group(1).decode().replace(" ", "").split(","))
-        return parse_ledger_id(attrs["ledgerId"]), int(attrs["entryId"])
+def _attrs(text: bytes) -> dict[bytes, bytes]:
+    out = {}
+    for part in text.split(b","):
+        key, eq, value = part.partition(b"=")
+        if eq:
+            out[key.strip()] = value.strip().rstrip(b"}").strip()
+    return out
+
+
+def _header(line: bytes, offset: int) -> Optional[_TextEntry]:
+    if HEX_LINE.match(line) or NETTY_ROW.search(line):
+        return None  # a dump row whose text column happens to spell a header
+    if b"---------" in line:
+        m = HEADER_417.search(line)
+        if m:
+            return _TextEntry(offset, m.group(1), m.group(2), m.group(3), m.group(4))
+    m = EVENT_418.search(line.rstrip(b"\r\n"))
+    if m and (b" INFO " in line or b"- Entry" in line or line.lstrip().startswith(b"Entry")):
+        attrs_text = m.group(1) or b""
+        if attrs_text.startswith(b"{data="):
+            # `readledger -bookie` on 4.18: the data attribute (a multi-line Netty dump) comes first (keys sorted);
+            # the ids follow the dump's footer line.
+            return _TextEntry(offset, None, None, lines=[attrs_text[len(b"{data="):]], open_attrs=True)
+        attrs = _attrs(attrs_text.strip().strip(b"{}"))
+        return _TextEntry(offset, attrs.get(b"ledgerId"), attrs.get(b"entryId"),
+                          attrs.get(b"position", attrs.get(b"byteOffset")), attrs.get(b"entrySize"),
+                          continuation=b"type" in attrs or b"lastAddConfirmed" in attrs)
     return None
 
 
-def _text_entries(path: str) -> Iterator[tuple[int, int, int, list[bytes]]]:
-    """(header offset, ledger, entry, lines after the header until the next header)."""
-    with open(path, "rb") as fh:
-        data = fh.read()
-    current = None
+FOOTER_ATTRS = re.compile(rb"\+-+\+\s*,\s*([^{}]*)\}")
+
+
+def _text_entries(path: str) -> Iterator[_TextEntry]:
+    """Entries of a text dump: each header with the lines after it, up to the next header."""
+    current: Optional[_TextEntry] = None
     offset = 0
-    for line in data.splitlines(keepends=True):
-        header = _headers(line)
-        if header is not None:
-            if current:
-                yield current
-            current = (offset, header[0], header[1], [])
-        elif current is not None:
-            current[3].append(line)
-        offset += len(line)
-    if current:
+    with open(path, "rb") as fh:
+        for line in fh:
+            if current is not None and current.open_attrs:
+                m = FOOTER_ATTRS.search(line)
+                current.lines.append(line)
+                if m:
+                    attrs = _attrs(m.group(1))
+                    current.ledger, current.entry = attrs.get(b"ledgerId"), attrs.get(b"entryId")
+                    current.open_attrs = False
+                offset += len(line)
+                continue
+            header = _header(line, offset)
+            if (header is not None and header.continuation and current is not None and not current.lines
+                    and header.entry == current.entry):
+                header = None  # the same entry's second event: its data follows
+            if header is not None:
+                if current is not None:
+                    yield current
+                current = header
+            elif current is not None:
+                current.lines.append(line)
+            offset += len(line)
+    if current is not None:
         yield current
 
 
-def _hex_payload(lines: list[bytes], netty: bool) -> tuple[bytes, Optional[str]]:
+def _hex_payload(lines: list[bytes], netty: bool) -> tuple[bytes, Optional[str], int]:
+    """(bytes, problem, rows seen) rebuilt from hex rows; rows must follow each other without gaps."""
     out = bytearray()
+    rows = 0
     for line in lines:
         line = line.rstrip(b"\r\n")
-        m = (NETTY_ROW if netty else HEX_LINE).match(line)
+        m = NETTY_ROW.search(line) if netty else HEX_LINE.match(line)
         if not m:
             continue
+        rows += 1
         if int(m.group(1), 16) != len(out):
-            return bytes(out), f"hex dump offset {m.group(1).decode()} where {len(out):08x} was expected"
+            return bytes(out), f"hex dump offset {m.group(1).decode()} where {len(out):08x} was expected", rows
         out += bytes.fromhex(m.group(2).decode().replace(" ", ""))
-    return bytes(out), None
+    return bytes(out), None, rows
 
 
-def _make_hex_reader(header_bytes: int, netty: bool) -> Reader:
-    def read(path: str, skip: Skip = NO_SKIP) -> Iterator[Finding]:
+def _ids(path: str, item: _TextEntry, plan: ReadPlan) -> tuple[Optional[int], Optional[int], Optional[Finding]]:
+    """(ledger, entry, None) or (None, None, an unreadable finding saying why the ids are not known)."""
+    if item.ledger is None or item.entry is None:
+        return None, None, Finding(path, item.offset, -1, -1, UNREADABLE,
+                                   "entry header without ledger/entry ids (BookKeeper 4.18 prints them only with a "
+                                   "%X log layout: see docs/scan.md)", "")
+    entry = _entry_id(item.entry)
+    if entry is None:
+        return None, None, Finding(path, item.offset, -1, -1, UNREADABLE,
+                                   f"entry id {item.entry[:40].decode('ascii', 'replace')!r} is not a number", "")
+    try:
+        ledger = parse_ledger_id(item.ledger, plan.ledger_id_format)
+    except LedgerIdError as exc:
+        return None, None, Finding(path, item.offset, -1, entry, UNREADABLE, str(exc), "")
+    return ledger, entry, None
+
+
+def _size(item: _TextEntry) -> Optional[int]:
+    if item.size is None:
+        return None
+    value = _entry_id(item.size)
+    return value if value is not None and value >= 0 else -1
+
+
+def _make_hex_reader(kind: str) -> Reader:
+    """readledger -msg with the hex formatter (payload), readledger -bookie (stored entry), readlog (digest+payload)."""
+    netty = kind == "bookie"
+
+    def read(path: str, plan=NO_PLAN) -> Iterator[Finding]:
+        plan = as_plan(plan)
         found = False
-        for offset, ledger, entry, lines in _text_entries(path):
+        detected: dict[int, str] = {}
+        for item in _text_entries(path):
             found = True
-            if entry < 0 or ledger in skip:
+            ledger, entry, bad = _ids(path, item, plan)
+            if bad is not None:
+                yield bad
                 continue
-            payload, problem = _hex_payload(lines, netty)
+            if entry < 0 or ledger in plan.skip:
+                continue  # readlog prints meta entries (master key, fence) with negative ids
+            size = _size(item)
+            if size == -1:
+                yield Finding(path, item.offset, ledger, entry, UNREADABLE,
+                              f"entry size {item.size[:30].decode('ascii', 'replace')!r} is not a size", "")
+                continue
+            data, problem, rows = _hex_payload(item.lines, netty)
             if problem:
-                yield Finding(path, offset, ledger, entry, UNREADABLE, problem, payload[:8].hex())
+                yield Finding(path, item.offset, ledger, entry, UNREADABLE, problem, data[:8].hex())
                 continue
-            if any(l.startswith(b"Warn: Index is outside") for l in lines) and not payload:
-                yield Finding(path, offset, ledger, entry, EMPTY, "empty entry", "")
+            if any(b"N/A. Corrupted." in line for line in item.lines):
+                yield Finding(path, item.offset, ledger, entry, UNREADABLE, "readlog: N/A. Corrupted.", "")
                 continue
-            if header_bytes and len(payload) < header_bytes:
-                yield Finding(path, offset, ledger, entry, UNREADABLE,
-                              f"stored entry shorter than {header_bytes} bytes", payload[:8].hex())
-                continue
-            yield _finding(path, offset, ledger, entry, payload[header_bytes:])
+            if kind == "payload":
+                if not rows and size == 0 or (not rows and any(b"Warn: Index is outside" in line
+                                                                for line in item.lines)):
+                    yield Finding(path, item.offset, ledger, entry, EMPTY, "empty entry", "")
+                    continue
+                if not rows:
+                    yield Finding(path, item.offset, ledger, entry, UNREADABLE,
+                                  "no hex dump after the header (was -msg given?)", "")
+                    continue
+                if size is not None and len(data) != size:
+                    yield Finding(path, item.offset, ledger, entry, UNREADABLE,
+                                  f"hex dump holds {len(data)} of EntrySize={size} bytes", data[:8].hex())
+                    continue
+                yield _finding(path, item.offset, ledger, entry, data)
+            elif kind == "bookie":
+                if not rows:
+                    yield Finding(path, item.offset, ledger, entry, UNREADABLE,
+                                  "no hex dump after the header (was -msg given?)", "")
+                    continue
+                yield _stored_finding(path, item.offset, ledger, entry, data, plan, f"{path} offset {item.offset}",
+                                      detected)
+            else:
+                yield _readlog_finding(path, item, ledger, entry, size, data, rows, plan)
         if not found:
             yield Finding(path, 0, -1, -1, UNREADABLE, "no entry headers found", "")
 
     return read
 
 
+def _readlog_finding(path: str, item: _TextEntry, ledger: int, entry: int, size: Optional[int], data: bytes,
+                     rows: int, plan: ReadPlan) -> Finding:
+    """readlog prints the stored entry minus its 32-byte header: the digest is still in front of the payload.
+
+    The ledger-length field is not printed, so the digest cannot be recomputed: these entries are unchecked.
+    """
+    if not rows:
+        return Finding(path, item.offset, ledger, entry, UNREADABLE, "no hex dump after the header (was -m given?)",
+                       "")
+    if size is not None and len(data) != size - digests.HEADER:
+        return Finding(path, item.offset, ledger, entry, UNREADABLE,
+                       f"hex dump holds {len(data)} bytes where EntrySize={size} means {size - digests.HEADER}",
+                       data[:8].hex())
+    kind, _ = plan.digests.get(ledger, (None, None))
+    if kind is not None:
+        d = digests.LENGTHS[kind]
+        if len(data) < d:
+            return Finding(path, item.offset, ledger, entry, UNREADABLE, f"shorter than its {kind} digest", "")
+        return _finding(path, item.offset, ledger, entry, data[d:], digests.UNCHECKED,
+                        "readlog: digest not checkable")
+    # No metadata names the digest, so its length is unknown: only a batch that decodes behind one of the
+    # possible lengths is evidence; anything else cannot be placed.
+    for d in (4, 8, 20, 0):
+        body = data[d:]
+        if body[:2] == b"\x0e\x01":
+            detail, decoded_kind = describe_batch(body)
+            if decoded_kind:
+                return Finding(path, item.offset, ledger, entry, BATCHED,
+                               f"{detail}; behind a {d}-byte digest (digest type not in a ledger list)",
+                               body[:8].hex(), digests.UNCHECKED, decoded_kind)
+    return Finding(path, item.offset, ledger, entry, UNREADABLE,
+                   "readlog: digest length unknown without the ledger's metadata (pass listledgers -meta output "
+                   "with --ledgers)", data[:8].hex())
+
+
+def read_string_dump(path: str, plan=NO_PLAN) -> Iterator[Finding]:
+    """The default string formatter: only the first bytes survive, so only the magic can be judged."""
+    plan = as_plan(plan)
+    found = False
+    for item in _text_entries(path):
+        found = True
+        ledger, entry, bad = _ids(path, item, plan)
+        if bad is not None:
+            yield bad
+            continue
+        if entry < 0 or ledger in plan.skip:
+            continue
+        size = _size(item)
+        first = item.lines[0].rstrip(b"\r\n") if item.lines else None
+        if size == 0:
+            yield Finding(path, item.offset, ledger, entry, EMPTY, "empty entry", "")
+        elif first is None:
+            yield Finding(path, item.offset, ledger, entry, UNREADABLE, "no payload line (was -msg given?)", "")
+        elif first.startswith(b"\x0e\x01"):
+            yield Finding(path, item.offset, ledger, entry, BATCHED,
+                          "string formatter: batch magic seen; the body is not recoverable", first[:8].hex())
+        else:
+            yield Finding(path, item.offset, ledger, entry, PLAIN, "string formatter", first[:8].hex())
+    if not found:
+        yield Finding(path, 0, -1, -1, UNREADABLE, "no entry headers found", "")
+
+
+def _has_header(head: bytes) -> bool:
+    return any(_header(line, 0) is not None for line in head.splitlines()[:400])
+
+
 def _sniff_text(kind: str) -> Callable[[bytes], int]:
     def sniff(head: bytes) -> int:
-        if head[:4] == b"BKLO":
+        if head[:4] == b"BKLO" or not _has_header(head):
             return 0
-        has_header = bool(HEADER_417.search(head) or HEADER_418.search(head))
-        if not has_header:
-            return 0
-        readlog = b"ByteOffset=" in head
-        netty = bool(re.search(rb"^\|[0-9a-f]{8}\|", head, re.M))
+        readlog = b"ByteOffset=" in head or b"position=" in head
+        netty = bool(re.search(rb"\|[0-9a-f]{8}\|", head))
         hexdump = bool(re.search(rb"^[0-9A-F]{8} (?:[0-9A-F]{2} ){1,16}", head, re.M))
         if kind == "readlog":
             return 90 if readlog else 0
@@ -243,31 +539,11 @@ def _sniff_text(kind: str) -> Callable[[bytes], int]:
     return sniff
 
 
-def read_string_dump(path: str, skip: Skip = NO_SKIP) -> Iterator[Finding]:
-    """The default string formatter: only the first bytes survive, so only the prefix can be judged."""
-    found = False
-    for offset, ledger, entry, lines in _text_entries(path):
-        found = True
-        if entry < 0 or ledger in skip:
-            continue
-        first = lines[0] if lines else b""
-        if first.startswith(b"\x0e\x01\x00\x01"):
-            yield Finding(path, offset, ledger, entry, "prefix-batched",
-                          "string formatter: batch prefix seen, body not trustworthy", first[:8].hex())
-        elif first.startswith(b"\x0e\x01"):
-            yield Finding(path, offset, ledger, entry, SUSPICIOUS,
-                          "string formatter: 0E 01 with another version", first[:8].hex())
-        else:
-            yield Finding(path, offset, ledger, entry, PLAIN, "string formatter", first[:8].hex())
-    if not found:
-        yield Finding(path, 0, -1, -1, UNREADABLE, "no entry headers found", "")
-
-
-register(DumpFormat("readlog", "`bookkeeper shell readlog -m` (hex formatter; CRC32C digest still in the payload)",
-                    _sniff_text("readlog"), _make_hex_reader(DIGEST_LEN, netty=False)))
+register(DumpFormat("readlog", "`bookkeeper shell readlog -m` (hex formatter; the digest is still in the payload)",
+                    _sniff_text("readlog"), _make_hex_reader("readlog")))
 register(DumpFormat("readledger-bookie", "`readledger -msg -bookie` (Netty hex dump of the raw stored entry)",
-                    _sniff_text("readledger-bookie"), _make_hex_reader(32 + DIGEST_LEN, netty=True)))
-register(DumpFormat("readledger-hex", "`readledger -msg` with `-entryformat hex` (4.17 and 4.18 headers)",
-                    _sniff_text("readledger-hex"), _make_hex_reader(0, netty=False)))
-register(DumpFormat("readledger-string", "`readledger -msg` with the default string formatter (prefix check only)",
+                    _sniff_text("readledger-bookie"), _make_hex_reader("bookie")))
+register(DumpFormat("readledger-hex", "`readledger -msg` with `-entryformat hex` (4.14–4.18 headers)",
+                    _sniff_text("readledger-hex"), _make_hex_reader("payload")))
+register(DumpFormat("readledger-string", "`readledger -msg` with the default string formatter (magic check only)",
                     _sniff_text("readledger-string"), read_string_dump))

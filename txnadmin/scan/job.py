@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from .formats import REGISTRY, Finding, detect
+from .formats import REGISTRY, Finding, ReadPlan, detect
 from .ledgers import LiveLedger, read_ledger_list
+from .tally import LedgerTally, RangeSet, Tally
 
-SPARK_THRESHOLD_BYTES = 256 * 1024 * 1024
-NOTABLE = ("batched", "prefix-batched", "suspicious", "unreadable")
+# Where `--engine auto` hands a local scan to Spark (local[*]), from bench/scan.py on 2 cores: Spark costs a fixed
+# ~13 s (JVM, session, workers) and then splits the work over the cores. With a list the in-process scan reads
+# ~0.6 GB/s (it skips other ledgers by id), so Spark only pays off past ~16 GiB; without one it reads and verifies
+# every entry at ~0.13 GB/s, and Spark breaks even around 3-4 GiB.
+SPARK_THRESHOLD_BYTES = {True: 16 << 30, False: 4 << 30}
 
 
 class ScanInputError(Exception):
-    """Nothing could be judged: a missing path, an unknown format, an unreadable ledger list, no Java."""
+    """Nothing could be judged: a missing path, an unknown format, an unreadable or blind ledger list, no Java."""
+
+
+class ScanUsageError(ScanInputError):
+    """A flag's value is wrong (exit 2, not 3)."""
 
 
 @dataclass
@@ -28,31 +35,37 @@ class ScanInput:
 
 @dataclass
 class ScanResult:
-    verdict: str  # "clean" | "batched"
+    verdict: str  # "clean" | "batched" | "incomplete"
     engine: str
     live_batched_entries: int
     ledgers: list[dict]
     dead_ledgers: list[dict]
-    suspicious: list[dict]
-    unreadable: list[dict]
+    unreadable: list[dict]  # located damage whose ledger no dump states (first 100)
+    unreadable_count: int
     inputs: list[dict]
     ledger_list_given: bool
     notes: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # why the verdict is not clean (besides batched entries)
+    txn_ledgers_named: list[int] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return {"clean": 0, "batched": 1}.get(self.verdict, 3)
 
     def to_json(self) -> dict:
         return {
             "verdict": self.verdict, "engine": self.engine, "liveBatchedEntries": self.live_batched_entries,
-            "ledgers": self.ledgers, "trimmedLedgers": self.dead_ledgers,
-            "suspiciousEntries": len(self.suspicious), "unreadable": len(self.unreadable),
-            "suspicious": self.suspicious[:100], "unreadableLocations": self.unreadable[:100],
-            "inputs": self.inputs, "ledgerListGiven": self.ledger_list_given, "notes": self.notes,
+            "reasons": self.reasons, "ledgers": self.ledgers, "trimmedLedgers": self.dead_ledgers,
+            "unreadable": self.unreadable_count, "unreadableLocations": self.unreadable[:100],
+            "inputs": self.inputs, "ledgerListGiven": self.ledger_list_given,
+            "txnLedgersNamed": self.txn_ledgers_named, "notes": self.notes,
         }
 
 
 def collect_inputs(paths: Iterable[str], fmt: str = "auto") -> tuple[list[ScanInput], list[str]]:
     """Expand directories; detect each file's format. Unknown files inside directories are skipped with a note."""
     if fmt != "auto" and fmt not in REGISTRY:
-        raise ScanInputError(f"--format {fmt!r}: unknown (known: {', '.join(sorted(REGISTRY))})")
+        raise ScanUsageError(f"--format {fmt!r}: unknown (known: {', '.join(sorted(REGISTRY))})")
     inputs, notes = [], []
     for raw in paths:
         path = Path(raw)
@@ -75,77 +88,143 @@ def collect_inputs(paths: Iterable[str], fmt: str = "auto") -> tuple[list[ScanIn
     return inputs, notes
 
 
-def skipped_ledgers(live: Optional[dict[int, LiveLedger]]) -> set[int]:
-    """Live ledgers that are not transaction ledgers (messages, cursors): readers skip them by id.
+def read_plan(live: Optional[dict[int, LiveLedger]], named: frozenset = frozenset(),
+              id_format: str = "long") -> ReadPlan:
+    """Skip live ledgers that are not transaction ledgers (messages, cursors) by id; carry each ledger's digest.
 
     Ledgers absent from the live list are still read, so trimmed ones can be reported apart.
     """
     if live is None:
-        return set()
-    return {l.ledger_id for l in live.values() if not l.transaction_ledger}
+        return ReadPlan(frozenset(), {}, id_format)
+    skip = frozenset(l.ledger_id for l in live.values() if not l.transaction_ledger and l.ledger_id not in named)
+    kinds = {l.ledger_id: (l.digest_type, l.password) for l in live.values() if l.digest_type}
+    return ReadPlan(skip, kinds, id_format)
 
 
-def judge(counts: dict[tuple[int, str], int], notable: list[Finding], live: Optional[dict[int, LiveLedger]],
-          engine: str, inputs: list[ScanInput], notes: list[str]) -> ScanResult:
-    per_ledger: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for (ledger, form), n in counts.items():
-        if ledger >= 0:
-            per_ledger[ledger][form] += n
-    unreadable = [f.to_json() for f in notable if f.form == "unreadable"]
-    ledgers, dead, suspicious = [], [], []
+def _example_order(f: dict) -> tuple:
+    return (f["file"], f["offset"], f["entryId"])
+
+
+def _where(f: dict) -> str:
+    entry = f" entry {f['entryId']}" if f["entryId"] >= 0 else ""
+    return f"{f['file']}@{f['offset']}{entry}: {f['detail']}"
+
+
+def _fmt_ranges(ranges: list[list[int]], limit: int = 8) -> str:
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges[:limit])
+    return text + (f" and {len(ranges) - limit} more ranges" if len(ranges) > limit else "")
+
+
+def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inputs: list[ScanInput],
+          notes: list[str], named: frozenset = frozenset()) -> ScanResult:
+    """The verdict: batched > incomplete > clean, from the merged tally and the ledger list.
+
+    A live transaction ledger must be covered entry by entry: 0..lastEntryId for a closed ledger, 0..the highest
+    entry found for an open or operator-named one. Anything missing, unreadable or failing its digest there makes
+    the verdict incomplete; no ledger list at all does too.
+    """
+    reasons: list[str] = []
+    tally.damage = sorted(tally.damage, key=_example_order)[:100]  # the same few whichever engine collected them
+    if live is None:
+        reasons.append("no ledger list (--ledgers): the scan cannot tell which ledgers are live transaction ledgers "
+                       "or whether any is missing from the dumps; take `bookkeeper shell listledgers -meta` after "
+                       "copying the dumps and pass it with --ledgers")
+    judged: set[int] = set(named)
+    if live is not None:
+        judged |= {lid for lid, l in live.items() if l.transaction_ledger}
+    ledgers, dead = [], []
     live_batched = 0
-    for ledger_id in sorted(per_ledger):
-        forms = per_ledger[ledger_id]
-        batched = forms.get("batched", 0) + forms.get("prefix-batched", 0)
-        info = live.get(ledger_id) if live is not None else None
-        if live is not None:
-            is_live = info is not None
-            txn = info.transaction_ledger if info else None
-            managed = info.managed_ledger if info else None
+    for lid in sorted(set(tally.ledgers) | judged):
+        t = tally.ledgers.get(lid) or LedgerTally()
+        info = live.get(lid) if live is not None else None
+        is_live = None if live is None else info is not None
+        if lid in judged:
+            txn = True
+        elif live is not None and info is not None:
+            txn = info.transaction_ledger
         else:
-            # Without a ledger list, a ledger is judged a transaction ledger when it holds a decodable batch.
-            is_live, txn, managed = None, (True if batched else None), None
-        record = {"ledgerId": ledger_id, "managedLedger": managed, "live": is_live, "transactionLedger": txn,
-                  "entries": sum(forms.values()), "batchedEntries": batched,
-                  "suspiciousEntries": forms.get("suspicious", 0), "unreadableEntries": forms.get("unreadable", 0)}
-        if is_live is False:
+            txn = True if t.kinds else None  # unlisted: only a decoding batch says "transaction ledger"
+        record = {"ledgerId": lid, "managedLedger": info.managed_ledger if info else None, "live": is_live,
+                  "transactionLedger": txn, "state": info.state if info else None,
+                  "digestType": info.digest_type if info else None}
+        if is_live is False and lid not in named:
+            record.update(entries=len(RangeSet(t.batched.to_json() + t.good.to_json())),
+                          batchedEntries=len(t.batched))
             dead.append(record)  # trimmed by the broker, still in entry logs until bookie GC
             continue
+        last = info.last_entry_id if info is not None and info.closed else None
+        found = RangeSet(t.batched.to_json() + t.good.to_json())
+        batched = t.batched
+        problems: list[str] = []
+        expected = None
+        missing: list[list[int]] = []
+        if lid in judged:
+            if last is not None:
+                expected = last + 1
+                beyond = found.clip(last + 1, 1 << 62)
+                if beyond:
+                    problems.append(f"entries past lastEntryId {last} ignored: {_fmt_ranges(beyond.to_json())}")
+                found, batched = found.clip(0, last), batched.clip(0, last)
+                missing = found.missing(0, last) if last >= 0 else []
+            else:
+                top = max((x for x in (found.max(), t.failed.max()) if x is not None), default=None)
+                missing = found.missing(0, top) if top is not None else []
+                if top is None:
+                    notes.append(f"ledger {lid}: open or named ledger with no entries in the dumps")
+            if missing:
+                gaps = RangeSet(missing)
+                absent = gaps.minus(t.failed)  # no copy at all
+                damaged = gaps.minus(absent)  # only copies that failed their digest or could not be read
+                if damaged:
+                    first = next((x for x in sorted(t.examples, key=_example_order)
+                                  if x["form"] != "batched" and damaged.clip(x["entryId"], x["entryId"])), None)
+                    at = f" (first: {_where(first)})" if first else ""
+                    problems.append(f"entries {_fmt_ranges(damaged.to_json())} failed their digest or were "
+                                    f"unreadable in every copy{at}")
+                if absent:
+                    problems.append(f"entries {_fmt_ranges(absent.to_json())} are in no dump")
+            if t.unplaced:
+                problems.append(f"{t.unplaced} unreadable spots without an entry id")
+            for p in problems:
+                reasons.append(f"ledger {lid} ({record['managedLedger'] or 'named'}): {p}")
+        nbatched = len(batched) if txn else 0
+        record.update(
+            expectedEntries=expected, foundEntries=len(found), entries=len(found), missing=missing[:100],
+            batchedEntries=len(batched), verifiedEntries=len(t.verified.clip(0, last if last is not None else 1 << 62)),
+            uncheckedEntries=len(found.minus(t.verified)), failedCopies=len(t.failed), problems=problems,
+            examples=sorted(t.examples, key=_example_order)[:20])
         ledgers.append(record)
         if txn:
-            live_batched += batched
-            suspicious += [f.to_json() for f in notable if f.ledger_id == ledger_id and f.form == "suspicious"]
-    if live is None:
-        notes.append("no --ledgers list: liveness is unknown, and only ledgers holding decodable batches are "
-                     "treated as transaction ledgers (a trimmed ledger awaiting bookie GC may be counted)")
-    readable = sum(n for (_, form), n in counts.items() if form != "unreadable")
-    if readable == 0:
-        where = "; ".join(f"{u['file']}@{u['offset']}: {u['detail']}" for u in unreadable[:3])
-        raise ScanInputError(f"nothing readable in the inputs ({where or 'no entries'})")
-    return ScanResult("batched" if live_batched else "clean", engine, live_batched, ledgers, dead, suspicious,
-                      unreadable, [{"path": i.path, "format": i.format, "bytes": i.size} for i in inputs],
-                      live is not None, notes)
+            live_batched += nbatched
+    if tally.damage_count:
+        reasons.append(f"{tally.damage_count} unreadable spots whose ledger the dump does not state, first: "
+                       f"{_where(tally.damage[0])}" if tally.damage else f"{tally.damage_count} unreadable spots")
+    if not tally.ledgers and not tally.damage_count:
+        raise ScanInputError("nothing readable in the inputs (no entries)")
+    if not tally.ledgers and not judged:
+        where = "; ".join(_where(u) for u in tally.damage[:3])
+        raise ScanInputError(f"nothing readable in the inputs ({where})")
+    verdict = "batched" if live_batched else ("incomplete" if reasons else "clean")
+    return ScanResult(verdict, engine, live_batched, ledgers, dead, tally.damage, tally.damage_count,
+                      [{"path": i.path, "format": i.format, "bytes": i.size} for i in inputs], live is not None,
+                      notes, reasons, sorted(named))
 
 
-def scan_in_process(inputs: list[ScanInput], skip: set[int],
-                    progress: Optional[Callable[[int, int], None]] = None,
-                    on_finding: Optional[Callable[[Finding], None]] = None):
-    counts: dict[tuple[int, str], int] = defaultdict(int)
-    notable: list[Finding] = []
-    skip = frozenset(skip)
+def scan_in_process(inputs: list[ScanInput], plan: ReadPlan,
+                    progress: Optional[Callable[[int, int, int, int], None]] = None,
+                    on_finding: Optional[Callable[[Finding], None]] = None) -> Tally:
+    tally = Tally()
     total = sum(i.size for i in inputs)
     done = 0
-    for item in inputs:
-        for finding in REGISTRY[item.format].read(item.path, skip):
-            counts[(finding.ledger_id, finding.form)] += 1
-            if finding.form in NOTABLE:
-                notable.append(finding)
+    for n, item in enumerate(inputs, 1):
+        for finding in REGISTRY[item.format].findings(item.path, plan):
+            tally.add(finding)
             if on_finding:
                 on_finding(finding)
         done += item.size
         if progress:
-            progress(done, total)
-    return counts, notable
+            progress(n, len(inputs), done, total)
+    return tally
 
 
 def java_available() -> bool:
@@ -155,43 +234,75 @@ def java_available() -> bool:
     return bool(shutil.which("java") or (home and Path(home, "bin", "java").exists()))
 
 
+def parse_txn_ledgers(text: Optional[str], id_format: str = "long") -> frozenset:
+    """`--txn-ledgers 10,11`: ledger ids the operator names as transaction ledgers."""
+    from .formats import LedgerIdError, parse_ledger_id
+
+    if not text:
+        return frozenset()
+    out = set()
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        try:
+            out.add(parse_ledger_id(part.strip(), id_format))
+        except LedgerIdError as exc:
+            raise ScanUsageError(f"--txn-ledgers: {exc}") from None
+    return frozenset(out)
+
+
 def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str = "auto", engine: str = "auto",
              master: Optional[str] = None, report: Optional[Path] = None,
-             progress: Optional[Callable[[int, int], None]] = None) -> ScanResult:
+             progress: Optional[Callable[[int, int, int, int], None]] = None, txn_ledgers: Iterable[int] = (),
+             ledger_id_format: str = "long") -> ScanResult:
     from .ledgers import LedgerListError
 
+    if engine not in ("auto", "spark", "python"):
+        raise ScanUsageError(f"--engine {engine!r}: use auto, spark or python")
+    if ledger_id_format not in ("long", "hex"):
+        raise ScanUsageError(f"--ledger-id-format {ledger_id_format!r}: use long or hex (UUIDs are recognised)")
+    named = frozenset(txn_ledgers)
     paths = list(paths)
     inputs, notes = collect_inputs(paths, fmt)
     try:
-        live = read_ledger_list(ledgers_file) if ledgers_file else None
+        live = read_ledger_list(ledgers_file, ledger_id_format) if ledgers_file else None
     except LedgerListError as exc:
         raise ScanInputError(str(exc)) from None
-    skip = skipped_ledgers(live)
-    if engine not in ("auto", "spark", "python"):
-        raise ScanInputError(f"--engine {engine!r}: use auto, spark or python")
+    if live is not None:
+        blind = sorted(lid for lid, l in live.items() if not l.has_metadata and lid not in named)
+        if blind and not named:
+            raise ScanInputError(
+                f"{ledgers_file}: {len(blind)} of {len(live)} ledgers have no metadata (first: {blind[0]}), so "
+                "transaction ledgers cannot be told apart; take the list with `bookkeeper shell listledgers -meta`, "
+                "or name the transaction ledgers with --txn-ledgers ID,...")
+    plan = read_plan(live, named, ledger_id_format)
     if engine == "auto":
-        engine = "spark" if master or sum(i.size for i in inputs) >= SPARK_THRESHOLD_BYTES else "python"
+        big = sum(i.size for i in inputs) >= SPARK_THRESHOLD_BYTES[live is not None]
+        engine = "spark" if master or big else "python"
     if engine == "spark":
         if not java_available():
             raise ScanInputError("Spark needs Java 17: install a JDK 17 and put java on PATH or set JAVA_HOME "
                                  "(or use --engine python)")
         from .spark import scan_with_spark
 
-        counts, notable = scan_with_spark(inputs, skip, master, report)
-        return judge(counts, notable, live, f"spark ({master or 'local[*]'})", inputs, notes)
+        tally = scan_with_spark(inputs, plan, master, report)
+        return judge(tally, live, f"spark ({master or 'local[*]'})", inputs, notes, named)
     writer = _ReportWriter(report) if report else None
     try:
-        counts, notable = scan_in_process(inputs, skip, progress, writer.write if writer else None)
-    finally:
+        tally = scan_in_process(inputs, plan, progress, writer.write if writer else None)
+    except BaseException:
         if writer:
-            writer.close()
-    return judge(counts, notable, live, "python (in-process)", inputs, notes)
+            writer.abort()
+        raise
+    if writer:
+        writer.close()
+    return judge(tally, live, "python (in-process)", inputs, notes, named)
 
 
 class _ReportWriter:
     """Per-entry findings as JSON lines (``.jsonl``/``.json``) or Parquet (``.parquet``), written atomically."""
 
-    COLUMNS = ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8")
+    COLUMNS = ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8", "digest", "kind")
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -221,3 +332,8 @@ class _ReportWriter:
         else:
             self.fh.close()
         os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        if not self.parquet:
+            self.fh.close()
+        self.tmp.unlink(missing_ok=True)

@@ -1,0 +1,291 @@
+"""Trying to make `txnadmin scan` say "clean" without proof: each case here once did, on dumps written from the
+published formats (tests/dumpgen.py), and must now say batched (exit 1) or incomplete (exit 3), with the reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from txnadmin.cli.main import app
+
+import dumpgen as g
+
+runner = CliRunner()
+TC = g.TC_ML.format(1)
+
+
+def scan(*args: str):
+    result = runner.invoke(app, ["scan", *map(str, args), "--engine", "python", "-o", "json"])
+    out = json.loads(result.stdout) if result.stdout.startswith("{") else None
+    return result, out
+
+
+def ledger(out: dict, lid: int) -> dict:
+    return next(l for l in out["ledgers"] if l["ledgerId"] == lid)
+
+
+def test_a_torn_entry_log_inside_a_live_transaction_ledger_is_incomplete(tmp_path):
+    # Entry 2 is a batched entry whose tail was not copied: its header is there, its body is not.
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (10, 1, g.plain(1)), (10, 2, g.batched(3))],
+                      truncate_last=20)
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 2})
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and out["verdict"] == "incomplete"
+    tc = ledger(out, 10)
+    assert tc["expectedEntries"] == 3 and tc["foundEntries"] == 2 and tc["missing"] == [[2, 2]]
+    assert any("ledger 10" in r and "0.log@" in r and "torn" in r for r in out["reasons"]), out["reasons"]
+
+
+def test_a_digest_mismatch_is_incomplete_with_ledger_entry_file_and_offset(tmp_path):
+    # A damaged first byte turns the batch magic 0E into 4E: read without the digest it is a plain entry.
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (10, 1, g.batched(2))], corrupt={(10, 1)})
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 1})
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and out["verdict"] == "incomplete"
+    tc = ledger(out, 10)
+    assert tc["missing"] == [[1, 1]] and tc["verifiedEntries"] == 1
+    bad = [x for x in tc["examples"] if x["form"] == "bad-digest"]
+    assert bad and bad[0]["entryId"] == 1 and bad[0]["offset"] > 1024 and bad[0]["file"].endswith("0.log")
+    assert "CRC32C digest mismatch" in bad[0]["detail"]
+
+
+def test_a_batched_entry_with_an_unknown_field_is_batched_and_shows_the_field(tmp_path):
+    field13 = bytes([13 << 3 | 2]) + b"\x06client"  # PIP-255's proposed clientName, unknown to the codec
+    payload = g.raw_batch([g.raw_txn_record(7, field13)])
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (10, 1, payload)])
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 1})
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 1 and out["verdict"] == "batched" and out["liveBatchedEntries"] == 1
+    assert "unknown fields 13" in ledger(out, 10)["examples"][0]["detail"]
+
+
+@pytest.mark.parametrize("kind", ["CRC32", "MAC", "DUMMY"])
+def test_other_digest_types_are_read_by_the_metadata(tmp_path, kind):
+    entries = [(10, 0, g.plain(0)), (10, 1, g.raw_batch([g.raw_txn_record(1)])), (10, 2, g.plain(2))]
+    g.write_entry_log(tmp_path / "0.log", entries, digests={10: kind}, password=b"secret")
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 2}, digest_type=kind, password=b"secret")
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 1 and out["liveBatchedEntries"] == 1, out
+    tc = ledger(out, 10)
+    assert tc["foundEntries"] == 3 and tc["digestType"] == kind
+    assert tc["verifiedEntries"] == (0 if kind == "DUMMY" else 3)  # DUMMY has nothing to verify: not a failure
+    # Plain only: clean, with every entry verified where the digest allows.
+    g.write_entry_log(tmp_path / "1.log", [(11, i, g.plain(i)) for i in range(3)], digests={11: kind},
+                      password=b"secret")
+    g.ledger_list(tmp_path / "l1.txt", {11: TC}, last={11: 2}, digest_type=kind, password=b"secret")
+    result, out = scan(tmp_path / "1.log", "--ledgers", tmp_path / "l1.txt")
+    assert result.exit_code == 0 and out["verdict"] == "clean", out
+
+
+def test_crc32_ledgers_damaged_by_one_byte_fail_their_digest(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.batched(1))], digests={10: "CRC32"}, corrupt={(10, 0)})
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 0}, digest_type="CRC32")
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and "CRC32 digest mismatch" in ledger(out, 10)["examples"][0]["detail"]
+
+
+def test_without_metadata_the_digest_is_detected_but_never_weakened(tmp_path):
+    """No list: CRC32 entries are detected as such; a damaged entry is never re-read as DUMMY (no digest)."""
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.batched(1)), (10, 1, g.batched(1))], digests={10: "CRC32"},
+                      corrupt={(10, 1)})
+    result, out = scan(tmp_path / "0.log", "--txn-ledgers", "10")
+    assert result.exit_code == 1  # entry 0 is a verified batch
+    tc = ledger(out, 10)
+    assert tc["batchedEntries"] == 1 and tc["missing"] == [[1, 1]]
+    assert any(x["form"] == "bad-digest" and x["entryId"] == 1 for x in tc["examples"])
+
+
+def test_a_list_without_meta_is_refused_with_the_fix(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (11, 0, g.batched(2))])
+    g.ledger_list(tmp_path / "l.txt", {10: TC, 11: g.ACK_ML}, meta=False)
+    result = runner.invoke(app, ["scan", str(tmp_path / "0.log"), "--ledgers", str(tmp_path / "l.txt")])
+    assert result.exit_code == 3
+    assert "listledgers -meta" in result.stderr and "--txn-ledgers" in result.stderr
+    assert "Traceback" not in result.output
+    # Naming the transaction ledgers is the other fix; the list still says which ledgers are live.
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt", "--txn-ledgers", "10,11")
+    assert result.exit_code == 1 and out["liveBatchedEntries"] == 1 and out["txnLedgersNamed"] == [10, 11]
+
+
+def test_no_ledger_list_at_all_is_never_clean(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(10, i, g.plain(i)) for i in range(3)])
+    result, out = scan(tmp_path / "0.log")
+    assert result.exit_code == 3 and out["verdict"] == "incomplete" and not out["ledgerListGiven"]
+    result, out = scan(tmp_path / "0.log", "--txn-ledgers", "10")
+    assert result.exit_code == 3 and out["verdict"] == "incomplete"
+
+
+def test_entries_missing_from_every_dump_are_incomplete(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(10, i, g.plain(i)) for i in (0, 1, 2)])
+    g.ledger_list(tmp_path / "l.txt", {10: TC, 11: g.ACK_ML}, last={10: 5, 11: 0})
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3
+    assert ledger(out, 10)["missing"] == [[3, 5]] and ledger(out, 10)["expectedEntries"] == 6
+    assert ledger(out, 11)["foundEntries"] == 0 and ledger(out, 11)["missing"] == [[0, 0]]  # not in any dump
+    assert any("entries 3-5 are in no dump" in r for r in out["reasons"])
+
+
+def test_open_ledgers_must_be_contiguous(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(10, i, g.plain(i)) for i in (0, 1, 3)])
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: None})
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and ledger(out, 10)["missing"] == [[2, 2]]
+    assert ledger(out, 10)["state"] == "OPEN" and ledger(out, 10)["expectedEntries"] is None
+
+
+def test_replicas_count_once_and_any_batched_copy_wins(tmp_path):
+    entries = [(10, i, g.plain(i)) for i in range(4)]
+    g.write_entry_log(tmp_path / "b1.log", entries, corrupt={(10, 2)})  # bookie 1 holds a damaged copy of 2
+    g.write_entry_log(tmp_path / "b2.log", entries)
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 3})
+    result, out = scan(tmp_path / "b1.log", tmp_path / "b2.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 0, out  # the good replica of entry 2 covers it
+    tc = ledger(out, 10)
+    assert tc["foundEntries"] == 4 and tc["failedCopies"] == 1
+    g.write_entry_log(tmp_path / "b3.log", [(10, 1, g.batched(1))])  # a third bookie's copy of entry 1 is batched
+    result, out = scan(tmp_path / "b1.log", tmp_path / "b2.log", tmp_path / "b3.log", "--ledgers",
+                       tmp_path / "l.txt")
+    assert result.exit_code == 1 and ledger(out, 10)["batchedEntries"] == 1 and ledger(out, 10)["foundEntries"] == 4
+
+
+def test_hex_ledger_ids_are_never_guessed(tmp_path):
+    entries = [(26, 0, g.plain(0)), (26, 1, g.plain(1))]
+    (tmp_path / "d.txt").write_text(g.readledger_hex(entries, id_format=lambda lid: format(lid, "x")))
+    g.ledger_list(tmp_path / "l.txt", {26: TC}, last={26: 1})
+    result, out = scan(tmp_path / "d.txt", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and "not decimal" in out["unreadableLocations"][0]["detail"]
+    assert ledger(out, 26)["missing"] == [[0, 1]]
+    # The list itself was decimal; with both in hex, everything lines up.
+    lines = (tmp_path / "l.txt").read_text().replace("ledgerID: 26", "ledgerID: 1a")
+    (tmp_path / "lh.txt").write_text(lines)
+    result, out = scan(tmp_path / "d.txt", "--ledgers", tmp_path / "lh.txt", "--ledger-id-format", "hex")
+    assert result.exit_code == 0, out
+
+
+def test_418_console_without_ids_is_never_attributed(tmp_path):
+    entries = [(10, 0, g.plain(0)), (10, 1, g.batched(1))]
+    (tmp_path / "d.txt").write_text(g.readledger_hex(entries, "4.18", ids=False))
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 1})
+    result, out = scan(tmp_path / "d.txt", "--ledgers", tmp_path / "l.txt", "--format", "readledger-hex")
+    assert result.exit_code == 3
+    assert out["unreadable"] == 2 and "%X" in out["unreadableLocations"][0]["detail"]
+
+
+def test_both_pending_ack_naming_schemes_are_transaction_ledgers(tmp_path):
+    # Subscription "billing/eu": 4.x puts it raw into the topic name (the managed ledger encodes `/` once);
+    # Pulsar 5.0 URL-encodes it in the topic name first, so the managed-ledger name holds %252F.
+    old = "public/default/persistent/orders-billing%2Feu__transaction_pending_ack"
+    new = "public/default/persistent/orders-billing%252Feu__transaction_pending_ack"
+    ack = g.raw_batch([bytes([0x08, 0x00, 0x10, 0x01, 0x18, 0x01])])  # pending_ack_op=ACK, txn ids
+    g.write_entry_log(tmp_path / "0.log", [(20, 0, ack), (21, 0, ack)])
+    g.ledger_list(tmp_path / "l.txt", {20: old, 21: new}, last={20: 0, 21: 0})
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 1 and out["liveBatchedEntries"] == 2
+    assert ledger(out, 20)["transactionLedger"] and ledger(out, 21)["transactionLedger"]
+
+
+@pytest.mark.parametrize("version", g.VERSIONS)
+def test_a_fixture_per_bookkeeper_version(tmp_path, version):
+    """readledger (hex and string), readledger -bookie and readlog as each version prints them."""
+    entries = [(10, 0, g.plain(0)), (10, 1, g.batched(2)), (10, 2, b"")]
+    dumps = {"hex.txt": g.readledger_hex(entries, version).encode(),
+             "string.txt": g.readledger_string(entries, version),
+             "bookie.txt": g.readledger_bookie(entries[:2], version).encode(),
+             "readlog.txt": g.readlog(entries[:2], version).encode()}
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 2})
+    g.ledger_list(tmp_path / "l1.txt", {10: TC}, last={10: 1})
+    expect = {"hex.txt": "readledger-hex", "string.txt": "readledger-string", "bookie.txt": "readledger-bookie",
+              "readlog.txt": "readlog"}
+    from txnadmin.scan import detect
+
+    for name, data in dumps.items():
+        (tmp_path / name).write_bytes(data)
+        assert detect(str(tmp_path / name)).name == expect[name], (version, name)
+        lst = tmp_path / ("l.txt" if name in ("hex.txt", "string.txt") else "l1.txt")
+        result, out = scan(tmp_path / name, "--ledgers", lst)
+        assert result.exit_code == 1, (version, name, out)
+        tc = ledger(out, 10)
+        assert tc["batchedEntries"] == 1 and tc["missing"] == [], (version, name, tc)
+        if name == "bookie.txt":
+            assert tc["verifiedEntries"] == 2  # the raw stored entry keeps its digest: checked
+        else:
+            assert tc["verifiedEntries"] == 0 and tc["uncheckedEntries"] == tc["foundEntries"]
+
+
+def test_a_damaged_bookie_dump_fails_its_digest(tmp_path):
+    (tmp_path / "b.txt").write_text(g.readledger_bookie([(10, 0, g.plain(0))], corrupt=True))
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 0})
+    result, out = scan(tmp_path / "b.txt", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and ledger(out, 10)["examples"][0]["form"] == "bad-digest"
+
+
+def test_hex_dump_shorter_than_its_entry_size_is_unreadable(tmp_path):
+    text = g.readledger_hex([(10, 0, g.batched(3))])
+    (tmp_path / "d.txt").write_text("\n".join(text.splitlines()[:-1]) + "\n")  # last hex row lost
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 0})
+    result, out = scan(tmp_path / "d.txt", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and "EntrySize" in ledger(out, 10)["examples"][0]["detail"]
+
+
+def test_downgrade_verify_passes_incomplete_through_as_exit_3(tmp_path):
+    d = tmp_path / "e"
+    assert runner.invoke(app, ["engine", "init", str(d), "-c", "1"]).exit_code == 0
+    state = tmp_path / "s.json"
+    assert runner.invoke(app, ["downgrade", "start", "-u", f"local:{d}", "--state", str(state)]).exit_code == 0
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0))])
+    result = runner.invoke(app, ["downgrade", "verify", "--dumps", str(tmp_path / "0.log"), "--state", str(state),
+                                 "--engine", "python", "-o", "json"])
+    # Without a ledger list the scan cannot prove clean: exit 3 ("cannot tell"), not 1 ("batched").
+    assert result.exit_code == 3, result.output
+    out = json.loads(result.stdout)
+    assert out["verdict"] == "incomplete" and "listledgers -meta" in out["reasons"][0]
+    assert json.loads(state.read_text())["verification"]["verdict"] == "incomplete"
+
+
+def _run_on_a_terminal(args: list[str]) -> tuple[int, bytes]:
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", *args], stdout=follower, stderr=follower,
+                            env=dict(os.environ, COLUMNS="120", TERM="xterm"))
+    os.close(follower)
+    out = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    return proc.wait(timeout=60), bytes(out)
+
+
+def test_progress_bar_on_a_terminal_quiet_when_piped(tmp_path):
+    import subprocess
+    import sys
+
+    for n in range(3):
+        g.write_entry_log(tmp_path / f"{n}.log", [(10, n * 100 + i, g.plain(i)) for i in range(100)])
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 299})
+    args = ["scan", str(tmp_path / "0.log"), str(tmp_path / "1.log"), str(tmp_path / "2.log"), "--ledgers",
+            str(tmp_path / "l.txt"), "--engine", "python"]
+    code, out = _run_on_a_terminal(args)
+    assert code == 0
+    assert b"3/3 files" in out and b"scanning" in out  # the bar drew files and bytes done
+    piped = subprocess.run([sys.executable, "-m", "txnadmin.cli.main", *args], capture_output=True)
+    assert piped.returncode == 0 and b"scanning" not in piped.stdout + piped.stderr
+    assert b"verdict: clean" in piped.stdout
+
+
+def test_bad_flag_values_are_usage_errors(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0))])
+    for args in (["--txn-ledgers", "ten"], ["--ledger-id-format", "octal"], ["--engine", "gpu"]):
+        result = runner.invoke(app, ["scan", str(tmp_path / "0.log"), *args])
+        assert result.exit_code == 2 and "Traceback" not in result.output, (args, result.output)
