@@ -83,10 +83,10 @@ def test_unauthorized_target_is_exit_3(monkeypatch):
 
 
 def test_embedded_default_is_refused_unless_named(tmp_path):
-    env = {"TXNADMIN_ADMIN_URL": "", "PULSAR_CLIENT_CONF": "", "HOME": str(tmp_path)}
+    env = {"TXNADMIN_ADMIN_URL": "", "PULSAR_CLIENT_CONF": "", "PULSAR_HOME": str(tmp_path), "HOME": str(tmp_path)}
     result = runner.invoke(app, ["doctor"], env=env)
     assert result.exit_code == 2
-    assert "name the target" in result.stderr and "local:" in result.stderr
+    assert "doctor needs a named target" in result.stderr and "-u local:PATH" in result.stderr
 
 
 @pytest.mark.parametrize("args, message", [
