@@ -667,3 +667,30 @@ def test_idle_pending_ack_stores_only_with_proof_from_metrics():
     counters += counters.replace("billing", "audit").replace("committed", "aborted")
     metrics(started_days_ago=10)  # the fix is traffic (or unsubscribing): nothing idle
     assert not report(standin, only=["leftovers"]).findings
+
+
+def test_engine_with_transactions_switched_off_then_on(tmp_path):
+    """The engine answers 503 as a broker with transactionCoordinatorEnabled=false does; the fix is the setting."""
+    from txnadmin.engine.config import EngineConfig
+
+    directory = tmp_path / "engine"
+    config = EngineConfig()
+    config.transactionCoordinatorEnabled = False
+    config.engineBrokerVersion = "4.2.0"
+    config.save(directory)
+    from txnadmin.engine.engine import Engine
+
+    Engine(directory, EngineConfig.load(directory), maintenance=False).close()
+    env = {"TXNADMIN_HOME": str(tmp_path)}
+    result = runner.invoke(app, ["-u", f"local:{directory}", "doctor", "-o", "json"], env=env)
+    assert result.exit_code == 1, result.output
+    found = {(f["check"], f["severity"]) for f in json.loads(result.stdout)["findings"]}
+    (coordinators,) = [f for f in json.loads(result.stdout)["findings"] if f["check"] == "coordinators"]
+    assert coordinators["severity"] == "warning" and coordinators["evidence"]["status"] == 503
+    assert "transactionCoordinatorEnabled=false" in coordinators["why"]
+    assert ("stuck-transactions", "unknown") in found  # nothing about transactions is claimed healthy
+    config = EngineConfig.load(directory)
+    config.transactionCoordinatorEnabled = True  # the fix, then a restart (the next open)
+    config.save(directory)
+    result = runner.invoke(app, ["-u", f"local:{directory}", "doctor", "-o", "json"], env=env)
+    assert result.exit_code == 0, result.output
