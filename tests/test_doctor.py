@@ -694,3 +694,28 @@ def test_engine_with_transactions_switched_off_then_on(tmp_path):
     config.save(directory)
     result = runner.invoke(app, ["-u", f"local:{directory}", "doctor", "-o", "json"], env=env)
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("stuck, code", [(True, 1), (False, 3)])
+def test_target_lost_mid_run_judges_what_was_read(monkeypatch, stuck, code):
+    """A warning found before the target went away wins (1); with nothing found the run cannot say healthy (3)."""
+    import httpx
+
+    standin = BrokerStandIn()
+    if stuck:
+        open_transaction(standin.state, "(0,3)", opened_ago_ms=3_600_000, timeout_ms=60_000)
+    original = standin.handle
+
+    def handle(request):
+        if "/transactionBufferStats/" in request.url.raw_path.decode():  # gone once the topics are being read
+            raise httpx.ConnectError("Connection refused")
+        return original(request)
+
+    standin.handle = handle
+    result = run_cli(monkeypatch, standin, "-o", "json")
+    assert result.exit_code == code, result.output
+    out = json.loads(result.stdout)
+    assert "cannot connect" in out["summary"]["targetLost"] and out["summary"]["healthy"] is False
+    lost = [f for f in out["findings"] if f["check"] == "coverage" and f["subject"] == "target"]
+    assert lost and lost[0]["severity"] == "unknown"
+    assert any(f["subject"] == "(0,3)" and f["severity"] == "critical" for f in out["findings"]) is stuck

@@ -133,7 +133,8 @@ def _render(report, target, strict: bool) -> None:
         if f.refs:
             console.print(f"  refs: {escape(', '.join(f.refs))}")
     counts = report.counts()
-    verdict = "healthy" if report.healthy(strict) else "NOT healthy"
+    verdict = ("NOT healthy" if not report.healthy(strict) else
+               "cannot tell (the target stopped answering)" if report.lost else "healthy")
     console.print(f"{verdict}: " + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "unknown", "info"))
                   + f" ({len(report.checks)} checks)")
 

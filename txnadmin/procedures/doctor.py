@@ -167,6 +167,7 @@ class Survey:
     versions: Optional[dict] = None
     errors: dict[str, str] = field(default_factory=dict)
     metrics: Optional[tuple[Optional[str], str]] = None  # /metrics text once read, or why it could not be
+    lost: Optional[str] = None  # the target stopped answering after the first call: why
     target: str = ""  # as the operator named it (keys txnadmin's record of batch-flag changes)
     bookie_dir: Optional[Path] = None  # --bookie-dir: read by the bookie-rocksdb check only
 
@@ -215,7 +216,9 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
         if "versions" in need:
             s.versions = _read(s, "versions", admin.broker_versions)
     except TargetUnreachableError as exc:
-        raise DoctorError(f"cannot read the target: {exc.reason}") from None
+        # Read once, then lost: what was read is still judged (a warning found wins, exit 1); the rest is unknown
+        # and, with nothing wrong found, the run cannot call the target healthy (exit 3).
+        s.lost = exc.reason
     return s
 
 
@@ -856,6 +859,10 @@ def check_coverage(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding
     """A check that could not read part of the target proves nothing about that part: say which part, and why."""
     name = "coverage"
     out: list[Finding] = []
+    if s.lost:
+        out.append(_unknown(name, "target", f"the target stopped answering mid-run: {s.lost}",
+                            "check the broker and the network, then run doctor again; only what was read before "
+                            "was judged"))
     for area, reason in sorted(s.errors.items()):
         if area == "namespaces" or area.startswith(("namespaces of ", "topics of ")):
             out.append(_unknown(name, area, reason, "grant doctor's role access there (tenant admin or super-user), "
@@ -1041,6 +1048,7 @@ class Report:
     checks: list[str]
     findings: list[Finding]
     fix: Optional[dict] = None  # with --fix: the plan, and what applying it did
+    lost: Optional[str] = None  # the target stopped answering mid-run
 
 
     def counts(self) -> dict[str, int]:
@@ -1055,12 +1063,16 @@ class Report:
                 "checkedAt": datetime.fromtimestamp(self.checked_at / 1000, timezone.utc).isoformat(timespec="seconds"),
                 "findings": [f.to_json() for f in self.findings],
                 "summary": dict(self.counts(), checks=self.checks, clock=self.clock, strict=strict,
-                                healthy=self.healthy(strict)),
+                                healthy=self.healthy(strict) and self.lost is None,
+                                **({"targetLost": self.lost} if self.lost else {})),
                 **({"fix": self.fix} if self.fix is not None else {})}
 
 
 def exit_code(report: Report, strict: bool = False) -> int:
-    return EXIT_HEALTHY if report.healthy(strict) else EXIT_UNHEALTHY
+    """1 when anything is wrong (it wins); else 3 when the target stopped answering mid-run; else 0."""
+    if not report.healthy(strict):
+        return EXIT_UNHEALTHY
+    return EXIT_UNREADABLE if report.lost else EXIT_HEALTHY
 
 
 def select_checks(only: Optional[list[str]], bookie_dir: Optional[Path] = None) -> list[str]:
@@ -1088,14 +1100,16 @@ def run(admin: TransactionsAdmin, target: str, only: Optional[list[str]] = None,
         try:
             findings += CHECKS[name](admin, s, t)
         except TargetUnreachableError as exc:
-            raise DoctorError(f"cannot read the target: {exc.reason}") from None
+            s.lost = s.lost or exc.reason
+            findings.append(_unknown(name, "target", f"the target stopped answering: {exc.reason}",
+                                     "check the broker and the network, then run doctor again"))
         except MALFORMED as exc:  # an answer not shaped as Pulsar's: this check proves nothing, the others still run
             findings.append(_unknown(name, "target", f"an answer doctor cannot read: {_malformed(exc)}",
                                      "compare the target's admin API with Pulsar's (docs/doctor.md lists the calls)"))
     order = {sev: i for i, sev in enumerate(reversed(SEVERITIES))}
     findings.sort(key=lambda f: (order[f.severity], f.check, f.subject))
     return Report(target, s.now_ms if s.now_ms is not None else int(time.time() * 1000),
-                  s.clock, names, findings)
+                  s.clock, names, findings, lost=s.lost)
 
 
 # -- --fix --------------------------------------------------------------------------------------
