@@ -10,7 +10,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from broker_standin import NOW, BrokerStandIn, healthy_cluster, open_transaction
+from broker_standin import NOW, BrokerStandIn, open_transaction
 from txnadmin.admin.protocol import TxnId
 from txnadmin.cli.main import app
 from txnadmin.procedures import doctor
