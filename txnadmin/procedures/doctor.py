@@ -496,7 +496,7 @@ def check_stuck(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
                     "see nothing newer) and the coordinator log cannot be trimmed past it",
                     f"`txnadmin doctor --fix` (aborts every such transaction after showing the plan), or "
                     f"`txnadmin transactions abort-transaction -m {txn.most_bits} -l {txn.least_bits}`",
-                    [_ref(19200), _ref(19786)]))
+                    [_ref(19200), _ref(19201), _ref(19786)]))
         elif status in ENDING_STATES:
             # Ending starts no later than the timeout (at the timeout the broker aborts), so the time spent ending
             # is at least now - open - timeout: a lower bound, never an overestimate of a fresh commit.
@@ -891,6 +891,8 @@ def check_coverage(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding
 # listed, backports to older lines were not verified: the finding says to check the line's release notes.
 # Sources per entry in docs/doctor.md (which says what was verified and how).
 KNOWN_BUGS: list[dict] = [
+    {"ref": 19200, "fix": 19201, "fixed": {(2, 9): (2, 9, 5), (2, 10): (2, 10, 4), (2, 11): (2, 11, 1)},
+     "what": "timed-out transactions never end after a coordinator recovers (max read position frozen)"},
     {"ref": 17040, "fix": 18833, "fixed": {(2, 9): (2, 9, 5), (2, 10): (2, 10, 4), (2, 11): (2, 11, 1)},
      "what": "transaction buffer recovery blocked in the snapshot reader's readNext (transactional produce hangs)"},
     {"ref": 22943, "fix": 23189, "fixed": {(4, 0): (4, 0, 0)},
