@@ -61,6 +61,8 @@ def mask(text: str) -> str:
 class AuthError(TargetUnreachableError):
     """The configured credentials cannot be used (unreadable file, bad params, refused plugin, token endpoint)."""
 
+    final = True  # retrying does not make credentials usable (see protocol.is_transient)
+
 
 @dataclass
 class Auth:

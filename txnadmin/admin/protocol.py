@@ -60,6 +60,29 @@ class TargetUnreachableError(AdminError):
         super().__init__(reason, 0)
 
 
+class BadReplyError(AdminError):
+    """The target answered with something no admin API sends (wrong JSON shape, an HTML page, a bad redirect).
+
+    Status 502 as a gateway would say it, but unlike a gateway's 502 it is a final answer: asking again gets the
+    same garbage, so it is never retried."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason, 502)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures worth another try later (unreachable, timeouts, 429, 5xx such as a restarting broker's
+    502/503/504); False for final answers (not authorized, not found, a bad request, a reply of the wrong shape,
+    credentials that cannot be used). One rule for per-request retries and for `downgrade wait`'s polling."""
+    if isinstance(exc, BadReplyError) or getattr(exc, "final", False):
+        return False
+    if isinstance(exc, TargetUnreachableError):
+        return True
+    if isinstance(exc, AdminError):
+        return exc.status in (0, 429) or exc.status >= 500  # 0: never reached (TargetUnreachableError's status)
+    return False
+
+
 # Names of the two dynamic broker settings that switch PIP-160 batching.
 TC_BATCH_FLAG = "transactionLogBatchedWriteEnabled"
 PENDING_ACK_BATCH_FLAG = "transactionPendingAckBatchedWriteEnabled"

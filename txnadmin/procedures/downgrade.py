@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..admin.protocol import (
-    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin,
+    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin, is_transient,
 )
 from .state import load_state, new_state, save_state
 
@@ -135,9 +135,9 @@ def _call(fn, *args, **kwargs):
     except AdminError as exc:
         if exc.status in (401, 403):
             raise DowngradeError(f"cannot read the target: {exc.reason}", 3) from None
-        if exc.status == 0 or exc.status in (502, 504) or (exc.status == 503 and _PERMANENT_503 not in exc.reason):
+        if is_transient(exc) and not (exc.status == 503 and _PERMANENT_503 in exc.reason):
             raise DowngradeError(f"cannot read the target: {exc.reason}", 3, transient=True) from None
-        if exc.status >= 500:
+        if exc.status == 0 or exc.status >= 500:
             raise DowngradeError(f"cannot read the target: {exc.reason}", 3) from None
         raise DowngradeError(exc.reason, 1) from None
 
@@ -660,6 +660,9 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                                                           "clusterName": ident.get("clusterName")}, brokers=brokers)
 
 
+_DEADLINE_GRACE_S = 1.0
+
+
 def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_s: float,
          on_poll: Optional[Callable[[Report], None]] = None, concurrency: int = 16,
          on_retry: Optional[Callable[[str, float], None]] = None, target: Optional[str] = None) -> Report:
@@ -678,9 +681,16 @@ def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_
             remaining = deadline - time.monotonic()
             future = pool.submit(status, admin, state_path, concurrency, None, target)
             try:
-                report = future.result(timeout=max(0.0, remaining))
-            except concurrent.futures.TimeoutError:
-                return _timed_out(last, last_error or "a request was still hanging", timeout_s, abandoned=True)
+                try:
+                    report = future.result(timeout=max(0.0, remaining))
+                except concurrent.futures.TimeoutError:
+                    # A poll that answers within a short grace is still an answer (and `--timeout 0` means "one
+                    # poll"); only one still hanging after it is abandoned, which makes the CLI exit hard.
+                    if not concurrent.futures.wait([future], timeout=_DEADLINE_GRACE_S).done:
+                        return _timed_out(last, last_error or "a request was still hanging", timeout_s,
+                                          abandoned=True)
+                    report = future.result()
+                    deadline = time.monotonic()  # no further poll
             except DowngradeError as exc:
                 if not exc.transient:
                     raise
