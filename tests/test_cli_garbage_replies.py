@@ -59,10 +59,10 @@ TXN = [
     ["find-hanging"],
 ]
 OWN = [
-    ["downgrade", "start", "--state", "{state}"],
+    ["downgrade", "start", "--yes", "--state", "{state}"],
     ["downgrade", "status", "--state", "{recorded}"],
     ["downgrade", "wait", "--state", "{recorded}", "--timeout", "0"],
-    ["upgrade"],
+    ["upgrade", "--yes"],
 ]
 COMMANDS = [["transactions", *c] for c in TXN] + [["transactions", *c, "-o", "json"] for c in TXN[:4]] + \
     [["transactions", *c, "-o", "table"] for c in TXN[:4]] + OWN

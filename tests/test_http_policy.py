@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from test_http_faults import Misbehaving
 from txnadmin.admin.http import HttpAdmin, RetryPolicy, is_transient
-from txnadmin.admin.protocol import AdminError, NotAuthorizedError, TargetUnreachableError
+from txnadmin.admin.protocol import AdminError, BadReplyError, NotAuthorizedError, TargetUnreachableError
 from txnadmin.cli.main import app
 
 SECRET = "policy-test-secret-token"
@@ -112,7 +112,8 @@ def test_is_transient_tells_retryable_failures_from_final_answers():
     assert is_transient(TargetUnreachableError("x"))
     assert is_transient(AdminError("busy", 503)) and is_transient(AdminError("slow", 429))
     assert not is_transient(NotAuthorizedError()) and not is_transient(AdminError("bad", 400))
-    assert not is_transient(AdminError("unexpected JSON", 502))  # a wrong reply does not fix itself
+    assert not is_transient(BadReplyError("unexpected JSON"))  # a wrong reply does not fix itself
+    assert is_transient(AdminError("Bad Gateway", 502))  # a proxy's 502 while its broker restarts does
     assert RetryPolicy().should_retry("POST", 429) and not RetryPolicy().should_retry("POST", 500)
 
 

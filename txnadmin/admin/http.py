@@ -32,13 +32,13 @@ from urllib.parse import quote, urlencode
 import httpx
 
 from .auth import Auth, AuthError, TokenAuth, auth_from, mask, register_secret, token_from_params
-from .protocol import (AdminError, Json, NotAuthorizedError, NotFoundError, TargetUnreachableError, TxnId)
+from .protocol import (AdminError, BadReplyError, Json, NotAuthorizedError, NotFoundError, TargetUnreachableError,
+                       TxnId, is_transient)
 
 V3 = "/admin/v3/transactions"
 MAX_REDIRECTS = 5
 MAX_BODY = 256 * 1024 * 1024  # a reply larger than this is not an admin answer
 MAX_DEPTH = 64  # Pulsar's admin JSON nests a handful of levels; far deeper is garbage (and would exhaust the stack)
-BAD_REPLY = 502  # status of errors about a reply we cannot use: "cannot read the target" (exit 3 in our commands)
 
 
 @dataclass(frozen=True)
@@ -60,18 +60,6 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY = RetryPolicy()
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for failures worth another try later (unreachable, timeouts, 429, 5xx); False for final answers
-    (not authorized, not found, a bad request, a reply of the wrong shape)."""
-    if isinstance(exc, AuthError):
-        return False
-    if isinstance(exc, TargetUnreachableError):
-        return True
-    if isinstance(exc, AdminError):
-        return exc.status == 429 or (exc.status >= 500 and exc.status != BAD_REPLY)
-    return False
 
 
 def topic_path(topic: str) -> str:
@@ -267,6 +255,7 @@ class HttpAdmin:
         self._local = threading.local()
         self._transports: dict[threading.Thread, httpx.BaseTransport] = {}
         self._transports_lock = threading.Lock()
+        self.in_flight: Optional[str] = None
         self._brokers: Optional[set[str]] = None  # the cluster's active brokers, fetched on the first foreign redirect
         self._brokers_lock = threading.RLock()
 
@@ -326,6 +315,7 @@ class HttpAdmin:
 
     def _call(self, method: str, path: str, params: dict, content: Optional[bytes]) -> httpx.Response:
         deadline = time.monotonic() + self.timeout
+        self.in_flight = f"{method} {path}"  # named by the CLI's "waiting for …" spinner
         policy = self.retry
         attempt = 0
         while True:
@@ -377,7 +367,7 @@ class HttpAdmin:
                     method, content = "GET", None
                 continue
             return response
-        raise AdminError(f"{self.base_url}{path}: too many redirects", BAD_REPLY)
+        raise BadReplyError(f"{self.base_url}{path}: too many redirects")
 
     def _exchange(self, method: str, url: httpx.URL, headers: dict, content: Optional[bytes],
                   deadline: float) -> httpx.Response:
@@ -387,7 +377,8 @@ class HttpAdmin:
         if remaining <= 0:
             raise TargetUnreachableError(f"{where}: no answer within --request-timeout {self.timeout:g} s (timeout)")
         request = httpx.Request(method, url, content=content, headers=headers,
-                                extensions={"timeout": httpx.Timeout(remaining).as_dict()})
+                                extensions={"timeout": {"connect": remaining, "read": remaining, "write": remaining,
+                                                        "pool": remaining}})
         sent = False
         try:
             response = self._transport().handle_request(request)
@@ -399,7 +390,7 @@ class HttpAdmin:
                     chunks.append(chunk)
                     size += len(chunk)
                     if size > MAX_BODY:
-                        raise AdminError(f"{where}: reply larger than {MAX_BODY // 2**20} MiB", BAD_REPLY)
+                        raise BadReplyError(f"{where}: reply larger than {MAX_BODY // 2**20} MiB")
                     if time.monotonic() > deadline:
                         raise httpx.ReadTimeout("body not complete in time", request=request)
                 response._content = b"".join(chunks)
@@ -424,18 +415,16 @@ class HttpAdmin:
             target = current.join(location)
             host = target.host
         except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
-            raise AdminError(f"{_origin(current)}: redirect to an invalid Location {mask(location)[:200]!r} "
-                             f"({_short(exc)})", BAD_REPLY) from None
+            raise BadReplyError(f"{_origin(current)}: redirect to an invalid Location {mask(location)[:200]!r} "
+                                f"({_short(exc)})") from None
         if target.scheme not in ("http", "https") or not host:
-            raise AdminError(f"{_origin(current)}: redirect to an invalid Location {mask(location)[:200]!r}",
-                             BAD_REPLY)
+            raise BadReplyError(f"{_origin(current)}: redirect to an invalid Location {mask(location)[:200]!r}")
         if current.scheme == "https" and target.scheme != "https":
-            raise AdminError(f"{_origin(current)}: refusing a redirect from https to {_origin(target)} (plain http "
-                             "would expose the credentials)", BAD_REPLY)
+            raise BadReplyError(f"{_origin(current)}: refusing a redirect from https to {_origin(target)} (plain http "
+                             "would expose the credentials)")
         if not self._same_cluster(target):
-            raise AdminError(f"{_origin(current)}: refusing a redirect to {_origin(target)}: not a broker of this "
-                             "cluster (credentials go only to the service host, its domain, or the active brokers)",
-                             BAD_REPLY)
+            raise BadReplyError(f"{_origin(current)}: refusing a redirect to {_origin(target)}: not a broker of this "
+                             "cluster (credentials go only to the service host, its domain, or the active brokers)")
         return target
 
     def _same_cluster(self, target: httpx.URL) -> bool:
@@ -479,12 +468,12 @@ class HttpAdmin:
             if shape is None:
                 return None if status == 204 or not response.content else self._decode(response, where)
             if status == 204 or not response.content:
-                raise AdminError(f"{where}: empty reply where JSON was expected", BAD_REPLY)
+                raise BadReplyError(f"{where}: empty reply where JSON was expected")
             value = self._decode(response, where)
             try:
                 _check(value, shape, "reply")
             except ValueError as exc:
-                raise AdminError(f"{where}: unexpected JSON ({exc})", BAD_REPLY) from None
+                raise BadReplyError(f"{where}: unexpected JSON ({exc})") from None
             return value
         reason = mask(_reason(response))
         if status in (401, 403):
@@ -494,29 +483,28 @@ class HttpAdmin:
                 reason = f"{where}: HTTP 404 {response.reason_phrase or 'Not Found'}"
             raise NotFoundError(reason or "Not Found")
         if 300 <= status < 400:
-            raise AdminError(f"{where}: HTTP {status} redirect without a Location", BAD_REPLY)
+            raise BadReplyError(f"{where}: HTTP {status} redirect without a Location")
         raise AdminError(reason or f"HTTP {status}", status)
 
     @staticmethod
     def _decode(response: httpx.Response, where: str) -> Any:
         raw = response.content
         if raw.lstrip()[:1] == b"<":
-            raise AdminError(f"malformed JSON from {where}: an HTML page, not JSON (a login page from a proxy?)",
-                             BAD_REPLY)
+            raise BadReplyError(f"malformed JSON from {where}: an HTML page, not JSON (a login page from a proxy?)")
         if not _depth_ok(raw):
-            raise AdminError(f"malformed JSON from {where}: nested deeper than {MAX_DEPTH} levels", BAD_REPLY)
+            raise BadReplyError(f"malformed JSON from {where}: nested deeper than {MAX_DEPTH} levels")
         try:
             return json.loads(raw)
         except (ValueError, RecursionError):
-            raise AdminError(f"malformed JSON from {where}", BAD_REPLY) from None
+            raise BadReplyError(f"malformed JSON from {where}") from None
 
     def _config(self, path: str) -> dict[str, str]:
         """Broker configuration maps: every broker serves these, so a 404 means we are not talking to one."""
         try:
             return self._request("GET", path, shape="config")
         except NotFoundError:
-            raise AdminError(f"{self.base_url}{path}: HTTP 404 — not a Pulsar broker's admin API (check the admin "
-                             "URL and any proxy in front of it)", BAD_REPLY) from None
+            raise BadReplyError(f"{self.base_url}{path}: HTTP 404 — not a Pulsar broker's admin API (check the admin "
+                             "URL and any proxy in front of it)") from None
 
     # -- transactions -------------------------------------------------------------------------
     def list_coordinators(self) -> list[Json]:
@@ -611,10 +599,16 @@ class HttpAdmin:
         text = response.content.decode("utf-8", "replace").strip().strip('"')
         if not _VERSION.match(text):
             shown = "an HTML page (a login page from a proxy?)" if text.startswith("<") else repr(mask(text)[:60])
-            raise AdminError(f"{where}: expected a Pulsar version such as 4.0.1, got {shown}", BAD_REPLY)
+            raise BadReplyError(f"{where}: expected a Pulsar version such as 4.0.1, got {shown}")
         host = httpx.URL(self.base_url).netloc.decode()
         return {host: text}
 
+
+    def delete_subscription(self, topic: str, subscription: str) -> None:
+        self._request("DELETE", f"/admin/v2/persistent/{topic_path(topic)}/subscription/{quote(subscription, safe='')}")
+
+    def delete_topic(self, topic: str) -> None:
+        self._request("DELETE", f"/admin/v2/persistent/{topic_path(topic)}", {"force": True})
 
     # -- cluster identity and brokers ---------------------------------------------------------
     def list_clusters(self) -> list[str]:
@@ -628,11 +622,17 @@ class HttpAdmin:
 
     def broker_runtime_config(self, broker: str) -> dict[str, str]:
         """Ask ``broker`` itself (same scheme, credentials and TLS as this admin): only it knows its values."""
+        return self._at_broker(broker, lambda admin: admin.runtime_config())
+
+    def broker_version(self, broker: str) -> str:
+        return self._at_broker(broker, lambda admin: next(iter(admin.broker_versions().values())))
+
+    def _at_broker(self, broker: str, call):
         import copy
 
         scheme = httpx.URL(self.base_url).scheme
         if httpx.URL(self.base_url).netloc.decode() == broker:
-            return self.runtime_config()
+            return call(self)
         other = copy.copy(self)
         other.base_url = f"{scheme}://{broker}"
         other._proxy = _environment_proxy(other.base_url)
@@ -640,7 +640,7 @@ class HttpAdmin:
         other._transports = {}
         other._transports_lock = threading.Lock()
         try:
-            return other.runtime_config()
+            return call(other)
         finally:
             if self._shared_transport is None:
                 other.close()

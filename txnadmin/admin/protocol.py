@@ -60,6 +60,29 @@ class TargetUnreachableError(AdminError):
         super().__init__(reason, 0)
 
 
+class BadReplyError(AdminError):
+    """The target answered with something no admin API sends (wrong JSON shape, an HTML page, a bad redirect).
+
+    Status 502 as a gateway would say it, but unlike a gateway's 502 it is a final answer: asking again gets the
+    same garbage, so it is never retried."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason, 502)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures worth another try later (unreachable, timeouts, 429, 5xx such as a restarting broker's
+    502/503/504); False for final answers (not authorized, not found, a bad request, a reply of the wrong shape,
+    credentials that cannot be used). One rule for per-request retries and for `downgrade wait`'s polling."""
+    if isinstance(exc, BadReplyError) or getattr(exc, "final", False):
+        return False
+    if isinstance(exc, TargetUnreachableError):
+        return True
+    if isinstance(exc, AdminError):
+        return exc.status in (0, 429) or exc.status >= 500  # 0: never reached (TargetUnreachableError's status)
+    return False
+
+
 # Names of the two dynamic broker settings that switch PIP-160 batching.
 TC_BATCH_FLAG = "transactionLogBatchedWriteEnabled"
 PENDING_ACK_BATCH_FLAG = "transactionPendingAckBatchedWriteEnabled"
@@ -144,6 +167,12 @@ class TransactionsAdmin(Protocol):
     def broker_versions(self) -> dict[str, str]:
         """Each active broker's version: ``{"host:port": "3.3.2"}``."""
 
+    def delete_subscription(self, topic: str, subscription: str) -> None:
+        """[DELETE /admin/v2/persistent/{t}/{ns}/{topic}/subscription/{sub}] with its pending-ack store."""
+
+    def delete_topic(self, topic: str) -> None:
+        """[DELETE /admin/v2/persistent/{t}/{ns}/{topic}?force=true] with its subscriptions' pending-ack stores."""
+
     # -- cluster identity and brokers (used by the guided downgrade/upgrade) ---------------------
     def list_clusters(self) -> list[str]:
         """[GET /admin/v2/clusters] cluster names."""
@@ -156,6 +185,9 @@ class TransactionsAdmin(Protocol):
 
     def broker_runtime_config(self, broker: str) -> dict[str, str]:
         """[GET http(s)://{broker}/admin/v2/brokers/configuration/runtime] one named broker's effective values."""
+
+    def broker_version(self, broker: str) -> str:
+        """[GET http(s)://{broker}/admin/v2/brokers/version] one named broker's version."""
 
     # -- what `txnadmin doctor` reads besides the above ---------------------------------------
     def topic_internal_stats(self, topic: str) -> Json:

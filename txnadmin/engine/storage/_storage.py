@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import entrylog
+from . import _integrity, entrylog
 from ._errors import (
     EngineLockedError,
     EntryNotFoundError,
@@ -212,6 +212,7 @@ class LedgerStorage:
         if not (self.directory / DB_NAME).is_file():
             raise StorageError(f"{self.directory}: no ledger storage here ({DB_NAME} missing)")
         self._db = self._connect()
+        _integrity.check(self.directory, self._db)  # a damaged index gives wrong answers, not just fewer
         self._db.execute("PRAGMA query_only=1")
 
     def _open_writer(self) -> None:
@@ -226,6 +227,7 @@ class LedgerStorage:
             raise StorageError(f"{self.directory}: has entry logs but no {DB_NAME}; not an engine storage "
                                "(open a copy read-only with the scan instead)")
         self._db = self._connect()
+        _integrity.check(self.directory, self._db)  # never write to (or re-create) a damaged metadata.db
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
         with self._txn(full=True) as db:
@@ -242,6 +244,11 @@ class LedgerStorage:
                                                  daemon=True)
         self._writer.start()
         self._callback_thread.start()
+
+    @staticmethod
+    def recover(directory: Path | str) -> dict:
+        """Rebuild a damaged metadata.db from what SQLite can still read and from the entry logs (see _integrity)."""
+        return _integrity.recover(Path(directory), _SCHEMA)
 
     def _take_lock(self) -> None:
         path = self.directory / LOCK_NAME
