@@ -604,6 +604,12 @@ class HttpAdmin:
         return {host: text}
 
 
+    def delete_subscription(self, topic: str, subscription: str) -> None:
+        self._request("DELETE", f"/admin/v2/persistent/{topic_path(topic)}/subscription/{quote(subscription, safe='')}")
+
+    def delete_topic(self, topic: str) -> None:
+        self._request("DELETE", f"/admin/v2/persistent/{topic_path(topic)}", {"force": True})
+
     # -- cluster identity and brokers ---------------------------------------------------------
     def list_clusters(self) -> list[str]:
         return self._request("GET", "/admin/v2/clusters", shape=SHAPES["strings"])
@@ -616,11 +622,17 @@ class HttpAdmin:
 
     def broker_runtime_config(self, broker: str) -> dict[str, str]:
         """Ask ``broker`` itself (same scheme, credentials and TLS as this admin): only it knows its values."""
+        return self._at_broker(broker, lambda admin: admin.runtime_config())
+
+    def broker_version(self, broker: str) -> str:
+        return self._at_broker(broker, lambda admin: next(iter(admin.broker_versions().values())))
+
+    def _at_broker(self, broker: str, call):
         import copy
 
         scheme = httpx.URL(self.base_url).scheme
         if httpx.URL(self.base_url).netloc.decode() == broker:
-            return self.runtime_config()
+            return call(self)
         other = copy.copy(self)
         other.base_url = f"{scheme}://{broker}"
         other._proxy = _environment_proxy(other.base_url)
@@ -628,7 +640,7 @@ class HttpAdmin:
         other._transports = {}
         other._transports_lock = threading.Lock()
         try:
-            return other.runtime_config()
+            return call(other)
         finally:
             if self._shared_transport is None:
                 other.close()

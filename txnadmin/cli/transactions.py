@@ -278,15 +278,39 @@ def abort_transaction(ctx: typer.Context, most: Optional[int] = Most, least: Opt
 
 # -- PIP-160's proposed batch-log commands -----------------------------------------------------
 
+from .confirm import DryRunOpt, YesOpt  # noqa: E402  (option objects only; the helper is imported lazily)
+
 def _target_url(ctx: typer.Context) -> str:
     return (ctx.obj or {}).get("target").url
 
 
-def _set_batch(ctx, component: str, enable: Optional[bool], reload: bool, output: Optional[str]) -> None:
-    from ..admin.batchlog import set_batch_log
+def _set_batch(ctx, component: str, enable: Optional[bool], reload: bool, output: Optional[str],
+               yes: bool = False, dry_run: bool = False) -> None:
+    from ..admin.batchlog import reload_units, set_batch_log
+    from ..admin.protocol import TargetUnreachableError
+    from ..admin.target import require_named, resolve_target
+    from .confirm import Plan, confirm
 
     if enable is None:
         _fail("give --enable or --disable")
+    opts = ctx.find_root().obj or {}
+    name = "set-txn-tc-batch-log" if component == "tc" else "set-txn-pending-ack-batch-log"
+    try:  # a cluster-wide change: never on a target the operator did not name
+        target = require_named(resolve_target(opts.get("admin_url"), opts.get("conf"), opts.get("auth_plugin"),
+                                              opts.get("auth_params"), opts.get("tls")), name)
+    except TargetUnreachableError as exc:
+        _fail(f"{exc.reason}\n\nError connecting to Pulsar")
+    if reload or dry_run:
+        units = _run(ctx, lambda a: reload_units(a, component)) if reload else []
+        flag = "transactionLogBatchedWriteEnabled" if component == "tc" else "transactionPendingAckBatchedWriteEnabled"
+        steps = [f"set {flag}={str(enable).lower()} (dynamic config)"]
+        if reload:
+            steps.append(f"unload {len(units)} {'coordinators' if component == 'tc' else 'topics'} so their stores "
+                         "reopen with the new setting")
+        if not confirm(Plan(f"{'enable' if enable else 'disable'} PIP-160 batching ({component})", target.label,
+                            steps, {"unloads": len(units)}), yes=yes, dry_run=dry_run,
+                       output="json" if output == "json" else "table"):
+            return
     result = _run(ctx, lambda a: set_batch_log(a, _target_url(ctx), component, enable, reload))
     if output in ("json", "yaml"):
         _print(result, output)
@@ -303,20 +327,24 @@ def _set_batch(ctx, component: str, enable: Optional[bool], reload: bool, output
 @app.command("set-txn-tc-batch-log")
 def set_tc_batch_log(ctx: typer.Context,
                      enable: Optional[bool] = typer.Option(None, "--enable/--disable", help="Switch batching."),
-                     reload: bool = typer.Option(False, "--reload", help="Unload every coordinator so it reopens."),
+                     reload: bool = typer.Option(False, "--reload", help="Unload every coordinator so it reopens "
+                                                 "(shows the plan and asks; --yes to skip)."),
+                     yes: bool = YesOpt, dry_run: bool = DryRunOpt,
                      output: Optional[str] = Output) -> None:
     """Enable or disable batched writes of the transaction coordinator log (PIP-160)."""
-    _set_batch(ctx, "tc", enable, reload, output)
+    _set_batch(ctx, "tc", enable, reload, output, yes, dry_run)
 
 
 @app.command("set-txn-pending-ack-batch-log")
 def set_pending_ack_batch_log(ctx: typer.Context,
                               enable: Optional[bool] = typer.Option(None, "--enable/--disable", help="Switch batching."),
                               reload: bool = typer.Option(False, "--reload",
-                                                          help="Unload every topic with a pending-ack store."),
+                                                          help="Unload every topic with a pending-ack store (shows "
+                                                               "the plan and asks; --yes to skip)."),
+                              yes: bool = YesOpt, dry_run: bool = DryRunOpt,
                               output: Optional[str] = Output) -> None:
     """Enable or disable batched writes of the pending-ack stores (PIP-160)."""
-    _set_batch(ctx, "pending-ack", enable, reload, output)
+    _set_batch(ctx, "pending-ack", enable, reload, output, yes, dry_run)
 
 
 @app.command("get-txn-tc-batch-log-stat")

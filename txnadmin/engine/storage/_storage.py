@@ -154,6 +154,7 @@ class LedgerStorage:
         self._lock_fd: int | None = None
         self._closed = False
         self._db_lock = threading.RLock()  # guards the write connection
+        self._db_synchronous: bool | None = None  # the write connection's synchronous=FULL setting, once set
         self._db: sqlite3.Connection | None = None
         self._local = threading.local()
         self._read_conns: list[sqlite3.Connection] = []
@@ -294,7 +295,10 @@ class LedgerStorage:
             self.storage._db_lock.acquire()
             db = self.storage._db
             try:
-                db.execute(f"PRAGMA synchronous={'FULL' if self.full else 'NORMAL'}")
+                # only when it changes: every statement under the lock is a trip back for the GIL
+                if self.storage._db_synchronous != self.full:
+                    db.execute(f"PRAGMA synchronous={'FULL' if self.full else 'NORMAL'}")
+                    self.storage._db_synchronous = self.full
                 db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 self.storage._db_lock.release()
@@ -1059,12 +1063,13 @@ class LedgerStorage:
                 elif version > committed.get(key, self._meta_versions.get(key, 0)):
                     merged[key] = value
                     committed[key] = version
+        puts = [(key, value) for key, value in merged.items() if value is not None]
+        deletes = [(key,) for key, value in merged.items() if value is None]
         with self._txn(full=any(sync for *_, sync in batch)) as db:
-            for key, value in merged.items():
-                if value is None:
-                    db.execute("DELETE FROM kv WHERE key = ?", (key,))
-                else:
-                    db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, value))
+            if puts:
+                db.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?)", puts)
+            if deletes:
+                db.executemany("DELETE FROM kv WHERE key = ?", deletes)
         self._meta_versions.update(committed)
         self._stats["metadataCommits"] += 1
 
