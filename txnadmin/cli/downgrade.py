@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -295,16 +296,21 @@ def wait(
     raise typer.Exit(code)
 
 
-def _hard_exit(message: Optional[str], code: int) -> None:
-    """A request still hangs in a worker thread; --timeout promised to bound the run, so do not wait for it."""
-    import os
-    import sys
+_EXIT_HARD = threading.Event()
 
+
+def _hard_exit(message: Optional[str], code: int) -> None:
+    """A request still hangs in a worker thread; --timeout promised to bound the run, so the process must not wait
+    for it at exit. The command ends normally here; `main()` (the real process, never an in-process runner)
+    sees :func:`exit_hard_requested` and leaves without joining the hung thread."""
     if message:
         typer.echo(message, err=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    _EXIT_HARD.set()
+    raise typer.Exit(code)
+
+
+def exit_hard_requested() -> bool:
+    return _EXIT_HARD.is_set()
 
 
 @app.command("verify")

@@ -201,7 +201,13 @@ def main() -> None:
         exc.show()
         pulsar_style = any(arg in PULSAR_STYLE for arg in sys.argv[1:])
         sys.exit(1 if pulsar_style else exc.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    if downgrade.exit_hard_requested():
+        # `downgrade wait` left a hung request behind at its deadline: exit without joining that thread.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
