@@ -10,7 +10,8 @@ state=${2:-txnadmin-downgrade.json}
 timeout=${3:-3600}
 
 echo "1/3 disable batching, reload stores, record LastBatched ledgers"
-"$TXNADMIN" -u "$target" downgrade start --state "$state" -o json || exit $?
+# --yes: this script is the operator's confirmation (without a terminal, `start` refuses to act unasked).
+"$TXNADMIN" -u "$target" downgrade start --yes --state "$state" -o json || exit $?
 
 echo "2/3 wait until no live ledger may hold a batched entry (up to ${timeout}s)"
 "$TXNADMIN" -u "$target" downgrade wait --state "$state" --timeout "$timeout" --interval 2 -o json > "$state.status.json"

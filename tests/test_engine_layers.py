@@ -14,7 +14,7 @@ LAYERS = [
     {"transaction_log", "pending_ack", "tb_snapshot", "preserver", "topic"},
     {"coordinator"},
     {"engine"},
-    {"stats", "manage", "observe", "workload"},
+    {"stats", "manage", "observe", "workload", "faults"},
 ]
 RANK = {module: rank for rank, group in enumerate(LAYERS) for module in group}
 

@@ -20,7 +20,7 @@ def _engine(tmp_path, version="3.3.2"):
 
 def test_upgrade_enables_and_confirms(tmp_path):
     d = _engine(tmp_path)
-    result = runner.invoke(app, ["upgrade", "-u", f"local:{d}", "--max-records", "100", "-o", "json"],
+    result = runner.invoke(app, ["upgrade", "--yes", "-u", f"local:{d}", "--max-records", "100", "-o", "json"],
                            env={"TXNADMIN_HOME": str(tmp_path / "home")})
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)

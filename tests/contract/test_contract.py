@@ -251,3 +251,30 @@ def test_zz_scale_and_abort_mutate_both_the_same_way(seeded):
     assert len(both_json(seeded, "coordinators-list")) == 3
     for backend in BACKENDS:
         assert run(seeded, backend, "transaction-metadata", "-m", most, "-l", least).exit_code == 1
+
+
+def test_doctor_reads_the_same_on_both_backends(seeded):
+    """The calls `doctor` added to the seam: a topic's internal stats, the target's clock, its /metrics."""
+    import time
+    from pathlib import Path
+
+    from txnadmin.admin.http import HttpAdmin
+    from txnadmin.admin.local import LocalAdmin
+    from txnadmin.admin.protocol import NotFoundError
+
+    http = HttpAdmin(seeded["http"], token=seeded["token"])
+    with LocalAdmin(Path(seeded["local"][len("local:"):])) as local:
+        answers = {}
+        for name, admin in (("local", local), ("http", http)):
+            internal = admin.topic_internal_stats(TOPIC)
+            assert set(internal["cursors"]) == {"billing"}
+            with pytest.raises(NotFoundError):
+                admin.topic_internal_stats("persistent://public/default/nobody")
+            clock = admin.broker_time_ms()
+            assert abs(clock - time.time() * 1000) < 5000  # the Date header counts whole seconds
+            assert "pulsar_txn_active_count" in admin.metrics_text()
+            answers[name] = internal
+        assert shape(answers["local"]) == shape(answers["http"])
+        for internal in answers.values():  # the two copies roll ledgers on each reopen, so positions differ
+            assert re.fullmatch(r"\d+:-?\d+", internal["lastConfirmedEntry"])
+    http.close()

@@ -232,3 +232,45 @@ class LocalAdmin:
     @_admin_errors
     def broker_versions(self) -> dict[str, str]:
         return {self.engine.config.engineBrokerServiceUrl.split("://")[-1]: self.engine.config.engineBrokerVersion}
+
+    # -- cluster identity and brokers ---------------------------------------------------------
+    def _broker_id(self) -> str:
+        return self.engine.config.engineBrokerServiceUrl.split("://")[-1]
+
+    @_admin_errors
+    def list_clusters(self) -> list[str]:
+        return [self.engine.config.clusterName]
+
+    @_admin_errors
+    def active_brokers(self, cluster: str) -> list[str]:
+        if cluster != self.engine.config.clusterName:
+            raise NotFoundError("Cluster does not exist")
+        return [self._broker_id()]  # the engine is one broker
+
+    @_admin_errors
+    def internal_configuration(self) -> Json:
+        ident = self.engine.engine_id or "unknown"
+        return {"metadataStoreUrl": f"txnadmin-engine:{ident}", "configurationMetadataStoreUrl":
+                f"txnadmin-engine:{ident}", "ledgersRootPath": "/ledgers",
+                "bookkeeperMetadataServiceUri": f"txnadmin-engine://{ident}/ledgers"}
+
+    @_admin_errors
+    def broker_runtime_config(self, broker: str) -> dict[str, str]:
+        if broker != self._broker_id():
+            raise NotFoundError(f"Broker {broker} is not active in this engine")
+        return self.runtime_config()
+
+    # -- what `txnadmin doctor` reads besides the above ---------------------------------------
+    @_admin_errors
+    def topic_internal_stats(self, topic: str) -> Json:
+        return self.engine.topic(topic, create=False).ledger.internal_stats()
+
+    @_admin_errors
+    def broker_time_ms(self) -> Optional[int]:
+        return int(self.engine.clock_ms())
+
+    @_admin_errors
+    def metrics_text(self) -> str:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.engine.registry).decode()

@@ -60,6 +60,29 @@ class TargetUnreachableError(AdminError):
         super().__init__(reason, 0)
 
 
+class BadReplyError(AdminError):
+    """The target answered with something no admin API sends (wrong JSON shape, an HTML page, a bad redirect).
+
+    Status 502 as a gateway would say it, but unlike a gateway's 502 it is a final answer: asking again gets the
+    same garbage, so it is never retried."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason, 502)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures worth another try later (unreachable, timeouts, 429, 5xx such as a restarting broker's
+    502/503/504); False for final answers (not authorized, not found, a bad request, a reply of the wrong shape,
+    credentials that cannot be used). One rule for per-request retries and for `downgrade wait`'s polling."""
+    if isinstance(exc, BadReplyError) or getattr(exc, "final", False):
+        return False
+    if isinstance(exc, TargetUnreachableError):
+        return True
+    if isinstance(exc, AdminError):
+        return exc.status in (0, 429) or exc.status >= 500  # 0: never reached (TargetUnreachableError's status)
+    return False
+
+
 # Names of the two dynamic broker settings that switch PIP-160 batching.
 TC_BATCH_FLAG = "transactionLogBatchedWriteEnabled"
 PENDING_ACK_BATCH_FLAG = "transactionPendingAckBatchedWriteEnabled"
@@ -143,3 +166,28 @@ class TransactionsAdmin(Protocol):
 
     def broker_versions(self) -> dict[str, str]:
         """Each active broker's version: ``{"host:port": "3.3.2"}``."""
+
+    # -- cluster identity and brokers (used by the guided downgrade/upgrade) ---------------------
+    def list_clusters(self) -> list[str]:
+        """[GET /admin/v2/clusters] cluster names."""
+
+    def active_brokers(self, cluster: str) -> list[str]:
+        """[GET /admin/v2/brokers/{cluster}] the cluster's active brokers as ``host:port`` (web service)."""
+
+    def internal_configuration(self) -> Json:
+        """[GET /admin/v2/brokers/internal-configuration] metadata-store and BookKeeper URIs (an identity)."""
+
+    def broker_runtime_config(self, broker: str) -> dict[str, str]:
+        """[GET http(s)://{broker}/admin/v2/brokers/configuration/runtime] one named broker's effective values."""
+
+    # -- what `txnadmin doctor` reads besides the above ---------------------------------------
+    def topic_internal_stats(self, topic: str) -> Json:
+        """[GET /admin/v2/persistent/{t}/{ns}/{topic}/internalStats] ManagedLedgerInternalStats + ``cursors``
+        (one per subscription): ``lastConfirmedEntry`` is what a transaction buffer's max read position chases."""
+
+    def broker_time_ms(self) -> Optional[int]:
+        """The target's clock in epoch ms: the ``Date`` header of [GET /admin/v2/brokers/version] (1 s
+        resolution), ``None`` when the answer carries none. Timeouts are judged on this, never on ours."""
+
+    def metrics_text(self) -> str:
+        """[GET /metrics/] the broker's Prometheus exposition (text format 0.0.4)."""

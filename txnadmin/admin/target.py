@@ -1,8 +1,12 @@
 """Which Pulsar (or engine) a command talks to, and why.
 
 Highest first: ``--admin-url/-u`` (``http(s)://host:port`` or ``local:PATH``), ``$TXNADMIN_ADMIN_URL``,
-a Pulsar ``client.conf`` (``--conf`` or ``$PULSAR_CLIENT_CONF``: ``webServiceUrl``, ``authPlugin``,
-``authParams``, TLS keys), then the embedded engine directory.
+a Pulsar ``client.conf`` (``--conf``, ``$PULSAR_CLIENT_CONF`` or ``$PULSAR_HOME/conf/client.conf``:
+``webServiceUrl``, ``authPlugin``, ``authParams``, TLS keys), then the embedded engine directory.
+
+Everything but the last counts as *named* by the operator. Commands that change or judge a whole cluster
+(downgrade, upgrade, batch-log changes, doctor) call :func:`require_named` so they never act on the
+embedded default by accident; ``-u ""`` is always a usage error (:class:`TargetUsageError`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,16 @@ from .protocol import TargetUnreachableError, TransactionsAdmin
 
 ENV_URL = "TXNADMIN_ADMIN_URL"
 ENV_CONF = "PULSAR_CLIENT_CONF"
+ENV_PULSAR_HOME = "PULSAR_HOME"
+EMBEDDED_DEFAULT = "embedded default"
+
+
+class TargetUsageError(TargetUnreachableError):
+    """The operator's target options themselves are wrong (``-u ""``, no target named where one is required).
+
+    A subclass of TargetUnreachableError so pulsar-admin parity commands keep answering it with exit 1;
+    txnadmin's own commands answer it with exit 2 (usage error).
+    """
 
 
 @dataclass
@@ -25,6 +39,16 @@ class Target:
     auth_plugin: Optional[str] = None
     auth_params: Optional[str] = None
     tls: dict = field(default_factory=dict)
+
+    @property
+    def named(self) -> bool:
+        """True when the operator chose this target (a flag, the environment, a client.conf)."""
+        return self.source != EMBEDDED_DEFAULT
+
+    @property
+    def label(self) -> str:
+        """One line for the top of human output: ``http://b:8080 (from --admin-url)``."""
+        return f"{self.url} (from {self.source})"
 
     @property
     def is_local(self) -> bool:
@@ -75,8 +99,38 @@ def resolve_target(admin_url: Optional[str] = None, conf: Optional[Path] = None,
     return target
 
 
+def require_named(target: Target, what: str) -> Target:
+    """Refuse the embedded default for ``what`` (e.g. "downgrade start") unless the operator named it.
+
+    Returns the target; raises :class:`TargetUsageError` (exit 2) with the ways to name one.
+    """
+    if not target.named:
+        raise TargetUsageError(
+            f"{what} needs a named target and none was given: pass -u http(s)://host:port or -u local:PATH, "
+            f"set ${ENV_URL}, or give a client.conf (--conf, ${ENV_CONF}, ${ENV_PULSAR_HOME}/conf/client.conf); "
+            f"the embedded engine ({target.url}) is never used implicitly here")
+    return target
+
+
+def target_source(target: Target) -> tuple[bool, str]:
+    """(named by the operator?, where it came from) — for commands such as ``doctor`` that report it."""
+    return target.named, target.source
+
+
+def _default_conf() -> tuple[Optional[Path], str]:
+    if os.environ.get(ENV_CONF):
+        return Path(os.environ[ENV_CONF]), f"${ENV_CONF}"
+    if os.environ.get(ENV_PULSAR_HOME):
+        candidate = Path(os.environ[ENV_PULSAR_HOME]) / "conf" / "client.conf"
+        if candidate.exists():
+            return candidate, f"${ENV_PULSAR_HOME}/conf/client.conf"
+    return None, ""
+
+
 def _resolve(admin_url: Optional[str], conf: Optional[Path]) -> Target:
-    conf_path = conf or (Path(os.environ[ENV_CONF]) if os.environ.get(ENV_CONF) else None)
+    if admin_url is not None and not admin_url.strip():
+        raise TargetUsageError("--admin-url is empty: give http(s)://host:port or local:PATH")
+    conf_path, conf_source = (conf, "--conf") if conf else _default_conf()
     conf_values = read_client_conf(conf_path) if conf_path else {}
 
     def with_conf(target: Target) -> Target:
@@ -94,14 +148,16 @@ def _resolve(admin_url: Optional[str], conf: Optional[Path]) -> Target:
         url = conf_values.get("webServiceUrl") or conf_values.get("serviceUrl", "")
         if not url or not url.startswith(("http://", "https://")):
             raise TargetUnreachableError(f"{conf_path}: Can't find any admin url to use (webServiceUrl)")
-        return with_conf(Target(url.rstrip("/"), f"client.conf ({conf_path})"))
+        return with_conf(Target(url.rstrip("/"), f"client.conf {conf_path} via {conf_source}"))
     from ..engine import default_engine_dir
 
-    return Target(f"local:{default_engine_dir()}", "embedded default")
+    return Target(f"local:{default_engine_dir()}", EMBEDDED_DEFAULT)
 
 
 def _tls(values: dict[str, str]) -> dict:
-    keys = ("tlsTrustCertsFilePath", "tlsAllowInsecureConnection", "tlsEnableHostnameVerification")
+    # The last three are read by the auth plugins (admin/auth.py), not by the TLS context itself.
+    keys = ("tlsTrustCertsFilePath", "tlsAllowInsecureConnection", "tlsEnableHostnameVerification",
+            "useKeyStoreTls", "tlsCertificateFilePath", "tlsKeyFilePath")
     return {k: values.get(k) or None for k in keys}
 
 

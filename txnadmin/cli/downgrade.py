@@ -8,7 +8,9 @@ from typing import Optional
 import typer
 
 from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
+from ..procedures.state import StateError
 from ._target import AdminUrl, Conf, admin_for
+from .confirm import DryRunOpt, Plan, YesOpt, confirm
 
 app = typer.Typer(help="Guided PIP-160 downgrade: disable batching, record, wait until safe, verify.",
                   no_args_is_help=True)
@@ -52,51 +54,111 @@ def _with_progress(label: str, admin, fn, *args, **kwargs):
         getattr(admin, "close", lambda: None)()
 
 
+EXIT_INTERRUPTED = 130
+
+
+def _target_json(target) -> dict:
+    return {"url": target.url, "source": target.source}
+
+
+def _header(target, output: str) -> None:
+    """Name the target at the top of human output (stderr when stdout carries JSON)."""
+    typer.echo(f"target: {target.label}", err=output == "json")
+
+
+def _interrupted(state: Path) -> None:
+    typer.echo(f"\ninterrupted: the checklist {state} is intact; resume with the same command "
+               f"(e.g. `txnadmin downgrade wait --state {state}`)", err=True)
+    raise typer.Exit(EXIT_INTERRUPTED)
+
+
 @app.command("start")
 def start(
     ctx: typer.Context,
     state: Path = StateOpt,
     no_reload: bool = typer.Option(False, "--no-reload",
-                                   help="Do not unload coordinators and topics (you restart brokers yourself); "
-                                        "then LastBatched is the newest ledger, the conservative choice."),
+                                   help="Do not unload coordinators and topics (you restart brokers yourself); each "
+                                        "log then waits until it is seen reopened and `start` is run again."),
     concurrency: int = typer.Option(16, "--concurrency", min=1, max=256),
+    yes: bool = YesOpt,
+    dry_run: bool = DryRunOpt,
     admin_url: Optional[str] = AdminUrl,
     conf: Optional[Path] = Conf,
     output: str = OutputOpt,
 ) -> None:
-    """Disable batching, reload the stores, and record each log's LastBatched ledger (resumable)."""
-    from ..procedures.downgrade import start as do_start
+    """Disable batching (confirmed on every broker), reload the stores, record each log's evidence (resumable).
 
-    target, admin = admin_for(ctx, admin_url, conf)
-    result = _with_progress("recording", admin, do_start, state, target.url, not no_reload, concurrency)
-    summary = {"state": str(state), "phase": result["phase"], "coordinators": len(result["coordinators"]),
-               "pendingAckStores": len(result["pendingAckStores"]), "reloaded": result.get("reload", True)}
+    Shows its plan and asks first (--yes to skip, --dry-run to only print it). Run it again to re-record the logs
+    whose stores reopened since recording.
+    """
+    from ..procedures.downgrade import plan as do_plan, start as do_start
+
+    target, admin = admin_for(ctx, admin_url, conf, require_named="downgrade start")
+    try:
+        _header(target, output) if not dry_run else None
+        counts = _guard(do_plan, admin, concurrency)
+        steps = ["set transactionLogBatchedWriteEnabled=false and transactionPendingAckBatchedWriteEnabled=false "
+                 "(dynamic config) and confirm both off on every active broker"]
+        if no_reload:
+            steps.append("unload nothing (--no-reload): logs wait until their stores reopen and `start` runs again")
+        else:
+            steps.append(f"unload {counts['coordinators']} coordinators and {counts['topics']} topics "
+                         f"({counts['pendingAckStores']} pending-ack stores) so they reopen with batching off")
+        steps.append(f"record each log's LastBatched ledger and recoverStartTime in {state}")
+        confirmed = confirm(Plan("PIP-160 downgrade: stop batching", target.label, steps,
+                                 dict(counts, reload=not no_reload, state=str(state))),
+                            yes=yes, dry_run=dry_run, output=output)
+        if not confirmed:
+            return
+        bar, progress = _progress("recording")
+        import contextlib
+
+        with bar or contextlib.nullcontext():
+            result = _guard(do_start, admin, state, target.url, not no_reload, concurrency, progress=progress)
+    except KeyboardInterrupt:
+        _interrupted(state)
+    finally:
+        getattr(admin, "close", lambda: None)()
+    summary = {"target": _target_json(target), "state": str(state), "phase": result["phase"],
+               "coordinators": len(result["coordinators"]), "pendingAckStores": len(result["pendingAckStores"]),
+               "recordedThisRun": result.get("rerecorded", 0), "reloaded": result.get("reload", True),
+               "brokersChecked": result.get("brokersChecked", [])}
     if output == "json":
         print_json(summary)
     else:
-        typer.echo(f"batching disabled; recorded LastBatched for {summary['coordinators']} coordinator logs and "
-                   f"{summary['pendingAckStores']} pending-ack logs in {state}")
+        typer.echo(f"batching confirmed off on {len(summary['brokersChecked'])} broker(s): "
+                   f"{', '.join(summary['brokersChecked'])}")
+        typer.echo(f"recorded {summary['recordedThisRun']} log(s) in this run; the checklist {state} covers "
+                   f"{summary['coordinators']} coordinator logs and {summary['pendingAckStores']} pending-ack logs")
         typer.echo("next: txnadmin downgrade wait   (or: status)")
 
 
-def _render_report(report, output: str) -> None:
+def _render_report(report, output: str, target=None) -> None:
     if output == "json":
-        print_json(report.to_json())
+        data = report.to_json()
+        if target is not None:
+            data["target"] = dict(data.get("target", {}), url=target.url, source=target.source)
+        print_json(data)
         return
     from rich.console import Console
     from rich.table import Table
 
+    console = Console()
+    if report.transient_error:
+        console.print(f"last poll failed: {report.transient_error}")
     table = Table(title="PIP-160 downgrade: " + ("SAFE" if report.safe else "waiting"))
-    for col in ("component", "name", "LastBatched", "OldestExists", "done", "reason"):
+    for col in ("component", "name", "LastBatched", "OldestExists", "waiting for", "reason"):
         table.add_column(col)
     shown = report.waiting[:50] if report.waiting else report.logs[:20]
     for log in shown:
         reason = log.reason + (f"\n→ {log.suggestion}" if log.suggestion else "")
         table.add_row(log.component, log.name, str(log.last_batched_ledger_id), str(log.oldest_ledger_id),
-                      "yes" if log.done else "no", reason)
-    console = Console()
+                      "-" if log.done else log.kind, reason)
     console.print(table)
-    console.print(f"{len(report.logs) - len(report.waiting)} of {len(report.logs)} logs done"
+    for kind, logs in sorted(report.groups().items()):
+        console.print(f"  {len(logs)} waiting: {kind}")
+    console.print(f"{len(report.logs) - len(report.waiting)} of {len(report.logs)} logs done; flags confirmed off on "
+                  f"{', '.join(report.brokers) or '?'}"
                   + (f"; verification: {report.verification['verdict']}" if report.verification else ""))
     console.print("verdict: " + ("[bold green]safe to downgrade[/]" if report.safe else "[bold yellow]not yet[/]"))
 
@@ -110,44 +172,138 @@ def status(
     conf: Optional[Path] = Conf,
     output: str = OutputOpt,
 ) -> None:
-    """Per log: LastBatched, OldestExists, done or why it waits. Exit 0 when safe, 1 when not yet."""
+    """Per log: LastBatched, OldestExists, done or why it waits. Exit 0 when safe, 1 when not yet, 3 cannot tell."""
     from ..procedures.downgrade import status as do_status
 
-    _, admin = admin_for(ctx, admin_url, conf)
-    report = _with_progress("checking", admin, do_status, state, concurrency)
-    _render_report(report, output)
+    target, admin = admin_for(ctx, admin_url, conf, require_named="downgrade status")
+    if output != "json":
+        _header(target, output)
+    try:
+        report = _with_progress("checking", admin, do_status, state, concurrency, target=target.url)
+    except KeyboardInterrupt:
+        _interrupted(state)
+    _render_report(report, output, target)
     raise typer.Exit(EXIT_OK if report.safe else EXIT_FAILURE)
+
+
+class _LiveView:
+    """`wait`'s story: on a terminal, a panel updated in place; piped, one stderr line per change of state."""
+
+    def __init__(self, started: float):
+        import sys
+
+        self.started = started
+        self.terminal = sys.stderr.isatty()
+        self.last_line: Optional[str] = None
+        self.abandoned_pending = False
+        self.live = None
+        if self.terminal:
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(console=Console(stderr=True), transient=True, refresh_per_second=4)
+
+    def __enter__(self):
+        if self.live:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def _elapsed(self) -> str:
+        import time
+
+        secs = int(time.monotonic() - self.started)
+        return f"{secs // 3600:d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+
+    def _emit(self, summary: str, detail: list[str]) -> None:
+        if self.live:
+            from rich.text import Text
+
+            self.live.update(Text("\n".join([f"[{self._elapsed()}] {summary}"] + detail)))
+        elif summary != self.last_line:
+            typer.echo(f"[{self._elapsed()}] {summary}", err=True)
+        self.last_line = summary
+
+    def poll(self, report) -> None:
+        groups = report.groups()
+        done = len(report.logs) - len(report.waiting)
+        parts = [f"{len(v)} {k}" for k, v in sorted(groups.items())]
+        summary = f"{done}/{len(report.logs)} logs done" + (f"; waiting: {', '.join(parts)}" if parts else "")
+        detail = []
+        for kind, logs in sorted(groups.items()):
+            detail.append(f"  {kind} ({len(logs)}):")
+            for log in logs[:3]:
+                detail.append(f"    {log.name}: {log.reason}")
+            if len(logs) > 3:
+                detail.append(f"    … and {len(logs) - 3} more")
+        self._emit(summary, detail)
+
+    def retry(self, error: str, pause: float) -> None:
+        self._emit(f"target not answering, retrying in {pause:0.1f} s: {error}", [])
 
 
 @app.command("wait")
 def wait(
     ctx: typer.Context,
     state: Path = StateOpt,
-    timeout: float = typer.Option(3600.0, "--timeout", help="Seconds to wait at most."),
+    timeout: float = typer.Option(3600.0, "--timeout", help="Seconds to wait at most (bounds everything, hung "
+                                                            "requests included)."),
     interval: float = typer.Option(10.0, "--interval", help="Seconds between checks."),
     admin_url: Optional[str] = AdminUrl,
     conf: Optional[Path] = Conf,
     output: str = OutputOpt,
 ) -> None:
-    """Poll until every log is past its LastBatched ledger. Exit 0 safe, 1 timeout, 3 target unreadable."""
+    """Poll until every log is proven past its LastBatched ledger.
+
+    Exit 0 safe, 1 not yet at --timeout, 3 target unreadable (permanent errors stop at once; transient ones are
+    retried and shown), 130 interrupted (the checklist stays; run the same command to resume).
+    """
+    import time
+
     from ..procedures.downgrade import wait as do_wait
 
     if interval <= 0 or timeout < 0:
         fail("--interval must be > 0 and --timeout >= 0", EXIT_USAGE)
-    _, admin = admin_for(ctx, admin_url, conf)
-    bar, _ = _progress("waiting")
+    target, admin = admin_for(ctx, admin_url, conf, require_named="downgrade wait")
+    if output != "json":
+        _header(target, output)
+    from ..procedures.downgrade import DowngradeError
+
+    view = _LiveView(time.monotonic())
     try:
-        if bar:
-            task = bar.add_task("logs done", total=None)
-            with bar:
-                report = _guard(do_wait, admin, state, timeout, interval,
-                                lambda r: bar.update(task, completed=len(r.logs) - len(r.waiting), total=len(r.logs)))
-        else:
-            report = _guard(do_wait, admin, state, timeout, interval)
+        with view:
+            report = do_wait(admin, state, timeout, interval, view.poll, on_retry=view.retry, target=target.url)
+    except KeyboardInterrupt:
+        _interrupted(state)
+    except DowngradeError as exc:
+        if getattr(exc, "abandoned", False):
+            _hard_exit(f"error: {exc}", exc.exit_code)
+        fail(str(exc), exc.exit_code)
+    except StateError as exc:
+        fail(str(exc), EXIT_UNREADABLE)
     finally:
-        getattr(admin, "close", lambda: None)()
-    _render_report(report, output)
-    raise typer.Exit(EXIT_OK if report.safe else EXIT_FAILURE)
+        if not view.abandoned_pending:
+            getattr(admin, "close", lambda: None)()
+    _render_report(report, output, target)
+    code = EXIT_OK if report.safe else EXIT_FAILURE
+    if report.abandoned:
+        _hard_exit(None, code)
+    raise typer.Exit(code)
+
+
+def _hard_exit(message: Optional[str], code: int) -> None:
+    """A request still hangs in a worker thread; --timeout promised to bound the run, so do not wait for it."""
+    import os
+    import sys
+
+    if message:
+        typer.echo(message, err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 @app.command("verify")

@@ -1,13 +1,23 @@
-"""The `txnadmin` root command. Groups are Typer apps in sibling modules; nothing heavy is imported here."""
+"""The `txnadmin` root command. Groups are Typer apps in sibling modules; nothing heavy is imported here.
+
+The root group is also the last line of defence: any exception a command did not turn into a message becomes one
+line on stderr naming what failed, plus how to see the traceback (``--debug``), with a documented exit code — 3 in
+txnadmin's own commands (1 means "not yet" / "batched remain" there), 1 under ``transactions`` as pulsar-admin
+does, 130 on Ctrl-C. See docs/exit-codes.md.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
+from typer.core import TyperGroup, TyperOption
+from typer.exceptions import TyperException
 
 from .. import __version__
+from . import doctor as doctor_cli
 from . import downgrade
 from . import engine as engine_cli
 from . import inspect
@@ -19,12 +29,87 @@ from . import target as target_cli
 from . import transactions
 from . import upgrade as upgrade_cli
 
+PULSAR_STYLE = ("transactions", "txn")
+# Top-level commands in the order operators reach for them; anything not named keeps its place after these.
+ORDER = ("transactions", "downgrade", "upgrade", "scan", "target", "doctor", "rehearse", "serve", "engine", "inspect",
+         "metrics")
+EXIT_INTERRUPTED = 130
+
+
+def _flag_metavar(display=TyperOption.display_type_rich):
+    """Help screens show a value placeholder only for options that take a value (not `<bool>` after flags)."""
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag or self.count else display(self, ctx)
+
+    return display_type_rich
+
+
+TyperOption.display_type_rich = _flag_metavar()
+
+
+class GuardedGroup(TyperGroup):
+    """The root group: commands listed by use, and no exception leaves as a traceback (see the module docstring)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = list(super().list_commands(ctx))
+        return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), names.index(n)))
+
+    def invoke(self, ctx: Any):
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, TyperException):
+            raise  # exits, aborts and usage errors show themselves
+        except KeyboardInterrupt:
+            if _debug(ctx):
+                raise
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as exc:  # noqa: BLE001 — this is the one place that may catch everything
+            if _debug(ctx):
+                raise
+            pulsar_style = ctx.invoked_subcommand in PULSAR_STYLE
+            typer.echo(describe_failure(exc, ctx), err=True)
+            raise typer.Exit(1 if pulsar_style else 3) from None
+
+
+def _debug(ctx: Any) -> bool:
+    return bool(ctx.params.get("debug")) or os.environ.get("TXNADMIN_DEBUG", "") not in ("", "0")
+
+
+def describe_failure(exc: BaseException, ctx: Optional[Any] = None) -> str:
+    """One line: what failed, on which input, and how to see more. Secrets are masked."""
+    from ..admin.auth import mask
+    from ..admin.protocol import AdminError
+
+    command = " ".join(["txnadmin", *([ctx.invoked_subcommand] if ctx and ctx.invoked_subcommand else [])])
+    opts = (ctx.obj or {}) if ctx else {}
+    where = opts.get("admin_url") or (str(opts["conf"]) if opts.get("conf") else None)
+    text = " ".join(str(exc).split())[:400]
+    if isinstance(exc, AdminError):
+        line = exc.reason
+    elif "JAVA_GATEWAY" in text or type(exc).__name__.startswith("PySpark") and "java" in text.lower():
+        java_home = os.environ.get("JAVA_HOME") or "unset"
+        line = (f"Java could not start for Spark (JAVA_HOME={java_home}): install Java 17 and put it on PATH or fix "
+                "JAVA_HOME, or use the in-process engine (--engine python / --scan-engine python)")
+    elif isinstance(exc, OSError) and getattr(exc, "filename", None):
+        line = f"{exc.filename}: {exc.strerror or text}"
+    elif isinstance(exc, RecursionError):
+        line = f"{command}: input nested too deeply to process" + (f" (from {where})" if where else "")
+    else:
+        line = f"{command}: unexpected {type(exc).__name__}" + (f" ({text})" if text else "") + \
+            (f" while talking to {where}" if where else "")
+    return mask(f"error: {' '.join(line.split())} — run with --debug for the traceback")
+
+
 app = typer.Typer(
     name="txnadmin",
+    cls=GuardedGroup,
     help="The operator's toolkit for Apache Pulsar transactions.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -38,8 +123,9 @@ def _version(value: bool) -> None:
 def root(
     ctx: typer.Context,
     version: bool = typer.Option(
-        False, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."
+        False, "--version", "-v", "-V", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    debug: bool = typer.Option(False, "--debug", help="Show the Python traceback of an unexpected failure."),
     admin_url: Optional[str] = typer.Option(None, "--admin-url", "-u",
                                             help="http(s)://host:port or local:PATH (an engine directory)."),
     conf: Optional[Path] = typer.Option(None, "--conf", help="Pulsar client.conf (default $PULSAR_CLIENT_CONF)."),
@@ -49,9 +135,14 @@ def root(
     tls_trust_cert_path: Optional[str] = typer.Option(None, "--tls-trust-cert-path", help="CA certificates file."),
     tls_enable_hostname_verification: Optional[bool] = typer.Option(
         None, "--tls-enable-hostname-verification", help="Check the server's hostname (Pulsar's default: off)."),
-    request_timeout: Optional[float] = typer.Option(None, "--request-timeout", help="Seconds per HTTP request (default 30)."),
+    request_timeout: Optional[float] = typer.Option(
+        None, "--request-timeout", help="Seconds one HTTP call may take in all: connect, redirects, retries, body "
+                                        "(default 30)."),
 ) -> None:
     """The operator's toolkit for Apache Pulsar transactions."""
+    if request_timeout is not None and not (0 < request_timeout < float("inf")):
+        raise typer.BadParameter(f"{request_timeout:g} is not a positive number of seconds",
+                                 param_hint="'--request-timeout'")
     ctx.obj = {"admin_url": admin_url, "conf": conf, "auth_plugin": auth_plugin, "auth_params": auth_params,
                "tls": {"tlsAllowInsecureConnection": _bool_text(tls_allow_insecure),
                        "tlsTrustCertsFilePath": tls_trust_cert_path,
@@ -72,6 +163,7 @@ app.command("serve")(serve_cli.serve)
 app.command("target")(target_cli.target)
 app.command("upgrade")(upgrade_cli.upgrade)
 app.command("metrics")(metrics_cli.metrics)
+app.command("doctor")(doctor_cli.doctor)
 app.add_typer(transactions.app, name="transactions")
 app.add_typer(transactions.app, name="txn", hidden=True)
 
@@ -83,12 +175,17 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except KeyboardInterrupt:
-        typer.echo("Aborted!", err=True)
-        sys.exit(1)
+        typer.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
-        # Usage errors (typer's vendored click or click itself) know how to show themselves.
+        # Usage errors (typer's vendored click or click itself) know how to show themselves. Anything else got
+        # past the root group's guard (parsing, completion): still one line, never a traceback.
         if not (hasattr(exc, "show") and hasattr(exc, "exit_code")):
-            raise
+            if "--debug" in sys.argv[1:] or os.environ.get("TXNADMIN_DEBUG", "") not in ("", "0"):
+                raise
+            typer.echo(describe_failure(exc), err=True)
+            pulsar_style = any(arg in PULSAR_STYLE for arg in sys.argv[1:])
+            sys.exit(1 if pulsar_style else 3)
         if type(exc).__name__ == "NoArgsIsHelpError":
             exc.show()
             sys.exit(0)
@@ -96,7 +193,7 @@ def main() -> None:
             typer.echo("Aborted!", err=True)
             sys.exit(1)
         exc.show()
-        pulsar_style = any(arg in ("transactions", "txn") for arg in sys.argv[1:])
+        pulsar_style = any(arg in PULSAR_STYLE for arg in sys.argv[1:])
         sys.exit(1 if pulsar_style else exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -14,9 +14,15 @@ def serve(
     engine_dir: Optional[Path] = typer.Option(None, "--engine-dir", help="Engine directory (default: the embedded one)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8080, "--port", help="Port (0 = any free port)."),
-    token_file: Optional[Path] = typer.Option(None, "--token-file", help="Require `Authorization: Bearer <token>`."),
+    token_file: Optional[Path] = typer.Option(
+        None, "--token-file", help="Require `Authorization: Bearer <this file's token>` (default: a generated token)."),
 ) -> None:
-    """Serve /admin/v3/transactions/…, the /admin/v2 calls txnadmin needs, and /metrics until Ctrl-C."""
+    """Serve /admin/v3/transactions/…, the /admin/v2 calls txnadmin needs, and /metrics until Ctrl-C.
+
+    Every request needs `Authorization: Bearer <token>`: the token in --token-file, or else one generated at start.
+    Either way it is written to <engine-dir>/server.json (mode 600), where `txnadmin -u local:<engine-dir>` finds
+    it; other clients pass it with `--auth-params token:<token>` (or `file://…`).
+    """
     from ..admin.protocol import TargetUnreachableError
     from ..engine import default_engine_dir
     from ..server.run import serve_forever
@@ -29,8 +35,14 @@ def serve(
             fail(f"{token_file}: cannot read token ({exc.strerror or exc})", EXIT_USAGE)
         if not token:
             fail(f"{token_file}: empty token", EXIT_USAGE)
+    directory = engine_dir or default_engine_dir()
+    source = f"the token in {token_file}" if token_file else "a token generated now"
+
+    def ready(url: str) -> None:
+        typer.echo(f"serving {directory} at {url}; requests need `Authorization: Bearer <token>` with {source}, "
+                   f"recorded in {directory / 'server.json'} (local:{directory} commands use it)")
+
     try:
-        serve_forever(engine_dir or default_engine_dir(), host, port, token,
-                      on_ready=lambda url: typer.echo(f"serving {engine_dir or default_engine_dir()} at {url}"))
+        serve_forever(directory, host, port, token, on_ready=ready)
     except TargetUnreachableError as exc:
         fail(exc.reason, EXIT_UNREADABLE)

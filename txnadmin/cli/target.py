@@ -16,6 +16,10 @@ def target(ctx: typer.Context, output: str = typer.Option("table", "--output", "
     try:
         t = resolve_target(opts.get("admin_url"), opts.get("conf"), opts.get("auth_plugin"), opts.get("auth_params"),
                            opts.get("tls"))
+        if not t.is_local:
+            from ..admin.auth import auth_from
+
+            auth_from(t.auth_plugin, t.auth_params, t.tls)  # a plugin we would refuse is not shown as in use
     except TargetUnreachableError as exc:
         fail(exc.reason, EXIT_UNREADABLE)
     info = t.describe()

@@ -9,6 +9,7 @@ import typer
 
 from ._common import EXIT_FAILURE, EXIT_OK, fail, print_json
 from ._target import AdminUrl, Conf, admin_for
+from .confirm import DryRunOpt, Plan, YesOpt, confirm
 
 
 def upgrade(
@@ -18,31 +19,46 @@ def upgrade(
     max_records: Optional[int] = typer.Option(None, "--max-records", help="…BatchedWriteMaxRecords for both logs."),
     max_size: Optional[int] = typer.Option(None, "--max-size", help="…BatchedWriteMaxSize (bytes) for both logs."),
     max_delay_ms: Optional[int] = typer.Option(None, "--max-delay-ms", help="…BatchedWriteMaxDelayInMillis."),
+    yes: bool = YesOpt,
+    dry_run: bool = DryRunOpt,
     admin_url: Optional[str] = AdminUrl,
     conf: Optional[Path] = Conf,
     output: str = typer.Option("table", "--output", "-o", help="table or json."),
 ) -> None:
     """Check broker versions, enable batching for coordinators and pending-ack stores, confirm every store batches.
 
-    Exit 0 when every store reports enabled, 1 when not (or brokers are too old), 3 when the target is unreadable.
+    Shows its plan and asks first (--yes to skip, --dry-run to only print it). Exit 0 when every store reports
+    enabled, 1 when not (or brokers are too old), 2 without confirmation, 3 when the target is unreadable.
     """
     from ..procedures.downgrade import DowngradeError
-    from ..procedures.upgrade import upgrade as run
+    from ..procedures.upgrade import check_versions, upgrade as run
 
     thresholds = {}
     for suffix, value in (("MaxRecords", max_records), ("MaxSize", max_size), ("MaxDelayInMillis", max_delay_ms)):
         if value is not None:
             thresholds[f"transactionLogBatchedWrite{suffix}"] = str(value)
             thresholds[f"transactionPendingAckBatchedWrite{suffix}"] = str(value)
-    target, admin = admin_for(ctx, admin_url, conf)
+    target, admin = admin_for(ctx, admin_url, conf, require_named="upgrade")
     try:
+        if output != "json" and not dry_run:
+            typer.echo(f"target: {target.label}")
+        versions, _ = check_versions(admin, min_version)
+        steps = [f"brokers checked: {', '.join(f'{b} runs {v}' for b, v in sorted(versions.items()))} "
+                 f"(all >= {min_version})",
+                 "set transactionLogBatchedWriteEnabled=true and transactionPendingAckBatchedWriteEnabled=true"]
+        steps += [f"set {k}={v}" for k, v in thresholds.items()]
+        steps.append("unload nothing (--no-reload)" if no_reload else
+                     "unload every coordinator and every topic with a pending-ack store so they reopen batching")
+        if not confirm(Plan("PIP-160 upgrade: enable batching", target.label, steps, {"reload": not no_reload}),
+                       yes=yes, dry_run=dry_run, output=output):
+            return
         result = run(admin, target.url, min_version, not no_reload, thresholds)
     except DowngradeError as exc:
         fail(str(exc), exc.exit_code)
     finally:
         getattr(admin, "close", lambda: None)()
     if output == "json":
-        print_json(result.to_json())
+        print_json(dict(result.to_json(), target={"url": target.url, "source": target.source}))
     else:
         typer.echo(f"checked: {result.checked}")
         for w in result.warnings:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
@@ -92,6 +91,13 @@ class _Pending:
 
 
 class BufferedWriter:
+    """Records are added on the caller's thread: with batching off they go straight to the managed ledger (in
+    call order, under the writer's lock), with batching on into the buffer, which the caller flushes when it is
+    full. A timer thread only flushes on the max-delay tick. No hop through a writer thread per record: that
+    hand-off cost more than the write itself under load."""
+
+    IDLE_EXIT_S = 5.0
+
     def __init__(self, ledger: Appender, config: BufferedWriterConfig, metrics: BufferedWriterMetrics | None = None,
                  name: str = ""):
         config.validate()
@@ -102,26 +108,19 @@ class BufferedWriter:
         self.state = "OPEN"
         self._buffer: list[_Pending] = []
         self._bytes = 0
-        self._tasks: deque = deque()
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # guards state, config and the buffer; the timer waits on it
         self._next_tick = time.monotonic() + config.max_delay_ms / 1000
-        # The write thread starts with the first record and leaves after a quiet spell, so thousands of
+        # The timer thread starts with the first buffered record and leaves after a quiet spell, so thousands of
         # idle pending-ack stores do not hold thousands of threads.
-        self._thread: Optional[threading.Thread] = None
+        self._timer: Optional[threading.Thread] = None
 
     # -- public ------------------------------------------------------------------------------
-    IDLE_EXIT_S = 5.0
-
-    def _submit(self, task: tuple) -> None:
-        with self._cond:
-            self._tasks.append(task)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=f"buffered-writer {self.name}", daemon=True)
-                self._thread.start()
-            self._cond.notify()
-
     def add(self, record: bytes, callback: Callback) -> None:
-        self._submit(("add", record, callback))
+        with self._cond:
+            if self.state == "OPEN":
+                self._add(record, callback)
+                return
+        _safe(callback, None, WriterClosedError())
 
     def add_sync(self, record: bytes, timeout: float = 30) -> TxnPosition:
         done = threading.Event()
@@ -141,68 +140,22 @@ class BufferedWriter:
 
     def update_config(self, config: BufferedWriterConfig) -> None:
         config.validate()
-        self._submit(("config", config, None))
+        with self._cond:
+            if self._buffer and not config.enabled:
+                self._flush("max_delay")
+            self.config = config
+            self._cond.notify_all()
 
     def close(self) -> None:
-        done = threading.Event()
         with self._cond:
             if self.state != "OPEN":
                 return
-            self.state = "CLOSING"
-        self._submit(("close", done, None))
-        done.wait(30)
+            self.state = "CLOSED"
+            self._fail_buffer(WriterClosedError())
+            self._cond.notify_all()
 
-    # -- the write thread ----------------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._tasks:
-                    if self._buffer:
-                        delay = self._next_tick - time.monotonic()
-                        if delay <= 0:
-                            break
-                        self._cond.wait(delay)
-                    elif not self._cond.wait(self.IDLE_EXIT_S) and not self._tasks:
-                        self._thread = None  # quiet: leave; the next submit starts a new thread
-                        return
-                task = self._tasks.popleft() if self._tasks else None
-            now = time.monotonic()
-            if now >= self._next_tick:
-                # The re-armed tick: flush whatever is buffered, then arm the next one.
-                if self._buffer:
-                    self._flush("max_delay")
-                self._next_tick = now + self.config.max_delay_ms / 1000
-            if task is None:
-                continue
-            kind, arg, callback = task
-            if kind == "add":
-                self._add(arg, callback)
-            elif kind == "config":
-                if self._buffer and not arg.enabled:
-                    self._flush("max_delay")
-                self.config = arg
-            elif kind == "close":
-                self._fail_buffer(WriterClosedError())
-                self.state = "CLOSED"
-                arg.set()
-                self._drain_closed()
-                return
-
-    def _drain_closed(self) -> None:
-        """After close, answer what is still queued with the closed error, then let the thread go."""
-        while True:
-            with self._cond:
-                if not self._tasks:
-                    self._thread = None
-                    return
-                kind, arg, callback = self._tasks.popleft()
-            if kind == "add":
-                _safe(callback, None, WriterClosedError())
-
+    # -- under the lock ------------------------------------------------------------------------
     def _add(self, record: bytes, callback: Callback) -> None:
-        if self.state != "OPEN":
-            _safe(callback, None, WriterClosedError())
-            return
         config = self.config
         if not config.enabled:
             self._write_plain(record, callback)
@@ -214,6 +167,11 @@ class BufferedWriter:
             return
         if not self._buffer:
             self._align_tick(time.monotonic())
+            if self._timer is None:
+                self._timer = threading.Thread(target=self._run_timer, name=f"buffered-writer {self.name}",
+                                               daemon=True)
+                self._timer.start()
+            self._cond.notify_all()
         self._buffer.append(_Pending(record, callback, time.monotonic() * 1000))
         self._bytes += len(record)
         if len(self._buffer) >= config.max_records:
@@ -221,10 +179,25 @@ class BufferedWriter:
         elif self._bytes >= config.max_size:
             self._flush("max_size")
 
+    def _run_timer(self) -> None:
+        """The re-armed max-delay tick: flush whatever is buffered when it fires, then arm the next one."""
+        with self._cond:
+            while self.state == "OPEN":
+                if self._buffer:
+                    now = time.monotonic()
+                    if now >= self._next_tick:
+                        self._flush("max_delay")
+                        self._next_tick = now + self.config.max_delay_ms / 1000
+                        continue
+                    self._cond.wait(self._next_tick - now)
+                elif not self._cond.wait(self.IDLE_EXIT_S) and not self._buffer:
+                    break  # quiet: leave; the next buffered record starts a new timer
+            self._timer = None
+
     def _align_tick(self, now: float) -> None:
         """Move a stale tick to the next slot of the fixed max-delay grid.
 
-        The thread sleeps while the buffer is empty instead of ticking idly; skipping the ticks that
+        The timer sleeps while the buffer is empty instead of ticking idly; skipping the ticks that
         would have found nothing to flush gives the same flushes as a tick re-armed every max delay,
         so a fresh record waits for the grid, not for a delay counted from itself.
         """
@@ -245,11 +218,6 @@ class BufferedWriter:
         batch, size = self._buffer, self._bytes
         self._buffer, self._bytes = [], 0
         if not batch:
-            return
-        if self.state != "OPEN":
-            # Pulsar fails a batch that would be flushed while closing instead of writing it.
-            for pending in batch:
-                _safe(pending.callback, None, WriterClosedError())
             return
         if self.metrics:
             self.metrics.flushed(trigger, len(batch), size, time.monotonic() * 1000 - batch[0].added_ms)

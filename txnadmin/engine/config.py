@@ -55,6 +55,7 @@ class EngineConfig:
     engineTimeoutCheckIntervalMillis: int = 100
     engineBrokerServiceUrl: str = "pulsar://127.0.0.1:6650"
     engineBrokerVersion: str = "3.3.2"
+    clusterName: str = "standalone"  # broker.conf's clusterName: what GET /admin/v2/clusters answers
     engineTransactionMetaPersistMaxTotal: int = 100_000  # PIP-255 memory bound across all clients of one TC
     engineTransactionBufferSegmentsOnDemand: bool = True  # segmented snapshots: load segments when needed, not all at recovery
     engineTransactionBufferSegmentCacheSize: int = 4  # sealed segments kept in memory per topic (on-demand loading)

@@ -223,10 +223,14 @@ class TransactionCoordinator:
             meta.positions.append(pos)
             meta.status = new_status
             meta.last_modified = rec.last_modification_time
-            if new_status in TERMINAL:
+            ended = new_status in TERMINAL
+            if ended:
                 self.txns.pop(seq, None)
-                self.log.delete_positions(meta.positions)
-            return meta
+        if ended:
+            # Outside the coordinator lock: the cursor update waits for a metadata sync, which the ends of
+            # other transactions share instead of queueing behind it.
+            self.log.delete_positions(meta.positions)
+        return meta
 
     # -- timeouts ----------------------------------------------------------------------------
     def expired(self, now_ms: int | None = None) -> list[int]:

@@ -42,6 +42,7 @@ class ManagedCursor:
         self._ack_sets: dict[Position, list[int]] = {}
         self.messages_consumed = 0
         self.last_persisted_ms = 0
+        self._dirty = False  # changed in memory, not persisted yet (persist=False)
         if state:
             self.mark_delete_position = Position.parse(state["markDelete"])
             self._deleted = {int(k): [list(r) for r in v] for k, v in state.get("deleted", {}).items()}
@@ -55,8 +56,16 @@ class ManagedCursor:
             "ackSets": {str(k): v for k, v in self._ack_sets.items()},
         }
 
-    def _persist(self) -> None:
-        self.ledger._persist_cursor(self)
+    def _snapshot(self) -> tuple[bytes, int]:
+        """The state to persist and its version; taken under the cursor lock."""
+        self._dirty = False
+        return dumps_state(self), self.ledger.storage.next_meta_version()
+
+    def _persist(self, snapshot: tuple[bytes, int]) -> None:
+        """Make a snapshot durable. Called without the cursor lock, so concurrent acks of one cursor share one
+        group commit instead of queueing behind each other's sync; the version keeps an older snapshot from
+        overwriting a newer one."""
+        self.ledger._persist_cursor(self, *snapshot)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -85,7 +94,22 @@ class ManagedCursor:
     def delete(self, position: Position, ack_set: Optional[list[int]] = None) -> None:
         self.delete_many([(position, ack_set)])
 
-    def delete_many(self, items: list[tuple[Position, Optional[list[int]]]]) -> None:
+    def flush(self) -> None:
+        """Persist changes made with ``persist=False`` (the maintenance sweep and close call this)."""
+        with self._lock:
+            if not self._dirty:
+                return
+            snapshot = self._snapshot()
+        self._persist(snapshot)
+
+    def delete_many(self, items: list[tuple[Position, Optional[list[int]]]], persist: bool = True) -> None:
+        """Delete positions (whole entries, or batch indexes with an ack set).
+
+        ``persist=False`` leaves the change in memory until the next persisted change or :meth:`flush`, as
+        Pulsar persists cursor positions lazily: only for deletes whose loss a restart repairs by itself (a
+        transaction log replaying records of ended transactions, markers a reader skips again).
+        """
+        snapshot = None
         with self._lock:
             changed = False
             for position, ack_set in items:
@@ -106,16 +130,25 @@ class ManagedCursor:
                 changed = True
             if changed:
                 self._advance()
-                self._persist()
+                if persist:
+                    snapshot = self._snapshot()
+                else:
+                    self._dirty = True
+        if snapshot is not None:
+            self._persist(snapshot)
 
-    def mark_delete(self, position: Position) -> None:
+    def mark_delete(self, position: Position, persist: bool = True) -> None:
         with self._lock:
             if position <= self.mark_delete_position:
                 return
             self.mark_delete_position = position
             self._forget_through(position)
             self._advance()
-            self._persist()
+            if not persist:
+                self._dirty = True
+                return
+            snapshot = self._snapshot()
+        self._persist(snapshot)
 
     def _add_range(self, position: Position) -> None:
         ranges = self._deleted.setdefault(position.ledger_id, [])

@@ -36,6 +36,7 @@ from .writer_metrics import BufferedWriterMetrics
 META_COORDINATORS = "engine/coordinators"
 META_TOPICS = "engine/topics/"
 META_PENDING_ACK = "engine/pending-ack/"
+META_ENGINE_ID = "engine/id"  # persistent identity: a downgrade checklist refuses another engine's
 
 
 class EngineError(Exception):
@@ -75,6 +76,7 @@ class Engine:
         self.storage = LedgerStorage.open(self.directory, read_only=read_only,
                                           entry_log_size_limit=self.config.engineEntryLogSizeLimitBytes)
         self.factory = ManagedLedgerFactory(self.storage)
+        self.engine_id = self._engine_id()
         from prometheus_client import CollectorRegistry
 
         self.registry = CollectorRegistry()
@@ -98,6 +100,7 @@ class Engine:
                                          shared_reader=self.config.engineTransactionBufferSharedSnapshotReader,
                                          metrics=SnapshotMetrics(self.registry))
         self.stores: dict[tuple[str, str], PendingAckStore] = {}
+        self._opened_at: dict[tuple, int] = {}  # last recoverStartTime per store (see _distinct_open)
         self._next_tc = 0
         self._dynamic_seen = read_dynamic(self.directory)
         self._stop = threading.Event()
@@ -107,6 +110,16 @@ class Engine:
             if maintenance:
                 self._maintenance = threading.Thread(target=self._maintain, name="engine-maintenance", daemon=True)
                 self._maintenance.start()
+
+    def _engine_id(self) -> str | None:
+        """A random id made once per engine directory (None for an old engine opened read-only)."""
+        raw = self.storage.meta_get(META_ENGINE_ID)
+        if raw is None and not self.read_only:
+            import uuid
+
+            raw = uuid.uuid4().hex.encode()
+            self.storage.meta_put(META_ENGINE_ID, raw)
+        return raw.decode() if raw else None
 
     # -- configuration ----------------------------------------------------------------------
     def ml_config(self) -> ManagedLedgerConfig:
@@ -144,8 +157,17 @@ class Engine:
                 max_total=self.config.engineTransactionMetaPersistMaxTotal, clock_ms=self.clock_ms,
                 ml_config=self.ml_config())
         tc.pending_end = tc.recover()
+        tc.recover_start_time = self._distinct_open(("tc", tc_id), tc.recover_start_time)
         self.coordinators[tc_id] = tc
         return tc
+
+    def _distinct_open(self, key: tuple, started_ms: int) -> int:
+        """Each reopen of a store shows a new recoverStartTime, even within one millisecond (or a frozen test
+        clock): `downgrade` proves a reopen by that value changing, as it does on a real broker."""
+        last = self._opened_at.get(key)
+        value = started_ms if last is None or started_ms > last else last + 1
+        self._opened_at[key] = value
+        return value
 
     def _finish_recovered(self, tc_id: int) -> None:
         tc = self.coordinators[tc_id]
@@ -171,6 +193,7 @@ class Engine:
         topic_obj = self.topics.get(topic)
         # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do.
         store.recover(self.clock_ms, topic_obj.subscription(subscription) if topic_obj else None)
+        store.recover_start_time = self._distinct_open(("pending-ack", topic, subscription), store.recover_start_time)
         self.stores[(topic, subscription)] = store
         return store
 
@@ -304,18 +327,30 @@ class Engine:
 
     def _drive_end(self, tc: TransactionCoordinator, meta: TxnMeta, commit: bool) -> None:
         txn = meta.txn_id
+        # Every marker and every pending-ack end is written at once and then awaited, as Pulsar's broker sends
+        # them all and waits for all: one group commit instead of one sync per topic and subscription.
+        waits: list[tuple] = []
         for topic in list(meta.produced_partitions):
-            self.topic(topic).end_transaction(txn, commit)
+            waits.append((None, None, 0, self.topic(topic).end_transaction_async(txn, commit)))
         for topic, sub in list(meta.acked_partitions):
             t = self.topic(topic)
-            started, ended = time.perf_counter_ns(), False
+            started = time.perf_counter_ns()
+            waits.append((t, sub, started, self.store(topic, sub).end_async(txn, commit, t.subscription(sub))))
+        failure: BaseException | None = None
+        for t, sub, started, finish in waits:
             try:
-                self.store(topic, sub).end(txn, commit, t.subscription(sub))
-                ended = True
-            finally:
-                self.tp_metrics.record_end(t.name, sub, commit, ended, time.perf_counter_ns() - started)
-            if not commit:
-                t.redeliver(sub)
+                finish()
+            except BaseException as exc:  # wait for the others too, then report the first failure
+                failure = failure or exc
+                if t is not None:
+                    self.tp_metrics.record_end(t.name, sub, commit, False, time.perf_counter_ns() - started)
+                continue
+            if t is not None:
+                self.tp_metrics.record_end(t.name, sub, commit, True, time.perf_counter_ns() - started)
+                if not commit:
+                    t.redeliver(sub)
+        if failure is not None:
+            raise failure
         tc.update_status(meta.seq, COMMITTED if commit else ABORTED, COMMITTING if commit else ABORTING)
         self.txn_ended.labels(str(tc.tc_id), "committed" if commit else "aborted").inc()
 
@@ -398,6 +433,7 @@ class Engine:
             mls = self._managed_ledgers()
         trimmed = set()
         for ml in mls:
+            ml.flush_cursors()
             ml.maybe_rollover()
             if ml.trim():
                 trimmed.add(ml.name)

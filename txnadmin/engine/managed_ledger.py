@@ -116,10 +116,14 @@ class ManagedLedger:
         info = {"ledgers": [l.__dict__ for l in self._ledgers], "properties": self._properties}
         self.storage.meta_put(self._key(), json.dumps(info, separators=(",", ":")).encode())
 
-    def _persist_cursor(self, cursor: ManagedCursor) -> None:
+    def _persist_cursor(self, cursor: ManagedCursor, state: bytes | None = None, version: int | None = None) -> None:
         if self.read_only:
             raise RuntimeError(f"managed ledger {self.name} is open read-only")
-        self.storage.meta_put(f"{self._key()}/cursors/{cursor.name}", dumps_state(cursor))
+        key = f"{self._key()}/cursors/{cursor.name}"
+        if state is None:
+            self.storage.meta_put(key, dumps_state(cursor))
+        else:
+            self.storage.meta_put_many({key: state}, {key: version}, sync=False)
 
     def _recover_last_ledger(self) -> None:
         """After a restart the last ledger may still be OPEN in storage: close it; drop it if empty."""
@@ -268,11 +272,16 @@ class ManagedLedger:
             raise exc
         return pos
 
-    def add_entry_async(self, payload: bytes, callback: Callable[[Optional[Position], Optional[BaseException]], None]) -> None:
+    def add_entry_async(self, payload: bytes,
+                        callback: Callable[[Optional[Position], Optional[BaseException]], None]) -> Optional[Position]:
+        """Queue an add (pipelined: many may be pending, they complete and call back in order).
+
+        Returns the position the entry will have, or None when it is refused (the callback then says why).
+        """
         with self._lock:
             if self._closed:
                 callback(None, RuntimeError(f"managed ledger {self.name} is closed"))
-                return
+                return None
             if self._full(self.config.clock()):
                 self.rollover()
             info = self._ledgers[-1]
@@ -291,7 +300,8 @@ class ManagedLedger:
                 else:
                     callback(None, exc)
 
-            self.storage.add_entry_async(ledger_id, payload, done)
+            entry_id = self.storage.add_entry_async(ledger_id, payload, done)
+            return None if entry_id is None else Position(ledger_id, entry_id)
 
     # -- reading -----------------------------------------------------------------------------
     def read_entry(self, pos: Position) -> bytes:
@@ -338,6 +348,13 @@ class ManagedLedger:
     def cursors(self) -> dict[str, ManagedCursor]:
         with self._lock:
             return dict(self._cursors)
+
+    def flush_cursors(self) -> None:
+        """Persist what cursors changed lazily (Pulsar persists mark-deletes about once a second)."""
+        if self.read_only:
+            return
+        for cursor in self.cursors().values():
+            cursor.flush()
 
     def delete_cursor(self, name: str) -> None:
         with self._lock:
@@ -418,6 +435,8 @@ class ManagedLedger:
             }
 
     def close(self) -> None:
+        if not self._closed and not self.read_only:
+            self.flush_cursors()
         with self._lock:
             if self._closed or self.read_only:
                 self._closed = True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from ..codec import AckType, EntryDecodeError, PendingAckMetadata, PendingAckMetadataEntry, PendingAckOp, decode_entry
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
@@ -261,17 +261,37 @@ class PendingAckStore:
 
     def end(self, txn: tuple[int, int], commit: bool, subscription_cursor: ManagedCursor) -> None:
         """COMMIT applies the transaction's acks to the subscription; ABORT releases them."""
+        self.end_async(txn, commit, subscription_cursor)()
+
+    def end_async(self, txn: tuple[int, int], commit: bool,
+                  subscription_cursor: ManagedCursor) -> Callable[[], None]:
+        """Queue the COMMIT/ABORT record; the returned function waits for it, then applies or releases the acks."""
         op = PendingAckOp.COMMIT if commit else PendingAckOp.ABORT
         rec = PendingAckMetadataEntry(pending_ack_op=op, ack_type=AckType.Individual,
                                       txnid_most_bits=txn[0], txnid_least_bits=txn[1])
-        self._append(rec)
-        with self._lock:
-            acks = self._release(txn)
-        if acks is None:
-            return
-        if commit:
-            _apply_to_subscription(acks, subscription_cursor)
-        self.clear_useless_log_data(subscription_cursor.mark_delete_position)
+        done = threading.Event()
+        result: list = []
+
+        def written(pos, exc):
+            result.append(exc)
+            done.set()
+
+        self.writer.add(rec.SerializeToString(), written)
+
+        def finish() -> None:
+            if not done.wait(30):
+                raise TimeoutError(f"{self.name}: write not acknowledged within 30 s")
+            if result[0] is not None:
+                raise result[0]
+            with self._lock:
+                acks = self._release(txn)
+            if acks is None:
+                return
+            if commit:
+                _apply_to_subscription(acks, subscription_cursor)
+            self.clear_useless_log_data(subscription_cursor.mark_delete_position)
+
+        return finish
 
     def clear_useless_log_data(self, subscription_mark_delete: Position) -> Optional[Position]:
         """Pop index points at or below the subscription's mark-delete; mark-delete the log there."""
@@ -280,7 +300,9 @@ class PendingAckStore:
             while self._index and self._index[0][0] <= subscription_mark_delete:
                 last = self._index.pop(0)[1]
         if last is not None and last > self.cursor.mark_delete_position:
-            self.cursor.mark_delete(last)
+            # Lazily persisted: it only ever trails the subscription's own (persisted) acks, so losing it in a crash
+            # means replaying acks the subscription already covers, which recovery skips.
+            self.cursor.mark_delete(last, persist=False)
         return last
 
     # -- recovery ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import json
 import struct
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import google_crc32c
 
@@ -164,20 +164,59 @@ class Topic:
         return sorted(self.ledger.cursors())
 
     # -- produce -----------------------------------------------------------------------------
+    def _submit(self, entry: bytes, txn: Optional[tuple[int, int]]) -> Callable[[], Position]:
+        """Queue the entry under the topic lock (so entries keep the order their callers got it in); the returned
+        function waits for it to be durable, without the lock: producers of one topic pipeline their adds and
+        share group commits, as a broker's do, instead of each waiting out the previous one's sync."""
+        done = threading.Event()
+        result: list = []
+
+        def callback(pos, exc):
+            result.append(exc)
+            done.set()
+
+        with self._lock:
+            pos = self.ledger.add_entry_async(entry, callback)
+            if pos is not None and txn is not None:
+                # Ongoing from the moment its first message has a place: the max read position stops before it
+                # even while it is still being written.
+                self.buffer.on_message(txn, pos)
+
+        def wait() -> Position:
+            done.wait()
+            if result[0] is not None:
+                raise result[0]
+            return pos
+
+        return wait
+
+    def _add(self, entry: bytes, txn: Optional[tuple[int, int]]) -> Position:
+        return self._submit(entry, txn)()
+
     def publish(self, payload: bytes, txn: Optional[tuple[int, int]] = None) -> Position:
         meta = {"txn": list(txn)} if txn else {}
-        with self._lock:
-            pos = self.ledger.add_entry(encode_message(meta, payload))
-            self.buffer.on_message(txn, pos)
-        return pos
+        return self._add(encode_message(meta, payload), txn)
 
     def end_transaction(self, txn: tuple[int, int], commit: bool) -> Position:
-        """Write the commit/abort marker (idempotent per transaction end, like Pulsar's TB)."""
+        """Write the commit/abort marker (idempotent per transaction end, like Pulsar's TB).
+
+        The buffer learns of the end only once the marker is durable, so no reader sees the transaction's
+        messages as committed (or hidden as aborted) on the strength of a marker a crash could still lose.
+        """
+        return self.end_transaction_async(txn, commit)()
+
+    def end_transaction_async(self, txn: tuple[int, int], commit: bool) -> Callable[[], Position]:
+        """Queue the marker; the returned function waits for it and then ends the transaction in the buffer."""
         marker = COMMIT_MARKER if commit else ABORT_MARKER
-        with self._lock:
-            pos = self.ledger.add_entry(encode_message({"txn": list(txn), "marker": marker}, b""))
-            self.buffer.on_marker(txn, commit, pos)
-        return pos
+        wait = self._submit(encode_message({"txn": list(txn), "marker": marker}, b""), None)
+
+        def finish() -> Position:
+            pos = wait()
+            with self._lock:
+                self.buffer.on_marker(txn, commit, pos)
+            return pos
+
+        return finish
 
     # -- consume -----------------------------------------------------------------------------
     def receive(self, subscription: str, max_messages: int) -> list[Message]:
@@ -190,25 +229,35 @@ class Topic:
                 start = Position(md.ledger_id, md.entry_id + 1)
             limit = self.buffer.max_read_position()
             out: list[Message] = []
+            acked_for_reader: list[Position] = []
             while len(out) < max_messages:
                 batch = self.ledger.read_entries(start, max(16, max_messages))
                 if not batch:
                     break
+                stop = False
                 for pos, entry in batch:
                     if pos > limit:
-                        self._dispatch[subscription] = start
-                        return out
+                        stop = True
+                        break
                     start = Position(pos.ledger_id, pos.entry_id + 1)
                     meta, payload = decode_message(entry)
                     txn = tuple(meta["txn"]) if "txn" in meta else None
-                    if "marker" in meta or (txn is not None and self.buffer.is_aborted(txn, pos)) or cursor.is_deleted(pos):
-                        cursor.delete(pos)  # markers and aborted messages are acknowledged for the reader
+                    if "marker" in meta or (txn is not None and self.buffer.is_aborted(txn, pos)):
+                        acked_for_reader.append(pos)  # markers and aborted messages are acknowledged for the reader
+                        continue
+                    if cursor.is_deleted(pos):
                         continue
                     out.append(Message(pos, payload, txn))
                     if len(out) >= max_messages:
                         break
+                if stop:
+                    break
             self._dispatch[subscription] = start
-            return out
+        if acked_for_reader:
+            # one cursor update for the lot, outside the topic lock
+            # not persisted at once: a marker or aborted message whose delete is lost is skipped again after a restart
+            cursor.delete_many([(p, None) for p in acked_for_reader], persist=False)
+        return out
 
     def redeliver(self, subscription: str) -> None:
         """Forget what was dispatched (after an abort releases acks, the messages come again)."""

@@ -91,7 +91,9 @@ class TransactionLog:
     def delete_positions(self, positions: list[TxnPosition]) -> None:
         """Delete records from the cursor: whole entries, or single records of a batch (batch-index delete)."""
         if positions:
-            self.cursor.delete_many([(p.position, p.ack_set()) for p in positions])
+            # Lazily persisted (the maintenance sweep flushes it): a position lost in a crash only makes recovery
+            # replay records of transactions that already ended, which it discards.
+            self.cursor.delete_many([(p.position, p.ack_set()) for p in positions], persist=False)
 
     def update_writer_config(self, config: BufferedWriterConfig) -> None:
         self.writer_config = config

@@ -53,8 +53,8 @@ class UpgradeResult:
                 "coodinatorArray": self.coordinators, "subscriptionArray": self.subscriptions, "watch": WATCH}
 
 
-def upgrade(admin: TransactionsAdmin, target: str, min_version: str = MIN_VERSION, reload: bool = True,
-            thresholds: Optional[dict[str, str]] = None) -> UpgradeResult:
+def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION) -> tuple[dict[str, str], str]:
+    """Refuse (exit 1) when a broker is older than ``min_version``; before anything is asked or changed."""
     try:
         versions = admin.broker_versions()
     except AdminError as exc:
@@ -67,6 +67,12 @@ def upgrade(admin: TransactionsAdmin, target: str, min_version: str = MIN_VERSIO
         raise DowngradeError("brokers too old to read batched entries: "
                              + ", ".join(f"{b} runs {v}" for b, v in sorted(old.items()))
                              + f" (need >= {min_version}); finish the rolling upgrade first", 1)
+    return versions, checked
+
+
+def upgrade(admin: TransactionsAdmin, target: str, min_version: str = MIN_VERSION, reload: bool = True,
+            thresholds: Optional[dict[str, str]] = None) -> UpgradeResult:
+    versions, checked = check_versions(admin, min_version)
     result = UpgradeResult(versions, checked)
     for name, value in (thresholds or {}).items():
         try:

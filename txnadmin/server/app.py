@@ -1,9 +1,14 @@
-"""`txnadmin serve`: any TransactionsAdmin (normally the embedded engine) over Pulsar's admin REST paths."""
+"""`txnadmin serve`: any TransactionsAdmin (normally the embedded engine) over Pulsar's admin REST paths.
+
+Hostile input gets a 4xx in Pulsar's error shape (``{"reason": …}``), never a 500: credentials are checked before
+a body is read, bodies are bounded before they are read, and numbers are taken only as plain 64-bit integers (so
+``1e999``, ``Infinity``, 5,000 digits, ``true`` or ``1.5`` where Pulsar wants an int are 400s).
+"""
 
 from __future__ import annotations
 
 import hmac
-import json
+import logging
 import re
 from typing import Any, Callable, Optional
 from urllib.parse import unquote_to_bytes
@@ -18,6 +23,9 @@ from ..admin.protocol import AdminError, TransactionsAdmin, TxnId
 
 V3 = "/admin/v3/transactions"
 TOPIC = "{tenant}/{namespace}/{topic}"
+MAX_BODY = 64 * 1024  # the only body Pulsar's transaction API takes is a number
+_LONG = re.compile(r"-?[0-9]{1,19}")
+log = logging.getLogger(__name__)
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -48,10 +56,46 @@ def _topic(p: dict) -> str:
 
 
 def _int(value: Any, name: str) -> int:
+    """A Java long, written plainly: anything else (floats, exponents, booleans, huge numbers) is a 400."""
+    text = value.strip() if isinstance(value, str) else None
+    if text is None or not _LONG.fullmatch(text) or not -2**63 <= int(text) < 2**63:
+        shown = repr(value)[:40] + ("…" if len(repr(value)) > 40 else "")
+        raise AdminError(f"{name} must be an integer, got {shown}", 400)
+    return int(text)
+
+
+def _error(reason: str, status: int) -> JSONResponse:
+    return JSONResponse({"reason": reason}, status_code=status)
+
+
+def _authorized(request: Request, token: Optional[str]) -> bool:
+    """Constant-time comparison on bytes: a header with non-ASCII characters is simply not the token."""
+    if token is None:
+        return True
+    given = request.headers.get("authorization", "").encode("latin-1", "replace")
+    return hmac.compare_digest(given, f"Bearer {token}".encode("latin-1", "replace"))
+
+
+async def _read_body(request: Request) -> bytes:
+    """The request body, refusing (413) one larger than MAX_BODY before and while reading it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+        raise AdminError(f"request body too large (limit {MAX_BODY} bytes)", 413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise AdminError(f"request body too large (limit {MAX_BODY} bytes)", 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _int_body(raw: bytes, name: str) -> int:
     try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise AdminError(f"{name} must be a number, got {value!r}", 400) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise AdminError("request body is not UTF-8", 400) from None
+    return _int(text, name)
 
 
 def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
@@ -60,16 +104,17 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
         # Async on purpose: every admin call is short and CPU-bound, and a thread hop per request costs
         # more than the call (measured in bench/downgrade_status.py).
         async def handler(request: Request) -> Response:
-            if token is not None:
-                given = request.headers.get("authorization", "")
-                if not hmac.compare_digest(given, f"Bearer {token}"):
-                    return JSONResponse({"reason": "Unauthorized"}, status_code=401)
+            if not _authorized(request, token):
+                return _error("Unauthorized", 401)
             try:
                 params = {k: v.replace(_SLASH, "/") if isinstance(v, str) else v
                           for k, v in request.path_params.items()}
                 result = fn(request, params)
             except AdminError as exc:
-                return JSONResponse({"reason": exc.reason}, status_code=exc.status or 500)
+                return _error(exc.reason, exc.status or 500)
+            except Exception as exc:  # noqa: BLE001 — a bug must not take the server's error shape away
+                log.exception("%s %s failed", request.method, request.url.path)
+                return _error(f"internal error: {type(exc).__name__}", 500)
             if result is None:
                 return Response(status_code=204)
             if isinstance(result, Response):
@@ -77,19 +122,16 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
             return JSONResponse(result, status_code=status)
         return handler
 
-    async def read_body(request: Request) -> Any:
-        raw = await request.body()
-        return json.loads(raw) if raw else None
-
     def scale(request: Request, p: dict):
-        body = request.state.body
-        admin.scale_coordinators(_int(body, "replicas"))
+        admin.scale_coordinators(request.state.replicas)
 
     async def scale_handler(request: Request) -> Response:
+        if not _authorized(request, token):  # before a single byte of the body is read
+            return _error("Unauthorized", 401)
         try:
-            request.state.body = await read_body(request)
-        except json.JSONDecodeError:
-            return JSONResponse({"reason": "body must be a JSON number"}, status_code=400)
+            request.state.replicas = _int_body(await _read_body(request), "replicas")
+        except AdminError as exc:
+            return _error(exc.reason, exc.status)
         return await endpoint(scale)(request)
 
     def opt_int(request: Request, name: str) -> Optional[int]:
@@ -140,5 +182,14 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
               methods=["PUT"]),
         Route("/admin/v2/brokers/version", endpoint(
             lambda r, p: PlainTextResponse(next(iter(admin.broker_versions().values()))))),
+        Route("/admin/v2/clusters", endpoint(lambda r, p: admin.list_clusters())),
+        Route("/admin/v2/brokers/internal-configuration", endpoint(lambda r, p: admin.internal_configuration())),
+        Route("/admin/v2/brokers/{cluster}", endpoint(lambda r, p: admin.active_brokers(p["cluster"]))),
+        Route(f"/admin/v2/persistent/{TOPIC}/internalStats", endpoint(lambda r, p: admin.topic_internal_stats(_topic(p)))),
     ]
-    return Starlette(routes=routes + list(extra_routes or []), middleware=[Middleware(EncodedSlashes)])
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 500)
+        return _error(getattr(exc, "detail", None) or "error", status)
+
+    return Starlette(routes=routes + list(extra_routes or []), middleware=[Middleware(EncodedSlashes)],
+                     exception_handlers={404: http_error, 405: http_error})

@@ -13,6 +13,7 @@ Durability strategy (docs/engine-storage.md):
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import os
 import queue
@@ -174,7 +175,16 @@ class LedgerStorage:
         self._writer: threading.Thread | None = None
         self._callbacks: queue.SimpleQueue | None = None
         self._callback_thread: threading.Thread | None = None
-        self._stats = {"entriesWritten": 0, "bytesWritten": 0, "syncs": 0}
+        self._stats = {"entriesWritten": 0, "bytesWritten": 0, "syncs": 0, "metadataCommits": 0}
+        # metadata group commit (meta_put_many): one caller commits everything queued, the others wait for it
+        self._meta_cond = threading.Condition()
+        self._meta_queue: list[tuple[int, dict, dict, bool]] = []  # (ticket, items, versions, sync)
+        self._meta_tickets = 0
+        self._meta_done = 0
+        self._meta_leader = False
+        self._meta_errors: dict[int, BaseException] = {}
+        self._meta_versions: dict[str, int] = {}  # key → highest version committed (versioned puts only)
+        self._meta_version_counter = itertools.count(1)
 
     @classmethod
     def open(cls, directory: Path | str, *, read_only: bool = False,
@@ -583,22 +593,24 @@ class LedgerStorage:
             raise add.error
         return add.entry_id
 
-    def add_entry_async(self, ledger_id: int, payload: bytes, callback: AddCallback) -> None:
+    def add_entry_async(self, ledger_id: int, payload: bytes, callback: AddCallback) -> int | None:
         """Queue an append; ``callback(entry_id, None)`` once durable, or ``callback(None, exc)``.
 
-        Callbacks run on one storage thread, in submission order; an add refused for its ledger (closed, deleted,
-        unknown) or a bad payload is reported through its callback too, after the callbacks of the adds queued
-        before it. When the storage itself takes no writes (read-only, closing, failed) this raises instead.
+        Returns the entry id the add will have (ids are assigned in submission order, as BookKeeper's pipelined
+        adds are), or None when it was refused. Callbacks run on one storage thread, in submission order; an add
+        refused for its ledger (closed, deleted, unknown) or a bad payload is reported through its callback too,
+        after the callbacks of the adds queued before it. When the storage itself takes no writes (read-only,
+        closing, failed) this raises instead.
         """
         try:
-            self._enqueue(ledger_id, payload, callback, None)
+            return self._enqueue(ledger_id, payload, callback, None).entry_id
         except StorageError as exc:
             with self._cond:
                 if self._writer is not None and self._writer.is_alive() and not self._stopping:
                     self._submitted_seq += 1
                     self._pending.append(_PendingAdd(self._submitted_seq, ledger_id, -1, b"", callback, None, exc))
                     self._cond.notify_all()
-                    return
+                    return None
             raise  # no writer to keep the order (read-only, closing or failed): tell the caller directly
 
     def _wait_durable(self, target_seq: int) -> None:
@@ -651,15 +663,23 @@ class LedgerStorage:
                             state.durable_last = add.entry_id
                 self._durable_seq = batch[-1].seq
                 self._cond.notify_all()
-            for add in batch:
-                if error is not None and add.error is None:
-                    add.error = error
-                if add.done is not None:
-                    add.done.set()
-                elif add.callback is not None:
-                    self._callbacks.put(add)
+            if error is not None:
+                for add in batch:
+                    if add.error is None:
+                        add.error = error
+            self._hand_off(batch)
             if error is not None:
                 return
+
+    def _hand_off(self, adds: list[_PendingAdd]) -> None:
+        callbacks = []
+        for add in adds:
+            if add.done is not None:
+                add.done.set()
+            elif add.callback is not None:
+                callbacks.append(add)
+        if callbacks:
+            self._callbacks.put(callbacks)  # one hand-off per group, not one per add
 
     def _write_batch(self, batch: list[_PendingAdd]) -> None:
         """Write, fsync, index. Rotation happens between records so no file grows far past the limit."""
@@ -716,18 +736,19 @@ class LedgerStorage:
 
     def _callback_loop(self) -> None:
         while True:
-            add = self._callbacks.get()
-            if add is None:
+            group = self._callbacks.get()
+            if group is None:
                 return
-            try:
-                if add.error is not None:
-                    add.callback(None, add.error)
-                else:
-                    add.callback(add.entry_id, None)
-            except BaseException:  # a failing callback must not stop the ones after it
-                import traceback
+            for add in group:
+                try:
+                    if add.error is not None:
+                        add.callback(None, add.error)
+                    else:
+                        add.callback(add.entry_id, None)
+                except BaseException:  # a failing callback must not stop the ones after it
+                    import traceback
 
-                traceback.print_exc()
+                    traceback.print_exc()
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -964,20 +985,81 @@ class LedgerStorage:
     def meta_delete(self, key: str) -> None:
         self.meta_put_many({key: None})
 
-    def meta_put_many(self, items: dict[str, bytes | None]) -> None:
-        """Set (or, with None, delete) several keys in one durable transaction."""
+    def next_meta_version(self) -> int:
+        """A number larger than every one handed out before, for :meth:`meta_put_many`'s ``versions``."""
+        return next(self._meta_version_counter)
+
+    def meta_put_many(self, items: dict[str, bytes | None], versions: dict[str, int] | None = None,
+                      sync: bool = True) -> None:
+        """Set (or, with None, delete) several keys in one durable transaction; returns once they are durable.
+
+        Concurrent callers are committed together (group commit: one leader writes every queued change in one
+        SQLite transaction and one sync, the others wait for it), later calls winning on the same key. A key given
+        a version in ``versions`` is written only if no higher version of it was committed or queued before, so a
+        state snapshot taken earlier never overwrites a newer one that overtook it; an unversioned write or delete
+        of a key supersedes every version handed out before it.
+
+        ``sync=False`` (cursor positions) commits without waiting for the disk: the change survives a crash of the
+        process at once, and a power loss once any later synced commit (the write-ahead log is replayed as a
+        prefix, so what came before a surviving commit survives too). Pulsar persists cursor positions lazily as
+        well; what a lost position costs is a replay, which recovery handles.
+        """
         self._check_writable("change metadata")
         for key, value in items.items():
             if not isinstance(key, str) or not key:
                 raise StorageError(f"metadata key {key!r}: must be a non-empty string")
             if value is not None and not isinstance(value, (bytes, bytearray, memoryview)):
                 raise StorageError(f"metadata key {key}: value must be bytes, not {type(value).__name__}")
-        with self._txn(full=True) as db:
+        items = {k: (None if v is None else bytes(v)) for k, v in items.items()}
+        with self._meta_cond:
+            self._meta_tickets += 1
+            ticket = self._meta_tickets
+            self._meta_queue.append((ticket, items, dict(versions or {}), sync))
+            while self._meta_done < ticket and self._meta_leader:
+                self._meta_cond.wait()
+            if self._meta_done >= ticket:
+                error = self._meta_errors.pop(ticket, None)
+                if error is not None:
+                    raise error
+                return
+            self._meta_leader = True
+            batch, self._meta_queue = self._meta_queue, []
+        error: BaseException | None = None
+        try:
+            self._commit_meta(batch)
+        except BaseException as exc:
+            error = exc
+        with self._meta_cond:
+            if error is not None:
+                for queued, *_ in batch:
+                    if queued != ticket:
+                        self._meta_errors[queued] = error
+            self._meta_done = batch[-1][0]
+            self._meta_leader = False  # the next waiter whose change is still queued leads
+            self._meta_cond.notify_all()
+        if error is not None:
+            raise error
+
+    def _commit_meta(self, batch: list[tuple[int, dict, dict, bool]]) -> None:
+        merged: dict[str, bytes | None] = {}
+        committed: dict[str, int] = {}
+        for _, items, versions, _ in batch:
             for key, value in items.items():
+                version = versions.get(key)
+                if version is None:
+                    merged[key] = value
+                    committed[key] = next(self._meta_version_counter)  # older versioned snapshots lose
+                elif version > committed.get(key, self._meta_versions.get(key, 0)):
+                    merged[key] = value
+                    committed[key] = version
+        with self._txn(full=any(sync for *_, sync in batch)) as db:
+            for key, value in merged.items():
                 if value is None:
                     db.execute("DELETE FROM kv WHERE key = ?", (key,))
                 else:
-                    db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, bytes(value)))
+                    db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, value))
+        self._meta_versions.update(committed)
+        self._stats["metadataCommits"] += 1
 
     def meta_list(self, prefix: str) -> list[str]:
         if not prefix:

@@ -1,0 +1,173 @@
+"""The transactional workload as an operator runs it: `txnadmin engine run --rate 0`, batching off vs on.
+
+    python bench/workload.py [--quick] [--seconds 5] [--clients 1,16,64,256] [--curve 1,4,16] [--write-docs]
+
+For every client count a fresh engine (16 coordinators) runs the real CLI in a child process, once with PIP-160
+batching off and once on (transaction log and pending-ack stores); the child's CPU time comes from its rusage.
+Afterwards the entry logs are read back (read-only storage, every entry CRC-checked and decoded) to count the
+transaction-log entries and the records in each batched entry. `--curve` adds runs at the largest client count
+with batching on and fewer coordinators: fewer logs share the same load, so each batch holds more records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _docs import replace_section  # noqa: E402
+
+from txnadmin.codec import EntryDecodeError, decode_entry  # noqa: E402
+from txnadmin.engine.storage import LedgerStorage  # noqa: E402
+
+HEADER = "## Transactional workload"
+
+
+def census(directory: Path) -> dict:
+    """Entries and records of the transaction logs and pending-ack stores, read back from the entry logs."""
+    out = {"tcEntries": 0, "tcBatched": 0, "tcBatchedRecords": 0, "ackEntries": 0, "ackBatched": 0,
+           "ackBatchedRecords": 0}
+    storage = LedgerStorage.open(directory, read_only=True)
+    try:
+        for meta in storage.list_ledgers():
+            name = meta.custom_metadata.get("pulsar/managed-ledger", "")
+            if "/__transaction_log_" in name:
+                kind, prefix = "txn-log", "tc"
+            elif name.endswith("__transaction_pending_ack"):
+                kind, prefix = "pending-ack", "ack"
+            else:
+                continue
+            if meta.last_entry_id < 0:
+                continue
+            for payload in storage.read_entries(meta.ledger_id, 0, meta.last_entry_id):
+                try:
+                    decoded = decode_entry(payload, kind)
+                except EntryDecodeError:
+                    continue
+                out[f"{prefix}Entries"] += 1
+                if decoded.batched:
+                    out[f"{prefix}Batched"] += 1
+                    out[f"{prefix}BatchedRecords"] += len(decoded.records)
+    finally:
+        storage.close()
+    return out
+
+
+def run(batched: bool, clients: int, coordinators: int, seconds: float) -> dict:
+    flag = "true" if batched else "false"
+    with tempfile.TemporaryDirectory(prefix="txnadmin-bench-") as tmp:
+        engine = Path(tmp) / "engine"
+        init = subprocess.run([sys.executable, "-m", "txnadmin.cli.main", "engine", "init", str(engine),
+                               "-c", str(coordinators), "--set", f"transactionLogBatchedWriteEnabled={flag}",
+                               "--set", f"transactionPendingAckBatchedWriteEnabled={flag}"],
+                              capture_output=True, text=True, cwd=ROOT)
+        if init.returncode != 0:
+            raise SystemExit(f"engine init failed: {init.stderr.strip()}")
+        _children_usage()  # leave the init's CPU out
+        proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "engine", "run", str(engine),
+                                 "--rate", "0", "--concurrency", str(clients), "--duration", str(seconds),
+                                 "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+        out, err = proc.communicate()
+        cpu = _children_usage()  # the child's CPU time, all threads, user + system
+        if proc.returncode != 0:
+            raise SystemExit(f"engine run failed: {err.decode().strip()}")
+        stats = json.loads(out)
+        counted = census(engine)
+    tc_batched = counted["tcBatched"]
+    ack_batched = counted["ackBatched"]
+    return {
+        "batching": "on" if batched else "off", "clients": clients, "coordinators": coordinators,
+        "txnPerSecond": stats["txnPerSecond"], "started": stats["started"], "errors": stats["errors"],
+        "cpuMsPerTxn": round(cpu * 1000 / stats["started"], 2) if stats["started"] else None,
+        "tcEntries": counted["tcEntries"],
+        "tcRecordsPerBatchedEntry": round(counted["tcBatchedRecords"] / tc_batched, 2) if tc_batched else None,
+        "ackRecordsPerBatchedEntry": round(counted["ackBatchedRecords"] / ack_batched, 2) if ack_batched else None,
+    }
+
+
+_LAST_CHILD_CPU = [0.0]
+
+
+def _children_usage() -> float:
+    """CPU seconds of the child that just ended (the difference of the cumulated children's rusage)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = usage.ru_utime + usage.ru_stime
+    spent, _LAST_CHILD_CPU[0] = total - _LAST_CHILD_CPU[0], total
+    return spent
+
+
+def table(rows: list[dict]) -> Table:
+    t = Table(title="engine run --rate 0 (16 coordinators unless said), batching off vs on")
+    for col in ("batching", "clients", "TCs", "txn/s", "CPU ms/txn", "txn-log entries", "records / batched TC entry",
+                "records / batched ack entry"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(r["batching"], str(r["clients"]), str(r["coordinators"]), f"{r['txnPerSecond']:,.0f}",
+                  str(r["cpuMsPerTxn"]), f"{r['tcEntries']:,}", _fmt(r["tcRecordsPerBatchedEntry"]),
+                  _fmt(r["ackRecordsPerBatchedEntry"]))
+    return t
+
+
+def _fmt(value) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def markdown(rows: list[dict], seconds: float) -> str:
+    lines = [HEADER, "",
+             f"`.venv/bin/python bench/workload.py --seconds {seconds:g} --write-docs` — the real `txnadmin engine run "
+             "--rate 0` in a child process per row (fresh engine, default workload: 2 topics, 2 subscriptions, 2 "
+             "messages and up to 2 acks per transaction, 10 % aborted), measured "
+             f"{time.strftime('%Y-%m-%d')}. Records per batched entry are read back from the entry logs.", "",
+             "| batching | clients | coordinators | txn/s | CPU ms/txn | txn-log entries | records / batched TC entry "
+             "| records / batched pending-ack entry |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['batching']} | {r['clients']} | {r['coordinators']} | {r['txnPerSecond']:,.0f} | "
+                     f"{r['cpuMsPerTxn']} | {r['tcEntries']:,} | {_fmt(r['tcRecordsPerBatchedEntry'])} | "
+                     f"{_fmt(r['ackRecordsPerBatchedEntry'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--clients", default="1,16,64,256")
+    parser.add_argument("--curve", default="1,4", help="coordinator counts for extra runs at the largest client "
+                                                        "count with batching on ('' for none)")
+    parser.add_argument("--quick", action="store_true", help="1-second runs at 1 and 16 clients, a smoke check")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    seconds = 1.0 if args.quick else args.seconds
+    clients = [1, 16] if args.quick else [int(c) for c in args.clients.split(",") if c]
+    curve = [] if args.quick else [int(c) for c in args.curve.split(",") if c]
+    console = Console()
+    _children_usage()  # start counting children's CPU from here
+    rows = []
+    for count in clients:
+        for batched in (False, True):
+            rows.append(run(batched, count, 16, seconds))
+            console.print(rows[-1])
+    for coordinators in curve:
+        rows.append(run(True, max(clients), coordinators, seconds))
+        console.print(rows[-1])
+    console.print(table(rows))
+    if args.write_docs:
+        replace_section(HEADER, markdown(rows, seconds))
+        console.print(f"recorded in docs/benchmarks.md ({HEADER})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""`downgrade`/`upgrade` never act on a target the operator did not name, say which one they act on, and ask first."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from typer.testing import CliRunner
+
+from txnadmin.cli.main import app
+
+from test_cli_downgrade import TXNADMIN, _engine, _running
+
+runner = CliRunner()
+
+
+def _clean_env(tmp_path) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TXNADMIN_ADMIN_URL", "PULSAR_CLIENT_CONF", "PULSAR_HOME")}
+    env["TXNADMIN_HOME"] = str(tmp_path / "home")
+    env["HOME"] = str(tmp_path / "home")
+    return env
+
+
+def test_no_target_or_an_empty_one_is_refused(tmp_path):
+    env = _clean_env(tmp_path)
+    # A local engine exists in the default place: it must still not be used implicitly.
+    assert runner.invoke(app, ["engine", "init", str(tmp_path / "home" / "engine")], env=env).exit_code == 0
+    state = str(tmp_path / "s.json")
+    for args in (["downgrade", "start", "--yes", "--state", state], ["downgrade", "status", "--state", state],
+                 ["downgrade", "wait", "--state", state, "--timeout", "1"], ["upgrade", "--yes"]):
+        result = runner.invoke(app, args, env=env)
+        assert result.exit_code == 2, (args, result.output)
+        assert "needs a named target" in result.stderr and "-u" in result.stderr
+        empty = runner.invoke(app, args + ["-u", ""], env=env)
+        assert empty.exit_code == 2 and "--admin-url is empty" in empty.stderr, (args, empty.output)
+    assert not (tmp_path / "s.json").exists()
+    # pulsar-admin parity: an empty URL is a failure with exit 1 there.
+    parity = runner.invoke(app, ["-u", "", "transactions", "coordinators-list"], env=env)
+    assert parity.exit_code == 1
+
+
+def test_the_environment_names_a_target_and_output_says_so(tmp_path):
+    d = _engine(tmp_path)
+    env = dict(_clean_env(tmp_path), TXNADMIN_ADMIN_URL=f"local:{d}")
+    result = runner.invoke(app, ["downgrade", "start", "--dry-run", "--state", str(tmp_path / "s.json"), "-o", "json"],
+                           env=env)
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["dryRun"] and plan["plan"]["target"] == f"local:{d} (from $TXNADMIN_ADMIN_URL)"
+    assert plan["plan"]["coordinators"] == 2
+
+
+def test_dry_run_changes_nothing_and_no_terminal_refuses(tmp_path):
+    d = _engine(tmp_path)
+    state = tmp_path / "s.json"
+    dry = runner.invoke(app, ["downgrade", "start", "-u", f"local:{d}", "--state", str(state), "--dry-run"])
+    assert dry.exit_code == 0 and "unload 2 coordinators" in dry.stdout and "nothing was changed" in dry.stdout
+    assert not state.exists()
+    flags = runner.invoke(app, ["-u", f"local:{d}", "transactions", "get-txn-tc-batch-log-stat", "-o", "json"])
+    assert json.loads(flags.stdout)["txnTcBatchLogEnabled"] is True  # still on: nothing changed
+    asked = runner.invoke(app, ["downgrade", "start", "-u", f"local:{d}", "--state", str(state)])
+    assert asked.exit_code == 2 and "--yes" in asked.stderr and not state.exists()
+    up = runner.invoke(app, ["upgrade", "-u", f"local:{d}", "--dry-run"], env={"TXNADMIN_HOME": str(tmp_path / "h")})
+    assert up.exit_code == 0 and "nothing was changed" in up.stdout
+
+
+def test_a_checklist_from_another_engine_is_refused_through_the_cli(tmp_path):
+    a = _engine(tmp_path)
+    b = tmp_path / "b"
+    assert runner.invoke(app, ["engine", "init", str(b), "-c", "2"]).exit_code == 0  # batching already off here
+    state = tmp_path / "s.json"
+    with _running(a):
+        assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{a}", "--state",
+                                   str(state)]).exit_code == 0
+    for cmd in (["downgrade", "start", "--yes"], ["downgrade", "status"]):
+        result = runner.invoke(app, cmd + ["-u", f"local:{b}", "--state", str(state)])
+        assert result.exit_code == 3, result.output
+        assert "recorded on another target" in result.stderr and "reset" in result.stderr
+
+
+def test_ctrl_c_during_wait_keeps_the_checklist_and_exits_130(tmp_path):
+    d = _engine(tmp_path)
+    state = tmp_path / "s.json"
+    with _running(d):
+        assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state",
+                                   str(state)]).exit_code == 0
+        before = state.read_text()
+        proc = subprocess.Popen(TXNADMIN + ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state),
+                                            "--interval", "30", "--timeout", "600"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(4)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "downgrade wait" in err and "Traceback" not in err
+    assert json.loads(state.read_text())["phase"] == json.loads(before)["phase"]

@@ -1,0 +1,220 @@
+"""Trying to make `downgrade` say "safe" while a live ledger still holds batched entries (issue #14).
+
+Each scenario is one way the tool lied before; every "safe" seen here is checked against the engine's entry-log
+files read byte by byte (engine_helpers.live_batched_entries), independently of the tool.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from txnadmin.admin.local import LocalAdmin
+from txnadmin.admin.protocol import AdminError, NotFoundError
+from txnadmin.procedures.downgrade import (
+    KIND_NOT_LOADED, KIND_NOT_REOPENED, KIND_REOPENED, DowngradeError, start, status, wait,
+)
+
+from engine_helpers import live_batched_entries, open_engine
+from test_downgrade import BATCHED, traffic
+
+TOPICS = [("t", "s"), ("u", "s")]
+
+
+def load(engine, n=20):
+    for topic, sub in TOPICS:
+        traffic(engine, n, topic, sub)
+    for _ in range(3):
+        engine.maintenance_tick()
+
+
+def checked_status(engine, admin, path):
+    """status(), with every "safe" proven by the independent entry-log check."""
+    report = status(admin, path)
+    if report.safe:
+        assert live_batched_entries(engine) == [], "the tool said safe while batched entries were live"
+    return report
+
+
+def until_safe(engine, admin, path, rounds=12):
+    for _ in range(rounds):
+        report = checked_status(engine, admin, path)
+        if report.safe:
+            return report
+        load(engine)
+    return report
+
+
+def test_reenabled_with_a_reload_between_two_polls_is_caught_and_rerecorded(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        admin = LocalAdmin(engine)
+        load(engine)
+        start(admin, tmp_path / "s.json")
+        # Someone switches batching on, reloads, writes batched entries into new ledgers, switches it off.
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "true")
+        admin.update_dynamic_config("transactionLogBatchedWriteEnabled", "true")
+        for tc in range(2):
+            admin.unload_topic(f"persistent://pulsar/system/transaction_coordinator_assign-partition-{tc}")
+        admin.unload_topic("persistent://public/default/t")
+        load(engine, 30)
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "false")
+        admin.update_dynamic_config("transactionLogBatchedWriteEnabled", "false")
+        assert live_batched_entries(engine)
+        for _ in range(4):
+            report = checked_status(engine, admin, tmp_path / "s.json")
+            assert not report.safe
+            assert KIND_REOPENED in report.groups()
+            load(engine)
+        state = start(admin, tmp_path / "s.json")
+        assert state["rerecorded"] >= 3  # two coordinators and t's store, not every log
+        assert until_safe(engine, admin, tmp_path / "s.json").safe
+
+
+def test_no_reload_never_takes_a_rollover_for_the_end_of_batching(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        admin = LocalAdmin(engine)
+        load(engine)
+        # The flags go off, but nothing reopens: the stores keep batching with the value they opened with.
+        start(admin, tmp_path / "s.json", reload=False)
+        for _ in range(5):
+            load(engine, 30)
+            report = checked_status(engine, admin, tmp_path / "s.json")
+            assert not report.safe
+            assert set(report.groups()) == {KIND_NOT_REOPENED}
+        assert "reopens" in report.waiting[0].reason
+
+
+def test_a_rollover_between_recording_and_reload_moves_last_batched_up(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        admin = LocalAdmin(engine)
+        load(engine)
+
+        class SlowUnloads(LocalAdmin):
+            def unload_topic(self, topic):
+                load(engine, 12)  # traffic rolls the logs (still batching) before the unload lands
+                super().unload_topic(topic)
+
+        slow = SlowUnloads(engine)
+        start(slow, tmp_path / "s.json", concurrency=1)
+        assert until_safe(engine, admin, tmp_path / "s.json").safe
+
+
+def test_a_store_reopened_by_someone_else_is_never_safe_until_rerecorded(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        admin = LocalAdmin(engine)
+        load(engine)
+        start(admin, tmp_path / "s.json")
+        engine.reload_topic("persistent://public/default/u")  # a broker restart, a bundle move …
+        load(engine, 40)
+        report = checked_status(engine, admin, tmp_path / "s.json")
+        reopened = [l.name for l in report.groups().get(KIND_REOPENED, [])]
+        assert reopened == ["persistent://public/default/u-s__transaction_pending_ack"]
+        assert not report.safe
+        assert start(admin, tmp_path / "s.json")["rerecorded"] == 1
+        assert until_safe(engine, admin, tmp_path / "s.json").safe
+
+
+class Unloaded(LocalAdmin):
+    """A store the listing still shows but whose broker has not loaded it: stats answer 404."""
+
+    hidden = "persistent://public/default/u"
+    deleted = False
+
+    def pending_ack_internal_stats(self, topic, subscription, metadata=False):
+        if topic == self.hidden:
+            raise NotFoundError("Topic not found")
+        return super().pending_ack_internal_stats(topic, subscription, metadata)
+
+    def pending_ack_stats(self, topic, subscription, low_water_marks=False):
+        if topic == self.hidden:
+            raise NotFoundError("Topic not found")
+        return super().pending_ack_stats(topic, subscription, low_water_marks)
+
+    def list_topics(self, namespace, include_system=True):
+        names = super().list_topics(namespace, include_system)
+        return [n for n in names if not (self.deleted and n.startswith(self.hidden + "-"))]
+
+
+def test_an_unloaded_but_listed_store_is_not_deleted(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        load(engine)
+        start(LocalAdmin(engine), tmp_path / "s.json")
+        admin = Unloaded(engine)
+        for _ in range(6):
+            load(engine, 30)
+        report = checked_status(engine, admin, tmp_path / "s.json")
+        assert not report.safe
+        assert [l.name for l in report.groups()[KIND_NOT_LOADED]] == [
+            "persistent://public/default/u-s__transaction_pending_ack"]
+        admin.deleted = True  # now it is gone from the listing too: deleted, done
+        report = status(admin, tmp_path / "s.json")
+        gone = [l for l in report.logs if l.name.startswith("persistent://public/default/u-")]
+        assert gone[0].done and "deleted" in gone[0].reason
+
+
+def test_a_checklist_from_another_target_is_refused(tmp_path):
+    with open_engine(tmp_path / "a", **BATCHED) as a:
+        load(a)
+        start(LocalAdmin(a), tmp_path / "s.json", "local:" + str(tmp_path / "a"))
+    with open_engine(tmp_path / "b", **BATCHED) as b:
+        load(b)
+        admin = LocalAdmin(b)
+        admin.update_dynamic_config("transactionLogBatchedWriteEnabled", "false")
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "false")
+        for call in (lambda: start(admin, tmp_path / "s.json", "local:" + str(tmp_path / "a")),
+                     lambda: status(admin, tmp_path / "s.json")):
+            with pytest.raises(DowngradeError, match="recorded on another target.*--state.*reset") as err:
+                call()
+            assert err.value.exit_code == 3
+
+
+class Flaky(LocalAdmin):
+    """Fails the first ``failures`` runtime-config reads with ``error``, or hangs them."""
+
+    def __init__(self, engine, error=None, failures=2, hang=False):
+        import threading
+
+        super().__init__(engine)
+        self.error, self.failures, self.hang = error, failures, hang
+        self.release = threading.Event()
+
+    def runtime_config(self):
+        if self.hang:
+            self.release.wait(120)  # released by the test, so no thread outlives it
+        if self.failures > 0:
+            self.failures -= 1
+            raise self.error
+        return super().runtime_config()
+
+
+def test_wait_rides_out_a_broker_restart_and_stops_at_once_on_401(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        load(engine)
+        start(LocalAdmin(engine), tmp_path / "s.json")
+        for _ in range(8):
+            load(engine, 30)
+        retries = []
+        flaky = Flaky(engine, AdminError("cannot connect (Connection refused)", 0), failures=2)
+        report = wait(flaky, tmp_path / "s.json", 30, 0.1, on_retry=lambda e, p: retries.append(e))
+        assert len(retries) == 2 and "Connection refused" in retries[0]
+        assert report.safe and live_batched_entries(engine) == []
+        denied = Flaky(engine, AdminError("not authorized", 401), failures=1)
+        t = time.monotonic()
+        with pytest.raises(DowngradeError) as err:
+            wait(denied, tmp_path / "s.json", 30, 0.1)
+        assert err.value.exit_code == 3 and time.monotonic() - t < 25
+
+
+def test_wait_timeout_bounds_a_hung_target(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        load(engine)
+        start(LocalAdmin(engine), tmp_path / "s.json")
+        hung = Flaky(engine, hang=True)
+        t = time.monotonic()
+        try:
+            with pytest.raises(DowngradeError, match="no answer from the target within --timeout") as err:
+                wait(hung, tmp_path / "s.json", 1, 0.1)
+        finally:
+            hung.release.set()
+        assert err.value.exit_code == 3 and time.monotonic() - t < 30

@@ -1,0 +1,166 @@
+"""`txnadmin doctor`: find what is wrong with a cluster's transactions, explain it, say the fix."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
+from ._target import AdminUrl, Conf
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "unknown": "magenta", "info": "dim"}
+
+
+def doctor(
+    ctx: typer.Context,
+    only: Optional[str] = typer.Option(None, "--only", help="Comma-separated checks to run (default: all). "
+                                       "coordinators, stuck-transactions, max-read-position, recovery, snapshots, "
+                                       "batched-log, leftovers, coverage, versions, bookie-rocksdb."),
+    threshold: list[str] = typer.Option([], "--threshold", help="name=value, repeatable: stuck-margin, ending, "
+                                        "stalled, recovery (durations: 90s, 5m, 2h) and snapshot-share (a fraction)."),
+    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    strict: bool = typer.Option(False, "--strict", help="Count 'unknown' findings (checks that could not run) as warnings."),
+    fix: bool = typer.Option(False, "--fix", help="Abort the transactions that are OPEN past their timeout (judged on "
+                             "the target's clock), after showing the plan."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="With --fix: apply the plan without asking."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="With --fix: show the plan and change nothing."),
+    bookie_dir: Optional[Path] = typer.Option(None, "--bookie-dir", help="A bookie's data directory: check its RocksDB "
+                                              "databases for what an older BookKeeper cannot open."),
+    concurrency: int = typer.Option(16, "--concurrency", min=1, max=256, help="Admin calls in flight."),
+    admin_url: Optional[str] = AdminUrl,
+    conf: Optional[Path] = Conf,
+) -> None:
+    """Check a cluster's transactions and say, for each problem, the evidence, why it matters and the fix.
+
+    Exit 0 healthy (info and unknown findings only), 1 any warning or critical, 2 usage, 3 the target cannot be
+    read at all. --strict counts unknown as warning. See docs/doctor.md for every check.
+    """
+    from ..procedures import doctor as proc
+
+    if output not in ("table", "json"):
+        fail(f"--output {output!r}: use table or json", EXIT_USAGE)
+    if (yes or dry_run) and not fix:
+        fail("--yes and --dry-run go with --fix", EXIT_USAGE)
+    if yes and dry_run:
+        fail("--yes and --dry-run exclude each other", EXIT_USAGE)
+    try:
+        thresholds = proc.parse_thresholds(threshold)
+        checks = [c.strip() for c in only.split(",") if c.strip()] if only else None
+        proc.select_checks(checks, bookie_dir)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except proc.DoctorError as exc:
+        fail(str(exc), exc.code)
+    if bookie_dir is not None and not bookie_dir.is_dir():
+        fail(f"--bookie-dir {bookie_dir}: not a directory", EXIT_UNREADABLE)
+    target, admin = _named_target(ctx, admin_url, conf)
+    bar, progress = _progress(output)
+    try:
+        import contextlib
+
+        with bar or contextlib.nullcontext():
+            report = proc.run(admin, target.url, checks, thresholds, concurrency, progress, bookie_dir)
+        if fix:
+            report = _fix(admin, report, target, checks, thresholds, concurrency, bookie_dir, yes, dry_run, output)
+    except proc.DoctorError as exc:
+        fail(str(exc), exc.code)
+    finally:
+        getattr(admin, "close", lambda: None)()
+    if output == "json":
+        print_json(report.to_json(strict))
+    else:
+        _render(report, target, strict)
+    raise typer.Exit(proc.exit_code(report, strict))
+
+
+def _named_target(ctx: typer.Context, admin_url, conf):
+    """Doctor acts (--fix aborts transactions): it never falls back on the embedded default silently."""
+    from ..admin.protocol import TargetUnreachableError
+    from ..admin.target import open_admin, resolve_target
+
+    opts = ctx.find_root().obj or {}
+    try:
+        target = resolve_target(admin_url or opts.get("admin_url"), conf or opts.get("conf"), opts.get("auth_plugin"),
+                                opts.get("auth_params"), opts.get("tls"))
+        if target.source == "embedded default":
+            fail(f"name the target: -u http(s)://host:port, -u local:PATH, --conf or $TXNADMIN_ADMIN_URL "
+                 f"(the embedded engine is at local:{target.engine_dir})", EXIT_USAGE)
+        return target, open_admin(target)
+    except TargetUnreachableError as exc:
+        fail(exc.reason, EXIT_UNREADABLE)
+
+
+def _progress(output: str):
+    """A progress bar on stderr for people at a terminal; nothing when piped or for JSON."""
+    if output != "table" or not sys.stderr.isatty():
+        return None, None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True,
+                   console=Console(stderr=True))
+    task = bar.add_task("checking", total=None)
+    return bar, (lambda done, total: bar.update(task, completed=done, total=total))
+
+
+def _fix(admin, report, target, checks, thresholds, concurrency, bookie_dir, yes, dry_run, output):
+    """Abort what the plan lists, after A's plan-then-ask (cli/confirm.py); then check again and report that."""
+    from ..procedures import doctor as proc
+    from .confirm import Plan, confirm
+
+    plan = proc.fix_plan(report)
+    say = (lambda text: typer.echo(text, err=True)) if output == "json" else typer.echo
+    if not plan:
+        say("fix: nothing to abort (no transaction is OPEN past its timeout plus the margin)")
+        return report
+    steps = [f"abort {txn}" for txn in plan]
+    fix = Plan(f"abort {len(plan)} transaction(s) OPEN past their timeout (judged on the target's clock)",
+               f"{target.url} (from {target.source})", steps, {"abort": [str(txn) for txn in plan]})
+    if dry_run and output == "json":
+        report.fix = {"dryRun": True, "plan": fix.to_json()}  # one JSON document: the plan rides in the report
+        return report
+    if not confirm(fix, yes=yes, dry_run=dry_run, output=output):
+        return report  # dry run: plan printed, nothing changed; the exit code still says what doctor found
+    results = proc.apply_fix(admin, plan)
+    for row in results:
+        say(f"  {row['txnId']}: {row['result']}" + (f" ({row['reason']})" if "reason" in row else ""))
+    say("checking again after the fix:")
+    after = proc.run(admin, target.url, checks, thresholds, concurrency, None, bookie_dir)
+    after.fix = {"dryRun": False, "plan": fix.to_json(), "results": results}
+    return after
+
+
+def _render(report, target, strict: bool) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"doctor: {escape(target.url)} (from {escape(target.source)}), clock: {report.clock}")
+    for f in report.findings:
+        style = SEVERITY_STYLE[f.severity]
+        console.print(f"[{style}]{f.severity.upper():8}[/] {escape(f.check)}  {escape(f.subject)}")
+        evidence = ", ".join(f"{k}={_text(v)}" for k, v in f.evidence.items() if v not in (None, [], {}))
+        console.print(f"  evidence: {escape(evidence)}")
+        console.print(f"  why: {escape(f.why)}")
+        console.print(f"  fix: {escape(f.fix)}")
+        if f.refs:
+            console.print(f"  refs: {escape(', '.join(f.refs))}")
+    counts = report.counts()
+    verdict = "healthy" if report.healthy(strict) else "NOT healthy"
+    console.print(f"{verdict}: " + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "unknown", "info"))
+                  + f" ({len(report.checks)} checks)")
+
+
+def _text(value) -> str:
+    """Evidence for people: lists joined, maps as k=v, long lists cut (the JSON output has everything)."""
+    if isinstance(value, list):
+        shown = ", ".join(_text(v) for v in value[:5])
+        return f"[{shown}{f', … {len(value) - 5} more' if len(value) > 5 else ''}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
