@@ -218,3 +218,72 @@ def test_wait_timeout_bounds_a_hung_target(tmp_path):
         finally:
             hung.release.set()
         assert err.value.exit_code == 3 and time.monotonic() - t < 30
+
+
+def test_a_store_deleted_mid_wait_counts_as_done_and_an_idle_one_does_not(tmp_path):
+    """Through a real `txnadmin serve`: the deleted store is done, the idle store unloaded by start keeps waiting."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from txnadmin.admin.http import HttpAdmin
+    from txnadmin.cli.main import app
+
+    from serve_helpers import serving
+
+    d = tmp_path / "e"
+    with open_engine(d, **BATCHED) as engine:
+        load(engine)
+    runner = CliRunner()
+    state = str(tmp_path / "s.json")
+    with serving(d, tmp_path / "home") as (url, token):
+        assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state", state]).exit_code == 0
+        HttpAdmin(url, token=token).delete_subscription("persistent://public/default/t", "s")
+        result = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", state, "-o", "json"])
+    report = _json.loads(result.stdout)
+    by_name = {c["name"]: c for c in report["components"]}
+    deleted = by_name["persistent://public/default/t-s__transaction_pending_ack"]
+    assert deleted["done"] and "deleted" in deleted["reason"]
+    idle = by_name["persistent://public/default/u-s__transaction_pending_ack"]
+    assert not idle["done"] and result.exit_code == 1
+
+
+def test_a_store_created_while_batching_was_briefly_on_is_not_ignored(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        admin = LocalAdmin(engine)
+        load(engine)
+        start(admin, tmp_path / "s.json")
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "true")
+        traffic(engine, 30, "late", "s")  # a new subscription opens its store while batching is on
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "false")
+        for _ in range(4):
+            load(engine, 30)
+            report = checked_status(engine, admin, tmp_path / "s.json")
+            assert not report.safe
+            assert [l.name for l in report.groups()["created since recording"]] == [
+                "persistent://public/default/late-s__transaction_pending_ack"]
+        assert start(admin, tmp_path / "s.json")["rerecorded"] == 1
+        for _ in range(12):
+            traffic(engine, 20, "late", "s")
+            load(engine)
+            if checked_status(engine, admin, tmp_path / "s.json").safe:
+                break
+        assert checked_status(engine, admin, tmp_path / "s.json").safe
+
+
+def test_growing_batched_writer_flushes_on_metrics_mean_not_safe(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        admin = LocalAdmin(engine)
+        load(engine)
+        start(admin, tmp_path / "s.json")
+        report = until_safe(engine, admin, tmp_path / "s.json")
+        assert report.safe
+        # A store the tool does not know of keeps batching (here: its writer switched back on behind our back).
+        store = engine.stores[("persistent://public/default/t", "s")]
+        from dataclasses import replace
+
+        store.update_writer_config(replace(store.writer_config, enabled=True))
+        traffic(engine, 20, "t", "s")
+        report = status(admin, tmp_path / "s.json")
+        assert not report.safe
+        assert [l.kind for l in report.waiting] == ["batched writer still flushing"]

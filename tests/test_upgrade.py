@@ -34,3 +34,37 @@ def test_old_brokers_stop_the_upgrade(tmp_path):
     d = _engine(tmp_path, "2.10.4")
     result = runner.invoke(app, ["upgrade", "-u", f"local:{d}"], env={"TXNADMIN_HOME": str(tmp_path / "home")})
     assert result.exit_code == 1 and "runs 2.10.4" in result.stderr
+
+
+def test_every_broker_is_asked_and_an_unreachable_one_must_be_vouched_for(tmp_path):
+    import pytest
+
+    from txnadmin.admin.local import LocalAdmin
+    from txnadmin.admin.protocol import TargetUnreachableError
+    from txnadmin.procedures.downgrade import DowngradeError
+    from txnadmin.procedures.upgrade import check_versions
+
+    from engine_helpers import open_engine
+
+    class ThreeBrokers(LocalAdmin):
+        versions = {"b1:8080": "3.3.2", "b2:8080": "2.10.4", "b3:8080": None}
+
+        def active_brokers(self, cluster):
+            return sorted(self.versions)
+
+        def broker_version(self, broker):
+            if self.versions[broker] is None:
+                raise TargetUnreachableError(f"http://{broker}: cannot connect (Connection refused)")
+            return self.versions[broker]
+
+    with open_engine(tmp_path / "e") as engine:
+        admin = ThreeBrokers(engine)
+        with pytest.raises(DowngradeError, match="b3:8080.*--assume-version-ok") as err:
+            check_versions(admin, "2.11.0")
+        assert err.value.exit_code == 3
+        with pytest.raises(DowngradeError, match="b2:8080 runs 2.10.4") as err:
+            check_versions(admin, "2.11.0", ["b3:8080"])
+        assert err.value.exit_code == 1
+        admin.versions["b2:8080"] = "3.0.0"
+        versions, checked = check_versions(admin, "2.11.0", ["b3:8080"])
+        assert set(versions) == {"b1:8080", "b2:8080", "b3:8080"} and "b1:8080 runs 3.3.2" in checked

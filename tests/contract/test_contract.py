@@ -213,7 +213,7 @@ def test_batch_log_commands(seeded):
     assert served["reopenedSinceChange"] == {"0": False, "1": False} and served["derived"].startswith("derived")
     local = json.loads(run(seeded, "local", "get-txn-tc-batch-log-stat", "-o", "json").stdout)
     assert local["coodinatorArray"] == [{"0": False}, {"1": False}]
-    reload = run(seeded, "http", "set-txn-tc-batch-log", "--disable", "--reload")
+    reload = run(seeded, "http", "set-txn-tc-batch-log", "--disable", "--reload", "--yes")
     assert reload.exit_code == 0 and "reloaded 2 coordinators" in reload.stdout
     served = json.loads(run(seeded, "http", "get-txn-tc-batch-log-stat", "-o", "json").stdout)
     assert served["coodinatorArray"] == [{"0": False}, {"1": False}]

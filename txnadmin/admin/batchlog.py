@@ -70,6 +70,13 @@ def origin_topics(admin: TransactionsAdmin, stores: list[str]) -> list[str]:
     return sorted(out)
 
 
+def reload_units(admin: TransactionsAdmin, component: str, concurrency: int = 16) -> list[str]:
+    """What `--reload` unloads: every coordinator's assign partition, or every topic with a pending-ack store."""
+    if component == "tc":
+        return [TC_ASSIGN.format(c["id"]) for c in admin.list_coordinators()]
+    return origin_topics(admin, pending_ack_stores(admin, concurrency))
+
+
 def set_batch_log(admin: TransactionsAdmin, target: str, component: str, enable: bool, reload: bool = False,
                   concurrency: int = 16) -> dict:
     flag = TC_BATCH_FLAG if component == "tc" else PENDING_ACK_BATCH_FLAG
@@ -78,10 +85,7 @@ def set_batch_log(admin: TransactionsAdmin, target: str, component: str, enable:
     _save_change(target, flag, enable, previous)
     reloaded: list[str] = []
     if reload:
-        if component == "tc":
-            units = [TC_ASSIGN.format(c["id"]) for c in admin.list_coordinators()]
-        else:
-            units = origin_topics(admin, pending_ack_stores(admin, concurrency))
+        units = reload_units(admin, component, concurrency)
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             list(pool.map(admin.unload_topic, units))
         reloaded = units

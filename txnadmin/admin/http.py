@@ -255,6 +255,7 @@ class HttpAdmin:
         self._local = threading.local()
         self._transports: dict[threading.Thread, httpx.BaseTransport] = {}
         self._transports_lock = threading.Lock()
+        self.in_flight: Optional[str] = None
         self._brokers: Optional[set[str]] = None  # the cluster's active brokers, fetched on the first foreign redirect
         self._brokers_lock = threading.RLock()
 
@@ -314,6 +315,7 @@ class HttpAdmin:
 
     def _call(self, method: str, path: str, params: dict, content: Optional[bytes]) -> httpx.Response:
         deadline = time.monotonic() + self.timeout
+        self.in_flight = f"{method} {path}"  # named by the CLI's "waiting for …" spinner
         policy = self.retry
         attempt = 0
         while True:
@@ -375,7 +377,8 @@ class HttpAdmin:
         if remaining <= 0:
             raise TargetUnreachableError(f"{where}: no answer within --request-timeout {self.timeout:g} s (timeout)")
         request = httpx.Request(method, url, content=content, headers=headers,
-                                extensions={"timeout": httpx.Timeout(remaining).as_dict()})
+                                extensions={"timeout": {"connect": remaining, "read": remaining, "write": remaining,
+                                                        "pool": remaining}})
         sent = False
         try:
             response = self._transport().handle_request(request)
@@ -601,6 +604,12 @@ class HttpAdmin:
         return {host: text}
 
 
+    def delete_subscription(self, topic: str, subscription: str) -> None:
+        self._request("DELETE", f"/admin/v2/persistent/{topic_path(topic)}/subscription/{quote(subscription, safe='')}")
+
+    def delete_topic(self, topic: str) -> None:
+        self._request("DELETE", f"/admin/v2/persistent/{topic_path(topic)}", {"force": True})
+
     # -- cluster identity and brokers ---------------------------------------------------------
     def list_clusters(self) -> list[str]:
         return self._request("GET", "/admin/v2/clusters", shape=SHAPES["strings"])
@@ -613,11 +622,17 @@ class HttpAdmin:
 
     def broker_runtime_config(self, broker: str) -> dict[str, str]:
         """Ask ``broker`` itself (same scheme, credentials and TLS as this admin): only it knows its values."""
+        return self._at_broker(broker, lambda admin: admin.runtime_config())
+
+    def broker_version(self, broker: str) -> str:
+        return self._at_broker(broker, lambda admin: next(iter(admin.broker_versions().values())))
+
+    def _at_broker(self, broker: str, call):
         import copy
 
         scheme = httpx.URL(self.base_url).scheme
         if httpx.URL(self.base_url).netloc.decode() == broker:
-            return self.runtime_config()
+            return call(self)
         other = copy.copy(self)
         other.base_url = f"{scheme}://{broker}"
         other._proxy = _environment_proxy(other.base_url)
@@ -625,7 +640,7 @@ class HttpAdmin:
         other._transports = {}
         other._transports_lock = threading.Lock()
         try:
-            return other.runtime_config()
+            return call(other)
         finally:
             if self._shared_transport is None:
                 other.close()

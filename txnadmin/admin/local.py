@@ -233,6 +233,14 @@ class LocalAdmin:
     def broker_versions(self) -> dict[str, str]:
         return {self.engine.config.engineBrokerServiceUrl.split("://")[-1]: self.engine.config.engineBrokerVersion}
 
+    @_admin_errors
+    def delete_subscription(self, topic: str, subscription: str) -> None:
+        self.engine.delete_subscription(self._stats.canonical_topic(topic), subscription)
+
+    @_admin_errors
+    def delete_topic(self, topic: str) -> None:
+        self.engine.delete_topic(self._stats.canonical_topic(topic))
+
     # -- cluster identity and brokers ---------------------------------------------------------
     def _broker_id(self) -> str:
         return self.engine.config.engineBrokerServiceUrl.split("://")[-1]
@@ -259,6 +267,12 @@ class LocalAdmin:
         if broker != self._broker_id():
             raise NotFoundError(f"Broker {broker} is not active in this engine")
         return self.runtime_config()
+
+    @_admin_errors
+    def broker_version(self, broker: str) -> str:
+        if broker != self._broker_id():
+            raise NotFoundError(f"Broker {broker} is not active in this engine")
+        return self.engine.config.engineBrokerVersion
 
     # -- what `txnadmin doctor` reads besides the above ---------------------------------------
     @_admin_errors

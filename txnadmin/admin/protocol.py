@@ -167,6 +167,12 @@ class TransactionsAdmin(Protocol):
     def broker_versions(self) -> dict[str, str]:
         """Each active broker's version: ``{"host:port": "3.3.2"}``."""
 
+    def delete_subscription(self, topic: str, subscription: str) -> None:
+        """[DELETE /admin/v2/persistent/{t}/{ns}/{topic}/subscription/{sub}] with its pending-ack store."""
+
+    def delete_topic(self, topic: str) -> None:
+        """[DELETE /admin/v2/persistent/{t}/{ns}/{topic}?force=true] with its subscriptions' pending-ack stores."""
+
     # -- cluster identity and brokers (used by the guided downgrade/upgrade) ---------------------
     def list_clusters(self) -> list[str]:
         """[GET /admin/v2/clusters] cluster names."""
@@ -179,6 +185,9 @@ class TransactionsAdmin(Protocol):
 
     def broker_runtime_config(self, broker: str) -> dict[str, str]:
         """[GET http(s)://{broker}/admin/v2/brokers/configuration/runtime] one named broker's effective values."""
+
+    def broker_version(self, broker: str) -> str:
+        """[GET http(s)://{broker}/admin/v2/brokers/version] one named broker's version."""
 
     # -- what `txnadmin doctor` reads besides the above ---------------------------------------
     def topic_internal_stats(self, topic: str) -> Json:

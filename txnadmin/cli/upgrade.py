@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from .render import output_option
 from ._common import EXIT_FAILURE, EXIT_OK, fail, print_json
 from ._target import AdminUrl, Conf, admin_for
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
@@ -19,11 +20,14 @@ def upgrade(
     max_records: Optional[int] = typer.Option(None, "--max-records", help="…BatchedWriteMaxRecords for both logs."),
     max_size: Optional[int] = typer.Option(None, "--max-size", help="…BatchedWriteMaxSize (bytes) for both logs."),
     max_delay_ms: Optional[int] = typer.Option(None, "--max-delay-ms", help="…BatchedWriteMaxDelayInMillis."),
+    assume_version_ok: Optional[str] = typer.Option(
+        None, "--assume-version-ok", help="BROKER,...: brokers that cannot be asked directly (behind a proxy) and "
+                                          "that you checked yourself."),
     yes: bool = YesOpt,
     dry_run: bool = DryRunOpt,
     admin_url: Optional[str] = AdminUrl,
     conf: Optional[Path] = Conf,
-    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    output: str = output_option("table"),
 ) -> None:
     """Check broker versions, enable batching for coordinators and pending-ack stores, confirm every store batches.
 
@@ -42,7 +46,8 @@ def upgrade(
     try:
         if output != "json" and not dry_run:
             typer.echo(f"target: {target.label}")
-        versions, _ = check_versions(admin, min_version)
+        assume = [b.strip() for b in (assume_version_ok or "").split(",") if b.strip()]
+        versions, _ = check_versions(admin, min_version, assume)
         steps = [f"brokers checked: {', '.join(f'{b} runs {v}' for b, v in sorted(versions.items()))} "
                  f"(all >= {min_version})",
                  "set transactionLogBatchedWriteEnabled=true and transactionPendingAckBatchedWriteEnabled=true"]
@@ -52,7 +57,7 @@ def upgrade(
         if not confirm(Plan("PIP-160 upgrade: enable batching", target.label, steps, {"reload": not no_reload}),
                        yes=yes, dry_run=dry_run, output=output):
             return
-        result = run(admin, target.url, min_version, not no_reload, thresholds)
+        result = run(admin, target.url, min_version, not no_reload, thresholds, assume)
     except DowngradeError as exc:
         fail(str(exc), exc.exit_code)
     finally:

@@ -199,6 +199,9 @@ class Engine:
 
     def topic(self, name: str, create: bool = True) -> Topic:
         full = normalize_topic(name)
+        topic = self.topics.get(full)  # the common case, without the engine lock every client shares
+        if topic is not None:
+            return topic
         with self._lock:
             topic = self.topics.get(full)
             if topic is None:
@@ -211,6 +214,9 @@ class Engine:
 
     def store(self, topic: str, subscription: str, create: bool = True) -> PendingAckStore:
         full = normalize_topic(topic)
+        store = self.stores.get((full, subscription))
+        if store is not None:
+            return store
         with self._lock:
             store = self.stores.get((full, subscription))
             if store is None:
@@ -361,6 +367,40 @@ class Engine:
             self.coordinator(tc_id).close()
             self._open_coordinator(tc_id)
             self._finish_recovered(tc_id)
+
+    def delete_subscription(self, topic: str, subscription: str) -> None:
+        """Delete a subscription and its pending-ack store (its managed ledger and every ledger of it)."""
+        full = normalize_topic(topic)
+        with self._lock:
+            self._writable()
+            owner = self.topics.get(full)
+            if owner is None:
+                raise NotFound(f"Topic not found {full}")
+            if subscription not in owner.subscriptions() and (full, subscription) not in self.stores:
+                raise NotFound("Subscription not found")
+            self._drop_store(full, subscription)
+            owner.ledger.delete_cursor(subscription)
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete a topic with its subscriptions and their pending-ack stores (as `topics delete -f` does)."""
+        full = normalize_topic(topic)
+        with self._lock:
+            self._writable()
+            owner = self.topics.get(full)
+            if owner is None:
+                raise NotFound(f"Topic not found {full}")
+            for key in [k for k in self.stores if k[0] == full]:
+                self._drop_store(*key)
+            self.topics.pop(full).close()
+            self.factory.delete(owner.ledger.name)
+            self.storage.meta_delete(META_TOPICS + full)
+
+    def _drop_store(self, topic: str, subscription: str) -> None:
+        store = self.stores.pop((topic, subscription), None)
+        if store is not None:
+            store.close()
+            self.factory.delete(store.name)
+        self.storage.meta_delete(META_PENDING_ACK + pending_ack_topic(topic, subscription))
 
     def reload_topic(self, topic: str) -> None:
         """Unload a topic: its transaction buffer and pending-ack stores reopen (and re-read batch flags)."""

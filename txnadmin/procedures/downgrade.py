@@ -53,6 +53,9 @@ KIND_TRIMMING = "not trimmed yet"
 KIND_NOT_REOPENED = "store not reopened"
 KIND_REOPENED = "reopened since recording"
 KIND_NOT_LOADED = "store not loaded"
+KIND_UNRECORDED = "created since recording"
+KIND_STILL_FLUSHING = "batched writer still flushing"
+FLUSH_PREFIXES = ("pulsar_txn_tc_bufferedwriter_flush_trigger_", "pulsar_txn_pending_ack_store_bufferedwriter_flush_trigger_")
 
 
 class DowngradeError(Exception):
@@ -224,6 +227,30 @@ def flags_disabled(admin: TransactionsAdmin) -> tuple[bool, list[str]]:
     return not enabled, enabled
 
 
+def batched_flushes(admin: TransactionsAdmin) -> Optional[float]:
+    """The answering broker's batched-writer flush count (coordinators + pending-ack stores), from /metrics.
+
+    None when /metrics is not reachable or carries no such counters: this is extra evidence where available,
+    never a reason to say safe. With batching off a store writes plainly and never counts a flush.
+    """
+    try:
+        text = admin.metrics_text()
+    except (AdminError, AttributeError):
+        return None
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total, seen = 0.0, False
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.startswith(FLUSH_PREFIXES) and sample.name.endswith("_total"):
+                    total += sample.value
+                    seen = True
+    except ValueError:
+        return None  # not Prometheus text: no evidence either way
+    return total if seen else None
+
+
 def _describe_on(on: dict[str, list[str]]) -> str:
     return "; ".join(f"{b}: {', '.join(f + '=true' for f in flags)}" for b, flags in sorted(on.items()))
 
@@ -282,14 +309,6 @@ def _resolve_store(admin: TransactionsAdmin, store: str, topics: set[str]) -> di
 
 def _namespace(topic: str) -> str:
     return topic.split("://", 1)[1].rsplit("/", 1)[0]
-
-
-def listed_stores(admin: TransactionsAdmin, stores: list[str], concurrency: int = 16) -> set[str]:
-    """Which of ``stores`` the topic listing still shows (one listing per namespace)."""
-    namespaces = sorted({_namespace(s) for s in stores})
-    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(namespaces)))) as pool:
-        lists = list(pool.map(lambda ns: _call(admin.list_topics, ns, True), namespaces))
-    return {t for topics in lists for t in topics}
 
 
 # -- plan ---------------------------------------------------------------------------------------
@@ -468,6 +487,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
     state["phase"] = "recorded"
     state["recordedAt"] = _now_ms()
     state["rerecorded"] = len(this_run)
+    state["batchedFlushes"] = batched_flushes(admin)  # the baseline status compares against
     save_state(state_path, state)
     return state
 
@@ -624,18 +644,27 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                                                                           key=lambda kv: int(kv[0]))]
     stores = [(_Log(admin, "pending-ack", k, rec), rec) for k, rec in sorted(state["pendingAckStores"].items())]
     jobs = coord + stores
-    listed_box: dict[str, set[str]] = {}
+    # Logs that exist now but were never recorded may have opened while batching was on: they are part of the
+    # proof too. One listing per namespace (also what tells "deleted" from "not loaded").
+    namespaces = [ns for tenant in _call(admin.list_tenants) for ns in _call(admin.list_namespaces, tenant)]
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(namespaces)))) as pool:
+        listing = {t for topics in pool.map(lambda ns: _call(admin.list_topics, ns, True), namespaces)
+                   for t in topics}
+    unrecorded = [LogStatus("pending-ack", name, None, None, False, "created since recording: it may have opened "
+                            "while batching was on", REOPENED_HINT, kind=KIND_UNRECORDED)
+                  for name in sorted(listing) if name.endswith(PENDING_ACK_SUFFIX)
+                  and name not in state["pendingAckStores"]]
+    unrecorded += [LogStatus("coordinator", f"__transaction_log_{c['id']}", None, None, False, "created since "
+                             "recording (coordinators scaled up)", REOPENED_HINT, extra={"coordinatorId": int(c["id"])},
+                             kind=KIND_UNRECORDED)
+                   for c in _call(admin.list_coordinators) if str(c["id"]) not in state["coordinators"]]
 
     def listed() -> set[str]:
-        if "v" not in listed_box:
-            listed_box["v"] = listed_stores(admin, [log.key for log, _ in stores], concurrency)
-        return listed_box["v"]
+        return listing
 
     def one(job) -> tuple[LogStatus, Optional[int]]:
         log, rec = job
-        verdict, ids, confirmed = _evidence(log, rec, None, state_path, state)
-        if verdict is not None and verdict.kind == KIND_NOT_LOADED:
-            verdict, ids, confirmed = _evidence(log, rec, listed(), state_path, state)
+        verdict, ids, confirmed = _evidence(log, rec, listed(), state_path, state)
         if verdict is not None:
             return verdict, confirmed
         if log.component == "coordinator":
@@ -652,6 +681,19 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                 changed = True
             if progress:
                 progress(len(logs), len(jobs))
+    logs += unrecorded
+    flushes = batched_flushes(admin)
+    baseline = state.get("batchedFlushes")
+    if flushes is not None and baseline is not None and flushes < baseline:
+        state["batchedFlushes"] = flushes  # counters restarted with their broker (its stores reopened: see above)
+        changed = True
+    elif flushes is not None and baseline is not None and flushes > baseline:
+        broker = brokers[0] if len(brokers) == 1 else "the answering broker"
+        logs.append(LogStatus("broker", broker, None, None, False,
+                              f"batched-writer flushes grew from {baseline:g} to {flushes:g} since recording "
+                              "(pulsar_txn_*_bufferedwriter_flush_trigger_*): something still batches",
+                              "find the store that still batches (a broker.conf override?), then run `txnadmin "
+                              "downgrade start` again", kind=KIND_STILL_FLUSHING))
     if changed:
         save_state(state_path, state)
     verification = state.get("verification")

@@ -80,10 +80,14 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
              pendingAckStores=len(state["pendingAckStores"]), checklist=str(state_path))
         deadline = time.monotonic() + timeout_s
         report = status(admin, state_path)
+        shown = None
         while not report.safe and time.monotonic() < deadline:
+            now = (len(report.waiting), tuple((kind, len(logs)) for kind, logs in sorted(report.groups().items())))
+            if now != shown:  # one line per change of state, as `downgrade wait` does
+                step("waiting", waiting=now[0], logs=len(report.logs), byReason=dict(now[1]))
+                shown = now
             time.sleep(1.0)
             report = status(admin, state_path)
-            step("waiting", waiting=len(report.waiting), logs=len(report.logs))
         step("procedure verdict", safe=report.safe)
         stop.set()
         worker.join(timeout=30)

@@ -53,16 +53,40 @@ class UpgradeResult:
                 "coodinatorArray": self.coordinators, "subscriptionArray": self.subscriptions, "watch": WATCH}
 
 
-def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION) -> tuple[dict[str, str], str]:
-    """Refuse (exit 1) when a broker is older than ``min_version``; before anything is asked or changed."""
-    try:
-        versions = admin.broker_versions()
-    except AdminError as exc:
-        raise DowngradeError(f"cannot read broker versions: {exc.reason}", 3) from None
+def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION,
+                   assume_ok: Optional[list[str]] = None) -> tuple[dict[str, str], str]:
+    """Ask every active broker of the cluster its version; refuse (exit 1) when any is older than ``min_version``.
+
+    A broker that cannot be asked directly (e.g. behind a proxy) stops it with exit 3 unless the operator vouches for
+    it by name (``assume_ok``). Runs before anything is asked or changed.
+    """
+    from .downgrade import active_brokers, target_identity
+
+    assume = set(assume_ok or [])
+    brokers = active_brokers(admin, target_identity(admin, ""))
+    versions: dict[str, str] = {}
+    unreachable: list[str] = []
+    for broker in brokers:
+        try:
+            if len(brokers) == 1:
+                versions[broker] = next(iter(admin.broker_versions().values()))  # the only broker answers
+            else:
+                versions[broker] = admin.broker_version(broker)
+        except AdminError as exc:
+            if exc.status in (401, 403):
+                raise DowngradeError(f"cannot read broker versions: {exc.reason}", 3) from None
+            if broker in assume:
+                versions[broker] = "assumed ok (--assume-version-ok)"
+            else:
+                unreachable.append(f"{broker} ({exc.reason})")
+    if unreachable:
+        raise DowngradeError("cannot ask these brokers their version directly: " + ", ".join(unreachable)
+                             + "; check them yourself and name them with --assume-version-ok BROKER,...", 3)
     floor = parse_version(min_version)
-    old = {b: v for b, v in versions.items() if parse_version(v) < floor}
-    checked = (f"GET /admin/v2/brokers/version answered by {', '.join(sorted(versions))}; every version must be "
-               f">= {min_version}, the first release whose brokers read batched entries")
+    old = {b: v for b, v in versions.items() if b not in assume and parse_version(v) < floor}
+    checked = (f"asked every active broker (GET /admin/v2/brokers/version on each): "
+               + ", ".join(f"{b} runs {v}" for b, v in sorted(versions.items()))
+               + f"; every version must be >= {min_version}, the first release whose brokers read batched entries")
     if old:
         raise DowngradeError("brokers too old to read batched entries: "
                              + ", ".join(f"{b} runs {v}" for b, v in sorted(old.items()))
@@ -71,8 +95,8 @@ def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION) -> 
 
 
 def upgrade(admin: TransactionsAdmin, target: str, min_version: str = MIN_VERSION, reload: bool = True,
-            thresholds: Optional[dict[str, str]] = None) -> UpgradeResult:
-    versions, checked = check_versions(admin, min_version)
+            thresholds: Optional[dict[str, str]] = None, assume_ok: Optional[list[str]] = None) -> UpgradeResult:
+    versions, checked = check_versions(admin, min_version, assume_ok)
     result = UpgradeResult(versions, checked)
     for name, value in (thresholds or {}).items():
         try:

@@ -183,6 +183,10 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
         Route("/admin/v2/brokers/version", endpoint(
             lambda r, p: PlainTextResponse(next(iter(admin.broker_versions().values()))))),
         Route("/admin/v2/clusters", endpoint(lambda r, p: admin.list_clusters())),
+        Route(f"/admin/v2/persistent/{TOPIC}/subscription/{{sub}}", endpoint(
+            lambda r, p: admin.delete_subscription(_topic(p), p["sub"]), 204), methods=["DELETE"]),
+        Route(f"/admin/v2/persistent/{TOPIC}", endpoint(lambda r, p: admin.delete_topic(_topic(p)), 204),
+              methods=["DELETE"]),
         Route("/admin/v2/brokers/internal-configuration", endpoint(lambda r, p: admin.internal_configuration())),
         Route("/admin/v2/brokers/{cluster}", endpoint(lambda r, p: admin.active_brokers(p["cluster"]))),
         Route(f"/admin/v2/persistent/{TOPIC}/internalStats", endpoint(lambda r, p: admin.topic_internal_stats(_topic(p)))),
