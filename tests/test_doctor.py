@@ -509,7 +509,7 @@ def test_engine_coordinators_not_reopened_since_the_flag_changed(served):
     assert "--reload" in finding["fix"]
     # /metrics is served beside the admin API: the writer report is there, as `txnadmin metrics` gives it
     assert {f["subject"] for f in out["findings"] if f["severity"] == "info"} >= {"transaction coordinator log"}
-    reloaded = runner.invoke(app, ["-u", url, "transactions", "set-txn-tc-batch-log", "--enable", "--reload"], env=env)
+    reloaded = runner.invoke(app, ["-u", url, "transactions", "set-txn-tc-batch-log", "--enable", "--reload", "--yes"], env=env)
     assert reloaded.exit_code == 0, reloaded.output
     code, out = doctor_json(url, home, "--only", "batched-log")
     assert code == 0, out["findings"]
@@ -528,7 +528,7 @@ def test_engine_pending_ack_stores_not_reopened_since_the_flag_changed(served):
     (finding,) = [f for f in out["findings"] if f["severity"] == "warning"]
     assert finding["subject"] == "pending-ack stores"
     assert finding["evidence"]["notReopenedSinceChange"] == [f"{TOPIC} billing"]
-    reloaded = runner.invoke(app, ["-u", url, "transactions", "set-txn-pending-ack-batch-log", "--enable", "--reload"],
+    reloaded = runner.invoke(app, ["-u", url, "transactions", "set-txn-pending-ack-batch-log", "--enable", "--reload", "--yes"],
                              env=env)
     assert reloaded.exit_code == 0, reloaded.output
     assert doctor_json(url, home, "--only", "batched-log")[0] == 0
