@@ -28,8 +28,16 @@ check-java:
 	  echo "error: Java 17 is needed for Spark (txnadmin scan): install a JDK 17 and put java on PATH or set JAVA_HOME" >&2; exit 1; }
 
 # The main job: a guided downgrade rehearsal on the embedded engine (see docs/).
+# The rehearsal works in a temporary directory that is removed afterwards, whatever the verdict.
 run: $(VENV)/.installed check-java
-	$(VENV)/bin/txnadmin rehearse
+	@tmp=$$(mktemp -d); $(VENV)/bin/txnadmin rehearse --dir "$$tmp/rehearsal"; rc=$$?; rm -rf "$$tmp"; \
+	echo ""; \
+	echo "(the rehearsal directory above was removed; keep one with: txnadmin rehearse --dir DIR)"; \
+	echo "next steps:"; \
+	echo "  . $(VENV)/bin/activate    # puts txnadmin on PATH (or run $(VENV)/bin/txnadmin)"; \
+	echo "  txnadmin -h                 # the commands, most used first"; \
+	echo "  README.md, Quick tour       # an engine of your own, then pulsar-admin's commands on it"; \
+	exit $$rc
 
 test: $(VENV)/.installed-test check-java
 	$(PY) -m pytest -q

@@ -1,18 +1,21 @@
 """The transactional workload as an operator runs it: `txnadmin engine run --rate 0`, batching off vs on.
 
-    python bench/workload.py [--quick] [--seconds 5] [--clients 1,16,64,256] [--curve 1,4,16] [--write-docs]
+    python bench/workload.py [--quick] [--seconds 5] [--clients 1,16,64,256] [--curve 1,4] [--delays 5]
+                             [--write-docs]
 
 For every client count a fresh engine (16 coordinators) runs the real CLI in a child process, once with PIP-160
 batching off and once on (transaction log and pending-ack stores); the child's CPU time comes from its rusage.
 Afterwards the entry logs are read back (read-only storage, every entry CRC-checked and decoded) to count the
 transaction-log entries and the records in each batched entry. `--curve` adds runs at the largest client count
-with batching on and fewer coordinators: fewer logs share the same load, so each batch holds more records.
+with batching on and fewer coordinators: fewer logs share the same load, so each batch holds more records;
+`--delays` adds runs there with a longer max delay (16 coordinators), the other knob PIP-160 gives.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -64,13 +67,36 @@ def census(directory: Path) -> dict:
     return out
 
 
-def run(batched: bool, clients: int, coordinators: int, seconds: float) -> dict:
+_BASELINE_CPU = [0.0]
+
+
+def calibrate() -> float:
+    """CPU seconds of an `engine run` that does (almost) nothing: interpreter start, imports, opening and closing
+    the engine. Subtracted from every run, so CPU per transaction is what the transactions cost."""
+    samples = []
+    for _ in range(2):
+        with tempfile.TemporaryDirectory(prefix="txnadmin-bench-") as tmp:
+            engine = Path(tmp) / "engine"
+            subprocess.run([sys.executable, "-m", "txnadmin.cli.main", "engine", "init", str(engine)],
+                           capture_output=True, cwd=ROOT, check=True)
+            _children_usage()
+            subprocess.run([sys.executable, "-m", "txnadmin.cli.main", "engine", "run", str(engine), "--rate", "1",
+                            "--concurrency", "1", "--duration", "0.01", "-o", "json"],
+                           capture_output=True, cwd=ROOT, check=True)
+            samples.append(_children_usage())
+    _BASELINE_CPU[0] = min(samples)
+    return _BASELINE_CPU[0]
+
+
+def run(batched: bool, clients: int, coordinators: int, seconds: float, delay_ms: int = 1) -> dict:
     flag = "true" if batched else "false"
     with tempfile.TemporaryDirectory(prefix="txnadmin-bench-") as tmp:
         engine = Path(tmp) / "engine"
         init = subprocess.run([sys.executable, "-m", "txnadmin.cli.main", "engine", "init", str(engine),
                                "-c", str(coordinators), "--set", f"transactionLogBatchedWriteEnabled={flag}",
-                               "--set", f"transactionPendingAckBatchedWriteEnabled={flag}"],
+                               "--set", f"transactionPendingAckBatchedWriteEnabled={flag}",
+                               "--set", f"transactionLogBatchedWriteMaxDelayInMillis={delay_ms}",
+                               "--set", f"transactionPendingAckBatchedWriteMaxDelayInMillis={delay_ms}"],
                               capture_output=True, text=True, cwd=ROOT)
         if init.returncode != 0:
             raise SystemExit(f"engine init failed: {init.stderr.strip()}")
@@ -79,7 +105,7 @@ def run(batched: bool, clients: int, coordinators: int, seconds: float) -> dict:
                                  "--rate", "0", "--concurrency", str(clients), "--duration", str(seconds),
                                  "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
         out, err = proc.communicate()
-        cpu = _children_usage()  # the child's CPU time, all threads, user + system
+        cpu = max(0.0, _children_usage() - _BASELINE_CPU[0])  # the child's CPU, all threads, user + system
         if proc.returncode != 0:
             raise SystemExit(f"engine run failed: {err.decode().strip()}")
         stats = json.loads(out)
@@ -88,6 +114,7 @@ def run(batched: bool, clients: int, coordinators: int, seconds: float) -> dict:
     ack_batched = counted["ackBatched"]
     return {
         "batching": "on" if batched else "off", "clients": clients, "coordinators": coordinators,
+        "maxDelayMs": delay_ms if batched else None,
         "txnPerSecond": stats["txnPerSecond"], "started": stats["started"], "errors": stats["errors"],
         "cpuMsPerTxn": round(cpu * 1000 / stats["started"], 2) if stats["started"] else None,
         "tcEntries": counted["tcEntries"],
@@ -109,35 +136,39 @@ def _children_usage() -> float:
     return spent
 
 
+COLUMNS = ("batching", "max delay ms", "clients", "coordinators", "txn/s", "CPU ms/txn", "txn-log entries",
+           "records / batched TC entry", "records / batched pending-ack entry")
+
+
+def _cells(r: dict) -> list[str]:
+    return [r["batching"], _fmt(r["maxDelayMs"], "{}"), str(r["clients"]), str(r["coordinators"]),
+            f"{r['txnPerSecond']:,.0f}", str(r["cpuMsPerTxn"]), f"{r['tcEntries']:,}",
+            _fmt(r["tcRecordsPerBatchedEntry"]), _fmt(r["ackRecordsPerBatchedEntry"])]
+
+
 def table(rows: list[dict]) -> Table:
-    t = Table(title="engine run --rate 0 (16 coordinators unless said), batching off vs on")
-    for col in ("batching", "clients", "TCs", "txn/s", "CPU ms/txn", "txn-log entries", "records / batched TC entry",
-                "records / batched ack entry"):
+    t = Table(title="txnadmin engine run --rate 0, batching off vs on")
+    for col in COLUMNS:
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(r["batching"], str(r["clients"]), str(r["coordinators"]), f"{r['txnPerSecond']:,.0f}",
-                  str(r["cpuMsPerTxn"]), f"{r['tcEntries']:,}", _fmt(r["tcRecordsPerBatchedEntry"]),
-                  _fmt(r["ackRecordsPerBatchedEntry"]))
+        t.add_row(*_cells(r))
     return t
 
 
-def _fmt(value) -> str:
-    return "–" if value is None else f"{value:.2f}"
+def _fmt(value, pattern: str = "{:.2f}") -> str:
+    return "–" if value is None else pattern.format(value)
 
 
-def markdown(rows: list[dict], seconds: float) -> str:
+def markdown(rows: list[dict], seconds: float, baseline: float, load: tuple[float, float]) -> str:
     lines = [HEADER, "",
-             f"`.venv/bin/python bench/workload.py --seconds {seconds:g} --write-docs` — the real `txnadmin engine run "
-             "--rate 0` in a child process per row (fresh engine, default workload: 2 topics, 2 subscriptions, 2 "
-             "messages and up to 2 acks per transaction, 10 % aborted), measured "
-             f"{time.strftime('%Y-%m-%d')}. Records per batched entry are read back from the entry logs.", "",
-             "| batching | clients | coordinators | txn/s | CPU ms/txn | txn-log entries | records / batched TC entry "
-             "| records / batched pending-ack entry |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['batching']} | {r['clients']} | {r['coordinators']} | {r['txnPerSecond']:,.0f} | "
-                     f"{r['cpuMsPerTxn']} | {r['tcEntries']:,} | {_fmt(r['tcRecordsPerBatchedEntry'])} | "
-                     f"{_fmt(r['ackRecordsPerBatchedEntry'])} |")
+             f"`.venv/bin/python bench/workload.py --seconds {seconds:g} --write-docs` — the real `txnadmin engine "
+             "run --rate 0` in a child process per row (fresh engine, default workload: 2 topics, 2 subscriptions, "
+             "2 messages and up to 2 acks per transaction, 10 % aborted), measured "
+             f"{time.strftime('%Y-%m-%d')}. Records per batched entry are read back from the entry logs; CPU per "
+             f"transaction is the child's user + system time less an idle run's ({baseline:.2f} s). The machine is "
+             f"shared: 1-minute load average {load[0]:.1f} before the runs, {load[1]:.1f} after.", "",
+             "| " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
+    lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -147,14 +178,18 @@ def main() -> None:
     parser.add_argument("--clients", default="1,16,64,256")
     parser.add_argument("--curve", default="1,4", help="coordinator counts for extra runs at the largest client "
                                                         "count with batching on ('' for none)")
+    parser.add_argument("--delays", default="5", help="max delays (ms) for extra runs at the largest client "
+                                                       "count, 16 coordinators, batching on ('' for none)")
     parser.add_argument("--quick", action="store_true", help="1-second runs at 1 and 16 clients, a smoke check")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     seconds = 1.0 if args.quick else args.seconds
     clients = [1, 16] if args.quick else [int(c) for c in args.clients.split(",") if c]
     curve = [] if args.quick else [int(c) for c in args.curve.split(",") if c]
+    delays = [] if args.quick else [int(d) for d in args.delays.split(",") if d]
     console = Console()
-    _children_usage()  # start counting children's CPU from here
+    baseline = calibrate()
+    load_before = os.getloadavg()[0]
     rows = []
     for count in clients:
         for batched in (False, True):
@@ -163,9 +198,15 @@ def main() -> None:
     for coordinators in curve:
         rows.append(run(True, max(clients), coordinators, seconds))
         console.print(rows[-1])
+    for delay in delays:
+        rows.append(run(True, max(clients), 16, seconds, delay))
+        console.print(rows[-1])
+    load_after = os.getloadavg()[0]
     console.print(table(rows))
+    console.print(f"CPU baseline of an idle engine run: {baseline:.2f} s (subtracted); "
+                  f"1-minute load average {load_before:.1f} before, {load_after:.1f} after")
     if args.write_docs:
-        replace_section(HEADER, markdown(rows, seconds))
+        replace_section(HEADER, markdown(rows, seconds, baseline, (load_before, load_after)))
         console.print(f"recorded in docs/benchmarks.md ({HEADER})")
 
 

@@ -4,7 +4,6 @@ own HTTP code (httpx MockTransport). Used for conditions the embedded engine can
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from email.utils import formatdate
@@ -198,7 +197,3 @@ def open_transaction(state: dict, txn: str, opened_ago_ms: int, timeout_ms: int,
         t["buffer"]["maxReadPosition"] = "12:4"
         t["internal"]["lastConfirmedEntry"] = "12:60"
     return meta
-
-
-def clone(state: dict) -> dict:
-    return copy.deepcopy(state)

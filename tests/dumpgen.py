@@ -85,22 +85,30 @@ def stored_entry(ledger: int, entry: int, payload: bytes, length: int, kind: str
 
 def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_last: int = 0,
                     digests: dict[int, str] | None = None, password: bytes = b"",
-                    corrupt: set[tuple[int, int]] | None = None) -> None:
-    """A finished DefaultEntryLogger file: header, [size][32-byte header][digest][payload] records, ledgers map.
+                    corrupt: set[tuple[int, int]] | None = None,
+                    corrupt_header: set[tuple[int, int]] | None = None, finished: bool = True) -> None:
+    """A DefaultEntryLogger file: header, [size][32-byte header][digest][payload] records and, once finished
+    (rotated), the ledgers map: per ledger the bytes it holds in the file, each record counted with its 4-byte
+    size (`EntryLogMetadata.addLedgerSize(ledgerId, entrySize + 4)`).
 
     ``digests`` gives a ledger's digest type (CRC32C by default); ``corrupt`` flips a byte of those entries' payload
-    after the digest was computed (a damaged byte on disk)."""
+    after the digest was computed (a damaged byte on disk); ``corrupt_header`` flips a bit of their ledger id."""
     out = bytearray(b"BKLO" + struct.pack(">i", 1) + bytes(1016))
     lengths: dict[int, int] = {}
     counts: dict[int, int] = {}
     for ledger, entry, payload in entries:
         lengths[ledger] = lengths.get(ledger, 0) + len(payload)
-        counts[ledger] = counts.get(ledger, 0) + len(payload)
         record = bytearray(stored_entry(ledger, entry, payload, lengths[ledger], (digests or {}).get(ledger, "CRC32C"),
                                         password))
         if corrupt and (ledger, entry) in corrupt:
             record[-len(payload)] ^= 0x40  # 0E → 4E: the damaged prefix byte no longer looks like the magic
+        if corrupt_header and (ledger, entry) in corrupt_header:
+            record[7] ^= 0x01  # a flipped bit in the stored ledger id: the entry claims another ledger
         out += struct.pack(">i", len(record)) + record
+        counts[ledger] = counts.get(ledger, 0) + len(record) + 4  # the map counts what was written, as written
+    if not finished:
+        path.write_bytes(bytes(out[:len(out) - truncate_last]))
+        return
     map_offset = len(out)
     items = b"".join(struct.pack(">qq", l, s) for l, s in counts.items())
     body = struct.pack(">qqi", -1, -2, len(counts)) + items

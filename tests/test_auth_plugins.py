@@ -88,8 +88,8 @@ def test_basic_from_flags_and_from_client_conf(tmp_path):
                         f"AuthenticationBasic\nauthParams={params}\n")
         assert _list("--conf", str(conf)).exit_code == 0
         wrong = _list("-u", server.url, "--auth-plugin", "AuthenticationBasic",
-                      "--auth-params", '{"userId":"operator","password":"nope"}')
-        assert wrong.exit_code == 1 and "not authorized" in wrong.stderr and "nope" not in wrong.output
+                      "--auth-params", '{"userId":"operator","password":"wrong-password"}')
+        assert wrong.exit_code == 1 and "not authorized" in wrong.stderr and "wrong-password" not in wrong.output
     finally:
         server.close()
 

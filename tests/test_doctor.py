@@ -10,7 +10,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from broker_standin import NOW, BrokerStandIn, healthy_cluster, open_transaction
+from broker_standin import NOW, BrokerStandIn, open_transaction
 from txnadmin.admin.protocol import TxnId
 from txnadmin.cli.main import app
 from txnadmin.procedures import doctor
@@ -83,10 +83,10 @@ def test_unauthorized_target_is_exit_3(monkeypatch):
 
 
 def test_embedded_default_is_refused_unless_named(tmp_path):
-    env = {"TXNADMIN_ADMIN_URL": "", "PULSAR_CLIENT_CONF": "", "HOME": str(tmp_path)}
+    env = {"TXNADMIN_ADMIN_URL": "", "PULSAR_CLIENT_CONF": "", "PULSAR_HOME": str(tmp_path), "HOME": str(tmp_path)}
     result = runner.invoke(app, ["doctor"], env=env)
     assert result.exit_code == 2
-    assert "name the target" in result.stderr and "local:" in result.stderr
+    assert "doctor needs a named target" in result.stderr and "-u local:PATH" in result.stderr
 
 
 @pytest.mark.parametrize("args, message", [
@@ -328,7 +328,7 @@ def test_unreadable_namespaces_and_buffers_are_unknown_not_healthy():
 # -- 8. versions ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("version, issues", [
-    ("2.10.3", {17040, 22943, 23550, 24945}),
+    ("2.10.3", {17040, 19200, 22943, 23550, 24945}),
     ("2.10.4", {22943, 23550, 24945}),
     ("3.0.7", {22943, 23550, 24945}),
     ("4.0.1", {23550, 24945}),
@@ -638,3 +638,84 @@ def test_pulsar_5_encoded_subscription_in_a_store_name_is_not_a_leftover():
 
     standin._route = route
     assert not bad(report(standin, only=["leftovers", "recovery"]))
+
+
+def test_idle_pending_ack_stores_only_with_proof_from_metrics():
+    standin = BrokerStandIn()
+    subs = standin.state["topics"][TOPIC]["subscriptions"]
+    subs["audit"] = dict(subs["billing"])
+    standin.state["topics"][TOPIC]["internal"]["cursors"]["audit"] = {}
+    counters = (f'pulsar_txn_tp_committed_count_total{{namespace="public/default",topic="{TOPIC}",'
+                f'subscription="billing",status="succeed"}} 42.0\n')
+
+    def metrics(started_days_ago, with_counters=True):
+        standin.state["metrics_status"] = 200
+        standin.state["metrics"] = ("# TYPE process_start_time_seconds gauge\n"
+                                    f"process_start_time_seconds {(NOW - started_days_ago * 86_400_000) / 1000}\n"
+                                    + ("# TYPE pulsar_txn_tp_committed_count counter\n" + counters if with_counters else ""))
+
+    metrics(started_days_ago=10)
+    rep = report(standin, only=["leftovers"])
+    (finding,) = rep.findings
+    assert finding.severity == "info" and finding.subject == "idle pending-ack stores"
+    assert finding.evidence["examples"] == [f"{TOPIC} audit"] and finding.evidence["brokerUp"] == "10.0d"
+    assert doctor.exit_code(rep) == 0
+    metrics(started_days_ago=1)  # not up long enough to say
+    assert not report(standin, only=["leftovers"]).findings
+    metrics(started_days_ago=10, with_counters=False)  # counters not exported: no proof either way
+    assert not report(standin, only=["leftovers"]).findings
+    counters += counters.replace("billing", "audit").replace("committed", "aborted")
+    metrics(started_days_ago=10)  # the fix is traffic (or unsubscribing): nothing idle
+    assert not report(standin, only=["leftovers"]).findings
+
+
+def test_engine_with_transactions_switched_off_then_on(tmp_path):
+    """The engine answers 503 as a broker with transactionCoordinatorEnabled=false does; the fix is the setting."""
+    from txnadmin.engine.config import EngineConfig
+
+    directory = tmp_path / "engine"
+    config = EngineConfig()
+    config.transactionCoordinatorEnabled = False
+    config.engineBrokerVersion = "4.2.0"
+    config.save(directory)
+    from txnadmin.engine.engine import Engine
+
+    Engine(directory, EngineConfig.load(directory), maintenance=False).close()
+    env = {"TXNADMIN_HOME": str(tmp_path)}
+    result = runner.invoke(app, ["-u", f"local:{directory}", "doctor", "-o", "json"], env=env)
+    assert result.exit_code == 1, result.output
+    found = {(f["check"], f["severity"]) for f in json.loads(result.stdout)["findings"]}
+    (coordinators,) = [f for f in json.loads(result.stdout)["findings"] if f["check"] == "coordinators"]
+    assert coordinators["severity"] == "warning" and coordinators["evidence"]["status"] == 503
+    assert "transactionCoordinatorEnabled=false" in coordinators["why"]
+    assert ("stuck-transactions", "unknown") in found  # nothing about transactions is claimed healthy
+    config = EngineConfig.load(directory)
+    config.transactionCoordinatorEnabled = True  # the fix, then a restart (the next open)
+    config.save(directory)
+    result = runner.invoke(app, ["-u", f"local:{directory}", "doctor", "-o", "json"], env=env)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("stuck, code", [(True, 1), (False, 3)])
+def test_target_lost_mid_run_judges_what_was_read(monkeypatch, stuck, code):
+    """A warning found before the target went away wins (1); with nothing found the run cannot say healthy (3)."""
+    import httpx
+
+    standin = BrokerStandIn()
+    if stuck:
+        open_transaction(standin.state, "(0,3)", opened_ago_ms=3_600_000, timeout_ms=60_000)
+    original = standin.handle
+
+    def handle(request):
+        if "/transactionBufferStats/" in request.url.raw_path.decode():  # gone once the topics are being read
+            raise httpx.ConnectError("Connection refused")
+        return original(request)
+
+    standin.handle = handle
+    result = run_cli(monkeypatch, standin, "-o", "json")
+    assert result.exit_code == code, result.output
+    out = json.loads(result.stdout)
+    assert "cannot connect" in out["summary"]["targetLost"] and out["summary"]["healthy"] is False
+    lost = [f for f in out["findings"] if f["check"] == "coverage" and f["subject"] == "target"]
+    assert lost and lost[0]["severity"] == "unknown"
+    assert any(f["subject"] == "(0,3)" and f["severity"] == "critical" for f in out["findings"]) is stuck

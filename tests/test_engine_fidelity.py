@@ -134,6 +134,11 @@ def test_individual_acks_record_the_batch_size_and_cumulative_batch_acks_keep_th
         engine.ack(cumulative, TOPIC, "sub", [(batch, [0b1000], None)], cumulative=True)
         assert stats.transaction_in_pending_ack_stats(engine, cumulative, TOPIC, "sub") == {
             "cumulativeAckPosition": f"{batch}:2"}
+    # and after a restart, through the CLI: the replayed cumulative ack keeps its batch index
+    out = _cli("-u", f"local:{tmp_path}", "transactions", "transaction-in-pending-ack-stats", "-t", TOPIC, "-s", "sub",
+               "-m", str(cumulative[0]), "-l", str(cumulative[1]))
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout) == {"cumulativeAckPosition": f"{batch}:2"}
 
 
 def test_stats_of_a_subscription_whose_store_is_unused_answer_like_pulsar(tmp_path):

@@ -140,7 +140,9 @@ class OAuth2ClientCredentials(Auth):
                     form["audience"] = self.audience
                 if self.scope:
                     form["scope"] = self.scope
-                reply = client.post(endpoint, data=form, headers={"Accept": "application/json"})
+                # No redirects for the POST: a 307 would re-send the client secret wherever it points.
+                reply = client.post(endpoint, data=form, headers={"Accept": "application/json"},
+                                    follow_redirects=False)
         except httpx.HTTPError as exc:
             raise AuthError(f"{where}: {type(exc).__name__}: {mask(str(exc))[:200]}") from None
         body = _json_object(reply, f"token endpoint {endpoint}")

@@ -255,6 +255,7 @@ class HttpAdmin:
         self._local = threading.local()
         self._transports: dict[threading.Thread, httpx.BaseTransport] = {}
         self._transports_lock = threading.Lock()
+        self.in_flight: Optional[str] = None
         self._brokers: Optional[set[str]] = None  # the cluster's active brokers, fetched on the first foreign redirect
         self._brokers_lock = threading.RLock()
 
@@ -314,6 +315,7 @@ class HttpAdmin:
 
     def _call(self, method: str, path: str, params: dict, content: Optional[bytes]) -> httpx.Response:
         deadline = time.monotonic() + self.timeout
+        self.in_flight = f"{method} {path}"  # named by the CLI's "waiting for …" spinner
         policy = self.retry
         attempt = 0
         while True:
@@ -375,7 +377,8 @@ class HttpAdmin:
         if remaining <= 0:
             raise TargetUnreachableError(f"{where}: no answer within --request-timeout {self.timeout:g} s (timeout)")
         request = httpx.Request(method, url, content=content, headers=headers,
-                                extensions={"timeout": httpx.Timeout(remaining).as_dict()})
+                                extensions={"timeout": {"connect": remaining, "read": remaining, "write": remaining,
+                                                        "pool": remaining}})
         sent = False
         try:
             response = self._transport().handle_request(request)

@@ -20,10 +20,31 @@ def print_json(value: Any) -> None:
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
-    """Print a one-line error to stderr and exit with ``code``."""
-    typer.echo(f"error: {message}", err=True)
+    """Print a one-line error to stderr (secrets masked) and exit with ``code``."""
+    from ..admin.auth import mask
+
+    typer.echo(mask(f"error: {message}"), err=True)
     raise typer.Exit(code)
 
 
 def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
+
+
+def txn_id_from(most: "int | None", least: "int | None", txn_id: "str | None") -> tuple[int, int]:
+    """-m/-l, or --txn-id "(1,6)" as Pulsar prints it (parentheses optional): exactly one of the two ways.
+
+    Raises ValueError with the message to show.
+    """
+    import re
+
+    if txn_id is not None:
+        if most is not None or least is not None:
+            raise ValueError("give either --txn-id or -m/-l, not both")
+        m = re.fullmatch(r"\s*\(?\s*(-?\d{1,19})\s*,\s*(-?\d{1,19})\s*\)?\s*", txn_id)
+        if not m:
+            raise ValueError(f"--txn-id {txn_id!r}: expected (mostSigBits,leastSigBits), e.g. (1,6)")
+        return int(m.group(1)), int(m.group(2))
+    if most is None or least is None:
+        raise ValueError("Missing required option: give --most-sig-bits/-m and --least-sig-bits/-l, or --txn-id")
+    return most, least

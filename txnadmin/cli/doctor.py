@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
-from ._target import AdminUrl, Conf
+from ._target import AdminUrl, Conf, admin_for
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "unknown": "magenta", "info": "dim"}
 
@@ -20,7 +20,7 @@ def doctor(
                                        "coordinators, stuck-transactions, max-read-position, recovery, snapshots, "
                                        "batched-log, leftovers, coverage, versions, bookie-rocksdb."),
     threshold: list[str] = typer.Option([], "--threshold", help="name=value, repeatable: stuck-margin, ending, "
-                                        "stalled, recovery (durations: 90s, 5m, 2h) and snapshot-share (a fraction)."),
+                                        "stalled, recovery, idle (durations: 90s, 5m, 2h) and snapshot-share (a fraction)."),
     output: str = typer.Option("table", "--output", "-o", help="table or json."),
     strict: bool = typer.Option(False, "--strict", help="Count 'unknown' findings (checks that could not run) as warnings."),
     fix: bool = typer.Option(False, "--fix", help="Abort the transactions that are OPEN past their timeout (judged on "
@@ -56,7 +56,8 @@ def doctor(
         fail(str(exc), exc.code)
     if bookie_dir is not None and not bookie_dir.is_dir():
         fail(f"--bookie-dir {bookie_dir}: not a directory", EXIT_UNREADABLE)
-    target, admin = _named_target(ctx, admin_url, conf)
+    # doctor judges a whole cluster and --fix aborts transactions: never on the embedded default unless named
+    target, admin = admin_for(ctx, admin_url, conf, require_named="doctor")
     bar, progress = _progress(output)
     try:
         import contextlib
@@ -74,23 +75,6 @@ def doctor(
     else:
         _render(report, target, strict)
     raise typer.Exit(proc.exit_code(report, strict))
-
-
-def _named_target(ctx: typer.Context, admin_url, conf):
-    """Doctor acts (--fix aborts transactions): it never falls back on the embedded default silently."""
-    from ..admin.protocol import TargetUnreachableError
-    from ..admin.target import open_admin, resolve_target
-
-    opts = ctx.find_root().obj or {}
-    try:
-        target = resolve_target(admin_url or opts.get("admin_url"), conf or opts.get("conf"), opts.get("auth_plugin"),
-                                opts.get("auth_params"), opts.get("tls"))
-        if target.source == "embedded default":
-            fail(f"name the target: -u http(s)://host:port, -u local:PATH, --conf or $TXNADMIN_ADMIN_URL "
-                 f"(the embedded engine is at local:{target.engine_dir})", EXIT_USAGE)
-        return target, open_admin(target)
-    except TargetUnreachableError as exc:
-        fail(exc.reason, EXIT_UNREADABLE)
 
 
 def _progress(output: str):
@@ -118,7 +102,7 @@ def _fix(admin, report, target, checks, thresholds, concurrency, bookie_dir, yes
         return report
     steps = [f"abort {txn}" for txn in plan]
     fix = Plan(f"abort {len(plan)} transaction(s) OPEN past their timeout (judged on the target's clock)",
-               f"{target.url} (from {target.source})", steps, {"abort": [str(txn) for txn in plan]})
+               target.label, steps, {"abort": [str(txn) for txn in plan]})
     if dry_run and output == "json":
         report.fix = {"dryRun": True, "plan": fix.to_json()}  # one JSON document: the plan rides in the report
         return report
@@ -138,7 +122,7 @@ def _render(report, target, strict: bool) -> None:
     from rich.markup import escape
 
     console = Console(highlight=False, soft_wrap=True)
-    console.print(f"doctor: {escape(target.url)} (from {escape(target.source)}), clock: {report.clock}")
+    console.print(f"doctor: {escape(target.label)}, clock: {report.clock}")
     for f in report.findings:
         style = SEVERITY_STYLE[f.severity]
         console.print(f"[{style}]{f.severity.upper():8}[/] {escape(f.check)}  {escape(f.subject)}")
@@ -149,7 +133,8 @@ def _render(report, target, strict: bool) -> None:
         if f.refs:
             console.print(f"  refs: {escape(', '.join(f.refs))}")
     counts = report.counts()
-    verdict = "healthy" if report.healthy(strict) else "NOT healthy"
+    verdict = ("NOT healthy" if not report.healthy(strict) else
+               "cannot tell (the target stopped answering)" if report.lost else "healthy")
     console.print(f"{verdict}: " + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "unknown", "info"))
                   + f" ({len(report.checks)} checks)")
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from .render import output_option
 from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
 from ..procedures.state import StateError
 from ._target import AdminUrl, Conf, admin_for
@@ -16,7 +18,7 @@ app = typer.Typer(help="Guided PIP-160 downgrade: disable batching, record, wait
                   no_args_is_help=True)
 
 StateOpt = typer.Option(Path("txnadmin-downgrade.json"), "--state", help="The checklist file (JSON).")
-OutputOpt = typer.Option("table", "--output", "-o", help="table or json.")
+OutputOpt = output_option("table")
 
 
 def _guard(fn, *args, **kwargs):
@@ -294,16 +296,21 @@ def wait(
     raise typer.Exit(code)
 
 
-def _hard_exit(message: Optional[str], code: int) -> None:
-    """A request still hangs in a worker thread; --timeout promised to bound the run, so do not wait for it."""
-    import os
-    import sys
+_EXIT_HARD = threading.Event()
 
+
+def _hard_exit(message: Optional[str], code: int) -> None:
+    """A request still hangs in a worker thread; --timeout promised to bound the run, so the process must not wait
+    for it at exit. The command ends normally here; `main()` (the real process, never an in-process runner)
+    sees :func:`exit_hard_requested` and leaves without joining the hung thread."""
     if message:
         typer.echo(message, err=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    _EXIT_HARD.set()
+    raise typer.Exit(code)
+
+
+def exit_hard_requested() -> bool:
+    return _EXIT_HARD.is_set()
 
 
 @app.command("verify")

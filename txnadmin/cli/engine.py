@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from .render import output_option
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
 
 app = typer.Typer(help="The embedded engine: init, run a workload, dump ledgers, settings.", no_args_is_help=True)
@@ -87,7 +88,7 @@ def run(
     seed: int = typer.Option(1, "--seed"),
     journal: Optional[Path] = typer.Option(None, "--journal",
                                            help="Append each committed transaction and its acks as JSON lines."),
-    output: str = typer.Option("table", "--output", "-o", help="table (live view) or json (final counters)."),
+    output: str = output_option("table", help="table (live view) or json (final counters)."),
 ) -> None:
     """Run a transactional workload; Ctrl-C stops cleanly, kill -9 loses nothing acknowledged."""
     from ..engine.engine import Engine
@@ -213,8 +214,15 @@ def txn_begin(
     print_json({"txnId": f"({txn[0]},{txn[1]})", "mostSigBits": txn[0], "leastSigBits": txn[1]})
 
 
-def _end(directory, most: int, least: int, client_name: Optional[str], commit: bool) -> None:
+def _end(directory, most: Optional[int], least: Optional[int], client_name: Optional[str], commit: bool,
+         txn_id: Optional[str] = None) -> None:
     from ..engine.coordinator import CoordinatorError
+    from ._common import txn_id_from
+
+    try:
+        most, least = txn_id_from(most, least, txn_id)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
 
     engine = _client_engine(directory)
     try:
@@ -228,21 +236,53 @@ def _end(directory, most: int, least: int, client_name: Optional[str], commit: b
 
 @txn_app.command("commit")
 def txn_commit(
-    most: int = typer.Option(..., "--most-sig-bits", "-m"),
-    least: int = typer.Option(..., "--least-sig-bits", "-l"),
+    most: Optional[int] = typer.Option(None, "--most-sig-bits", "-m", help="Or use --txn-id."),
+    least: Optional[int] = typer.Option(None, "--least-sig-bits", "-l", help="Or use --txn-id."),
+    txn_id: Optional[str] = typer.Option(None, "--txn-id", help='The TxnID as printed, e.g. "(1,6)".'),
     client_name: Optional[str] = typer.Option(None, "--client-name", help="PIP-255: makes a retried commit idempotent."),
     directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
 ) -> None:
     """Commit a transaction; with --client-name a retry after a lost answer succeeds (PIP-255)."""
-    _end(directory, most, least, client_name, True)
+    _end(directory, most, least, client_name, True, txn_id)
 
 
 @txn_app.command("abort")
 def txn_abort(
-    most: int = typer.Option(..., "--most-sig-bits", "-m"),
-    least: int = typer.Option(..., "--least-sig-bits", "-l"),
+    most: Optional[int] = typer.Option(None, "--most-sig-bits", "-m", help="Or use --txn-id."),
+    least: Optional[int] = typer.Option(None, "--least-sig-bits", "-l", help="Or use --txn-id."),
+    txn_id: Optional[str] = typer.Option(None, "--txn-id", help='The TxnID as printed, e.g. "(1,6)".'),
     client_name: Optional[str] = typer.Option(None, "--client-name", help="PIP-255: makes a retried abort idempotent."),
     directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
 ) -> None:
     """Abort a transaction; with --client-name a retry after a lost answer succeeds (PIP-255)."""
-    _end(directory, most, least, client_name, False)
+    _end(directory, most, least, client_name, False, txn_id)
+
+
+@app.command("recover")
+def recover(
+    directory: Path = typer.Argument(..., help="The engine directory whose metadata.db is damaged (stop it first)."),
+    output: str = output_option("table"),
+) -> None:
+    """Rebuild a damaged metadata.db: keep it aside, salvage what SQLite can read, re-index the entry logs.
+
+    Exit 0 when nothing was lost, 1 when the engine opens again but something could not be rebuilt (listed),
+    3 when the directory cannot be recovered.
+    """
+    from ..engine.storage import LedgerStorage, StorageError
+
+    try:
+        report = LedgerStorage.recover(directory)
+    except StorageError as exc:
+        fail(str(exc), EXIT_UNREADABLE)
+    if output == "json":
+        print_json(report)
+    else:
+        rebuilt = report["rebuiltFromEntryLogs"]
+        typer.echo(f"kept the damaged file as {report['damagedCopy']}")
+        typer.echo("salvaged: " + ", ".join(f"{n} {t} rows" for t, n in report["salvaged"].items()))
+        typer.echo(f"re-indexed {rebuilt.get('entries', 0)} entries from {rebuilt.get('entryLogs', 0)} entry logs")
+        for item in report["lost"]:
+            typer.echo(f"lost: {item}")
+        typer.echo("recovered: nothing lost" if not report["lost"] else
+                   "recovered with losses (above); the entries are intact in the entry logs")
+    raise typer.Exit(0 if not report["lost"] else 1)

@@ -30,6 +30,7 @@ from . import transactions
 from . import upgrade as upgrade_cli
 
 PULSAR_STYLE = ("transactions", "txn")
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for `… | head`
 # Top-level commands in the order operators reach for them; anything not named keeps its place after these.
 ORDER = ("transactions", "downgrade", "upgrade", "scan", "target", "doctor", "rehearse", "serve", "engine", "inspect",
          "metrics")
@@ -65,6 +66,8 @@ class GuardedGroup(TyperGroup):
                 raise
             typer.echo("interrupted", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except BrokenPipeError:
+            raise  # the reader of stdout went away: main() ends quietly (141); not a failure to describe
         except Exception as exc:  # noqa: BLE001 — this is the one place that may catch everything
             if _debug(ctx):
                 raise
@@ -177,6 +180,9 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        sys.exit(EXIT_PIPE_CLOSED)
     except Exception as exc:
         # Usage errors (typer's vendored click or click itself) know how to show themselves. Anything else got
         # past the root group's guard (parsing, completion): still one line, never a traceback.
@@ -195,7 +201,13 @@ def main() -> None:
         exc.show()
         pulsar_style = any(arg in PULSAR_STYLE for arg in sys.argv[1:])
         sys.exit(1 if pulsar_style else exc.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    if downgrade.exit_hard_requested():
+        # `downgrade wait` left a hung request behind at its deadline: exit without joining that thread.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

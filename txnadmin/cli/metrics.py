@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from .render import output_option
 from ._common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
 
 
@@ -14,7 +15,7 @@ def metrics(
     source: str = typer.Argument(..., help="A broker's /metrics URL, a saved exposition file, or local:PATH."),
     token: Optional[str] = typer.Option(None, "--token", envvar="TXNADMIN_TOKEN", help="Bearer token for the URL."),
     config: Optional[Path] = typer.Option(None, "--config", help="broker.conf / engine.conf with the current thresholds."),
-    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    output: str = output_option("table"),
 ) -> None:
     """Flush triggers (shares), records and bytes per entry, oldest-record delay, and what to set.
 

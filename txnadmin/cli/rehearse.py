@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from .render import output_option
 from ._common import EXIT_FAILURE, EXIT_OK, print_json
 
 
@@ -16,7 +17,7 @@ def rehearse(
     warmup: float = typer.Option(4.0, "--warmup", help="Seconds of batched workload before the downgrade starts."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for 'safe' at most."),
     scan_engine: str = typer.Option("auto", "--scan-engine", help="auto (Spark when Java is present), spark, python."),
-    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    output: str = output_option("table"),
 ) -> None:
     """Workload with batching on → downgrade start → wait until safe → dump → Spark scan → verdict.
 

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
+from .render import output_option
 
 
 def scan(
@@ -18,10 +19,12 @@ def scan(
                                               "when the list has no metadata."),
     ledger_id_format: str = typer.Option("long", "--ledger-id-format",
                                          help="How the dumps print ledger ids (-ledgeridformat): long or hex."),
+    verify_all: bool = typer.Option(False, "--verify-all-digests", help="Also verify entry-log digests of the "
+                                    "ledgers that are skipped by id (slower; catches a damaged ledger id)."),
     fmt: str = typer.Option("auto", "--format", help="Force a dump format (see docs/scan.md)."),
     engine: str = typer.Option("auto", "--engine", help="auto, spark or python."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
-    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    output: str = output_option("table"),
     report: Optional[Path] = typer.Option(None, "--report", help="Write per-entry findings (.parquet or .jsonl)."),
 ) -> None:
     """Prove that no batched entries remain in transaction ledgers, from bookie entry logs or shell dumps.
@@ -48,7 +51,7 @@ def scan(
     try:
         named = parse_txn_ledgers(txn_ledgers, ledger_id_format if ledger_id_format in ("long", "hex") else "long")
         args = dict(ledgers_file=ledgers, fmt=fmt, engine=engine, master=master, report=report, progress=progress,
-                    txn_ledgers=named, ledger_id_format=ledger_id_format)
+                    txn_ledgers=named, ledger_id_format=ledger_id_format, verify_all_digests=verify_all)
         if bar:
             with bar:
                 result = run_scan([str(p) for p in paths], **args)

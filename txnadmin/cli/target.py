@@ -5,9 +5,10 @@ from __future__ import annotations
 import typer
 
 from ._common import EXIT_UNREADABLE, fail, print_json
+from .render import FORMATS, output_option, to_yaml
 
 
-def target(ctx: typer.Context, output: str = typer.Option("table", "--output", "-o", help="table or json.")) -> None:
+def target(ctx: typer.Context, output: str = output_option("table", FORMATS)) -> None:
     """Print the target in use and where it came from (flags > env > client.conf > embedded engine). Secrets masked."""
     from ..admin.protocol import TargetUnreachableError
     from ..admin.target import resolve_target
@@ -25,6 +26,8 @@ def target(ctx: typer.Context, output: str = typer.Option("table", "--output", "
     info = t.describe()
     if output == "json":
         print_json(info)
+    elif output == "yaml":
+        typer.echo(to_yaml(info))
     else:
         for key, value in info.items():
             typer.echo(f"{key}: {value}")

@@ -1,7 +1,7 @@
 """`txnadmin transactions` (alias `txn`): pulsar-admin's 14 subcommands, PIP-160's batch-log commands, and more.
 
-Default output is pulsar-admin's (Jackson pretty JSON, map lines); `-o json` is always JSON, `-o table`
-a rich view. Exit codes are pulsar-admin's: 0 success, 1 any failure.
+Default output is pulsar-admin's (Jackson pretty JSON, map lines); `-o json` is always JSON, `-o yaml` YAML (as
+pulsarctl), `-o table` a rich view. Exit codes are pulsar-admin's: 0 success, 1 any failure.
 """
 
 from __future__ import annotations
@@ -13,18 +13,25 @@ import typer
 
 app = typer.Typer(help="Operations on transactions (pulsar-admin transactions).", no_args_is_help=True)
 
-Output = typer.Option(None, "--output", "-o", help="json (always JSON) or table (for people); default: pulsar-admin's.")
+from .confirm import DryRunOpt, YesOpt
+from .render import FORMATS, output_option
+
+Output = output_option(None, FORMATS, "json (always JSON), yaml, or table (for people); default: pulsar-admin's.")
 Topic = typer.Option(..., "--topic", "-t", help="Topic name (persistent://t/ns/x, t/ns/x or x).")
 SubName = typer.Option(..., "--sub-name", "--subscription-name", "-s", help="Subscription name.")
 SubscriptionName = typer.Option(..., "--subscription-name", "--sub-name", "-s", help="Subscription name.")
-Most = typer.Option(..., "--most-sig-bits", "-m", help="Most significant bits of the TxnID (the coordinator id).")
-Least = typer.Option(..., "--least-sig-bits", "-l", help="Least significant bits of the TxnID.")
+Most = typer.Option(None, "--most-sig-bits", "-m",
+                    help="Most significant bits of the TxnID (the coordinator id); or use --txn-id.")
+Least = typer.Option(None, "--least-sig-bits", "-l", help="Least significant bits of the TxnID; or use --txn-id.")
+TxnIdOpt = typer.Option(None, "--txn-id", help="The TxnID as Pulsar prints it, e.g. \"(1,6)\" (instead of -m/-l).")
 Metadata = typer.Option(False, "--metadata", "-m", help="Include ledger metadata.")
 LowWaterMark = typer.Option(False, "--low-water-mark", "-l", help="Include each coordinator's low water mark.")
 
 
 def _fail(message: str) -> None:
-    typer.echo(message, err=True)
+    from ..admin.auth import mask
+
+    typer.echo(mask(message), err=True)
     raise typer.Exit(1)
 
 
@@ -42,7 +49,8 @@ def _run(ctx: typer.Context, call: Callable[[Any], Any]) -> Any:
         _fail(f"{exc.reason}\n\nError connecting to Pulsar")
     ctx.obj = {"target": target}
     try:
-        return call(admin)
+        with waiting_notice(admin, target.url):
+            return call(admin)
     except TargetUnreachableError as exc:
         _fail(f"{exc.reason}\n\nError connecting to Pulsar")
     except AdminError as exc:
@@ -51,46 +59,71 @@ def _run(ctx: typer.Context, call: Callable[[Any], Any]) -> Any:
         getattr(admin, "close", lambda: None)()
 
 
+def waiting_notice(admin: Any, where: str):
+    """On a terminal, a spinner appears once a call has waited a second, naming the call and the target; silent
+    when piped (scripts) and for fast answers (people should not see it flash)."""
+    import contextlib
+    import sys
+    import threading
+
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def spinner():
+        from rich.console import Console
+
+        done = threading.Event()
+
+        def show():
+            if done.wait(1.0):
+                return
+            call = getattr(admin, "in_flight", None) or "the target"
+            with Console(stderr=True).status(f"waiting for {call} on {where} (Ctrl-C to give up)", spinner="dots"):
+                done.wait()
+
+        thread = threading.Thread(target=show, name="txnadmin-spinner", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=1)
+
+    return spinner()
+
+
+def _txn_id(most: Optional[int], least: Optional[int], txn_id: Optional[str]):
+    """-m/-l, or --txn-id "(1,6)" (also "1,6"); exactly one way, or a usage error naming what is missing."""
+    from ..admin.protocol import TxnId
+    from ._common import txn_id_from
+
+    try:
+        return TxnId(*txn_id_from(most, least, txn_id))
+    except ValueError as exc:
+        _fail(str(exc))
+
+
 def _print(value: Any, output: Optional[str], default: Callable[[Any], str] | None = None,
-           table: Callable[[Any], None] | None = None) -> None:
-    import json
-
+           table: Callable[[Any], None] | None = None, title: Optional[str] = None) -> None:
     from ..admin.jackson import pretty
+    from .render import render_table, to_json, to_yaml
 
-    if output not in (None, "json", "table"):
-        _fail(f"--output {output!r}: use json or table")
-    if value is None and output != "json":
+    if value is None and output not in ("json", "yaml"):
         return
     if output == "json":
-        typer.echo(json.dumps(value, indent=2))
+        typer.echo(to_json(value))
+    elif output == "yaml":
+        typer.echo(to_yaml(value))
     elif output == "table":
-        (table or _generic_table)(value)
+        if table:
+            table(value)
+        else:
+            render_table(value, title)
     else:
         text = default(value) if default else pretty(value)
         if text:  # an empty map prints nothing, as pulsar-admin does
             typer.echo(text)
-
-
-def _generic_table(value: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(show_header=True)
-    table.add_column("field")
-    table.add_column("value")
-
-    def walk(prefix: str, v: Any) -> None:
-        if isinstance(v, dict) and v:
-            for k, sub in v.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), sub)
-        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-            for i, sub in enumerate(v):
-                walk(f"{prefix}[{i}]", sub)
-        else:
-            table.add_row(prefix, str(v))
-
-    walk("", value)
-    Console().print(table)
 
 
 def parse_relative_time(text: str) -> int:
@@ -111,7 +144,8 @@ def parse_relative_time(text: str) -> int:
 def coordinator_internal_stats(ctx: typer.Context, coordinator_id: int = typer.Option(..., "--coordinator-id", "-c"),
                                metadata: bool = Metadata, output: Optional[str] = Output) -> None:
     """Get transaction coordinator internal stats."""
-    _print(_run(ctx, lambda a: a.coordinator_internal_stats(coordinator_id, metadata)), output)
+    _print(_run(ctx, lambda a: a.coordinator_internal_stats(coordinator_id, metadata)), output,
+           title=f"coordinator {coordinator_id} internal stats")
 
 
 @app.command("pending-ack-internal-stats")
@@ -160,30 +194,30 @@ def pending_ack_stats(ctx: typer.Context, topic: str = Topic, sub_name: str = Su
 
 
 @app.command("transaction-in-buffer-stats")
-def transaction_in_buffer_stats(ctx: typer.Context, most: int = Most, least: int = Least, topic: str = Topic,
+def transaction_in_buffer_stats(ctx: typer.Context, most: Optional[int] = Most, least: Optional[int] = Least,
+                                topic: str = Topic, txn_id: Optional[str] = TxnIdOpt,
                                 output: Optional[str] = Output) -> None:
     """Get transaction stats in transaction buffer."""
-    from ..admin.protocol import TxnId
-
-    _print(_run(ctx, lambda a: a.transaction_in_buffer_stats(TxnId(most, least), topic)), output)
+    txn = _txn_id(most, least, txn_id)
+    _print(_run(ctx, lambda a: a.transaction_in_buffer_stats(txn, topic)), output, title=f"transaction {txn} in buffer")
 
 
 @app.command("transaction-in-pending-ack-stats")
-def transaction_in_pending_ack_stats(ctx: typer.Context, most: int = Most, least: int = Least, topic: str = Topic,
-                                     sub_name: str = SubName, output: Optional[str] = Output) -> None:
+def transaction_in_pending_ack_stats(ctx: typer.Context, most: Optional[int] = Most, least: Optional[int] = Least,
+                                     topic: str = Topic, sub_name: str = SubName, txn_id: Optional[str] = TxnIdOpt,
+                                     output: Optional[str] = Output) -> None:
     """Get transaction stats in pending ack."""
-    from ..admin.protocol import TxnId
-
-    _print(_run(ctx, lambda a: a.transaction_in_pending_ack_stats(TxnId(most, least), topic, sub_name)), output)
+    txn = _txn_id(most, least, txn_id)
+    _print(_run(ctx, lambda a: a.transaction_in_pending_ack_stats(txn, topic, sub_name)), output,
+           title=f"transaction {txn} in pending ack")
 
 
 @app.command("transaction-metadata")
-def transaction_metadata(ctx: typer.Context, most: int = Most, least: int = Least,
-                         output: Optional[str] = Output) -> None:
+def transaction_metadata(ctx: typer.Context, most: Optional[int] = Most, least: Optional[int] = Least,
+                         txn_id: Optional[str] = TxnIdOpt, output: Optional[str] = Output) -> None:
     """Get transaction metadata."""
-    from ..admin.protocol import TxnId
-
-    _print(_run(ctx, lambda a: a.transaction_metadata(TxnId(most, least))), output)
+    txn = _txn_id(most, least, txn_id)
+    _print(_run(ctx, lambda a: a.transaction_metadata(txn)), output, title=f"transaction {txn}")
 
 
 @app.command("slow-transactions")
@@ -206,7 +240,7 @@ def scale_coordinators(ctx: typer.Context, replicas: int = typer.Option(0, "--re
                        output: Optional[str] = Output) -> None:
     """Update the transaction coordinator number (grow only)."""
     _run(ctx, lambda a: a.scale_coordinators(replicas))
-    if output == "json":
+    if output in ("json", "yaml"):
         _print({"replicas": replicas}, output)
 
 
@@ -225,17 +259,21 @@ def position_stats_in_pending_ack(ctx: typer.Context, topic: str = Topic, subscr
 def coordinators_list(ctx: typer.Context, output: Optional[str] = Output) -> None:
     """List transaction coordinators (`<id>    <brokerServiceUrl>` lines)."""
     result = _run(ctx, lambda a: a.list_coordinators())
-    _print(result, output, lambda v: "\n".join(f"{c['id']}    {c['brokerServiceUrl']}" for c in v))
+    _print(result, output, lambda v: "\n".join(f"{c['id']}    {c['brokerServiceUrl']}" for c in v),
+           title=f"{len(result)} transaction coordinators")
 
 
 @app.command("abort-transaction")
-def abort_transaction(ctx: typer.Context, most: int = Most, least: int = Least, output: Optional[str] = Output) -> None:
-    """Abort a transaction."""
-    from ..admin.protocol import TxnId
-
-    _run(ctx, lambda a: a.abort_transaction(TxnId(most, least)))
-    if output == "json":
-        _print({"txnId": f"({most},{least})", "status": "ABORTED"}, output)
+def abort_transaction(ctx: typer.Context, most: Optional[int] = Most, least: Optional[int] = Least,
+                      txn_id: Optional[str] = TxnIdOpt, output: Optional[str] = Output) -> None:
+    """Abort a transaction (and say so: pulsar-admin prints nothing)."""
+    txn = _txn_id(most, least, txn_id)
+    _run(ctx, lambda a: a.abort_transaction(txn))
+    result = {"txnId": str(txn), "status": "ABORTED"}
+    if output in ("json", "yaml"):
+        _print(result, output)
+    else:  # on stderr: stdout stays exactly pulsar-admin's (empty) for scripts
+        typer.echo(f"aborted transaction {txn} on {_target_url(ctx)}", err=True)
 
 
 # -- PIP-160's proposed batch-log commands -----------------------------------------------------
@@ -274,7 +312,7 @@ def _set_batch(ctx, component: str, enable: Optional[bool], reload: bool, output
                        output="json" if output == "json" else "table"):
             return
     result = _run(ctx, lambda a: set_batch_log(a, _target_url(ctx), component, enable, reload))
-    if output == "json":
+    if output in ("json", "yaml"):
         _print(result, output)
         return
     typer.echo(f"{result['config']} = {str(enable).lower()} (was {str(result['previous']).lower()})")
@@ -327,27 +365,78 @@ def get_pending_ack_batch_log_stat(ctx: typer.Context, output: Optional[str] = O
 
 # -- beyond pulsar-admin -----------------------------------------------------------------------
 
-def _txn_table(rows: list[dict]) -> None:
+def _txn_table(rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{len(rows)} open transactions")
-    for col in ("txnId", "status", "age", "owner", "timeout", "notes"):
+    from .render import _human, age
+
+    if not rows:
+        typer.echo(title)
+        return
+    table = Table(title=title, title_justify="left")
+    for col in ("txnId", "status", "opened", "age", "owner", "timeout", "partitions", "why"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["txnId"], r["status"] or "", f"{r['ageMs'] / 1000:.1f}s", r.get("owner") or "",
-                      f"{(r['timeoutMs'] or 0) / 1000:g}s", "; ".join(r.get("reasons", [])))
+        timeout = r.get("timeoutMs")
+        partitions = len(r.get("producedPartitions", [])) + len(r.get("ackedPartitions", []))
+        table.add_row(r["txnId"], r["status"] or "", _human("openTimestamp", r.get("openTimestamp")).split(" (")[0].removesuffix(" UTC"),
+                      age(r["ageMs"]), r.get("owner") or "-",
+                      "-" if not timeout else _human("timeoutAt", timeout) if timeout > 10**12 else age(timeout),
+                      str(partitions), "; ".join(r.get("reasons", [])) or "-")
     Console().print(table)
+
+
+def _topic_filter(topic: Optional[str]):
+    """--topic: a transaction touches a topic when it produced to it or acked on it (any partition of it)."""
+    if topic is None:
+        return None
+    from ..engine.topic import normalize_topic
+
+    try:
+        wanted = normalize_topic(topic)
+    except ValueError as exc:
+        _fail(str(exc))
+
+    def touches(row: dict) -> bool:
+        names = list(row.get("producedPartitions", [])) + [a.rsplit("/", 1)[0] for a in row.get("ackedPartitions", [])]
+        return any(n == wanted or n.startswith(wanted + "-partition-") for n in names)
+
+    return touches
 
 
 @app.command("list")
 def list_transactions(ctx: typer.Context, coordinator_id: Optional[int] = typer.Option(None, "--coordinator-id", "-c"),
+                      topic: Optional[str] = typer.Option(None, "--topic", "-t",
+                                                          help="Only transactions that produced to or acked on it."),
                       output: Optional[str] = Output) -> None:
     """Open transactions per coordinator, oldest first, with age and owner."""
     from ..admin.hanging import open_transactions
 
+    touches = _topic_filter(topic)
     rows = _run(ctx, lambda a: open_transactions(a, coordinator_id))
-    _print(rows, output or "table", table=_txn_table)
+    rows = [r for r in rows if touches is None or touches(r)]
+    _print(rows, output or "table", table=lambda v: _txn_table(v, f"{len(v)} open transactions on {_target_url(ctx)}"))
+
+
+def _target_flags(ctx: typer.Context) -> str:
+    """The flags that name this target again, so a suggested command acts on the same cluster (never a secret)."""
+    import shlex
+
+    target = (ctx.obj or {}).get("target")
+    opts = ctx.find_root().obj or {}
+    flags = []
+    if opts.get("conf") and not opts.get("admin_url"):
+        flags += ["--conf", str(opts["conf"])]
+    else:
+        flags += ["-u", target.url]
+        if target.source.startswith("client.conf"):
+            flags += ["--conf", target.source[len("client.conf ("):-1]]
+    if opts.get("auth_plugin"):
+        flags += ["--auth-plugin", opts["auth_plugin"]]
+    if opts.get("auth_params"):
+        flags += ["--auth-params", "<your auth params>"]
+    return " ".join(shlex.quote(f) if not f.startswith("<") else f"'{f}'" for f in flags)
 
 
 @app.command("find-hanging")
@@ -355,10 +444,79 @@ def find_hanging(ctx: typer.Context,
                  max_transaction_timeout: float = typer.Option(15.0, "--max-transaction-timeout",
                                                                help="Minutes; older open transactions hang."),
                  coordinator_id: Optional[int] = typer.Option(None, "--coordinator-id", "-c"),
+                 topic: Optional[str] = typer.Option(None, "--topic", "-t",
+                                                     help="Only transactions that produced to or acked on it."),
+                 abort: bool = typer.Option(False, "--abort", help="Abort what was found, after showing the plan."),
+                 yes: bool = YesOpt,
+                 dry_run: bool = DryRunOpt,
                  output: Optional[str] = Output) -> None:
-    """Open longer than the max timeout, or touching partitions that no longer exist (exit 1 if any)."""
-    from ..admin.hanging import find_hanging as find
+    """Open longer than the max timeout, or touching partitions that no longer exist.
 
-    rows = _run(ctx, lambda a: find(a, max_transaction_timeout, coordinator_id))
-    _print(rows, output or "table", table=_txn_table)
-    raise typer.Exit(1 if rows else 0)
+    Exit 1 when any hang (0 when none, or when --abort aborted every one of them).
+    """
+    from ..admin.hanging import find_hanging as find
+    from ..admin.hanging import open_transactions
+    from .confirm import Plan, confirm
+
+    if (yes or dry_run) and not abort:
+        _fail("--yes and --dry-run go with --abort")
+    touches = _topic_filter(topic)
+
+    def look(admin):
+        every = open_transactions(admin, coordinator_id)
+        found = find(admin, max_transaction_timeout, coordinator_id)
+        if touches is not None:
+            every = [r for r in every if touches(r)]
+            found = [r for r in found if touches(r)]
+        return len(every), found
+
+    open_count, rows = _run(ctx, look)
+    flags = _target_flags(ctx)
+    for row in rows:
+        row["abortCommand"] = f"txnadmin {flags} transactions abort-transaction --txn-id '{row['txnId']}'"
+    where = _target_url(ctx)
+    title = f"{len(rows)} hanging of {open_count} open transactions on {where}"
+    if not abort:
+        _print(rows, output or "table", table=lambda v: (_txn_table(v, title), _abort_hints(v)))
+        raise typer.Exit(1 if rows else 0)
+    if not rows:
+        _print([], output or "table", table=lambda v: typer.echo(f"{title}: nothing to abort"))
+        raise typer.Exit(0)
+    target = (ctx.obj or {}).get("target")
+    plan = Plan(f"abort {len(rows)} hanging transactions", f"{target.url} (from {target.source})",
+                [f"abort {r['txnId']}: {'; '.join(r['reasons'])}" for r in rows], {"transactions": len(rows)})
+    try:
+        proceed = confirm(plan, yes=yes, dry_run=dry_run, output=output or "table")
+    except typer.Exit as exc:
+        raise typer.Exit(1 if exc.exit_code else 0) from None  # pulsar-admin's codes: any failure is 1
+    if not proceed:
+        raise typer.Exit(0)
+    from ..admin.protocol import AdminError, TxnId
+
+    results = []
+
+    def abort_all(admin):
+        for row in rows:
+            try:
+                admin.abort_transaction(TxnId.parse(row["txnId"]))
+                results.append({"txnId": row["txnId"], "status": "ABORTED"})
+            except AdminError as exc:  # one that ended meanwhile must not stop the others
+                results.append({"txnId": row["txnId"], "status": "FAILED", "reason": exc.reason})
+
+    _run(ctx, abort_all)
+    failed = [r for r in results if r["status"] != "ABORTED"]
+    if output in ("json", "yaml"):
+        _print(results, output)
+    else:
+        for r in results:
+            typer.echo(f"{'aborted' if r['status'] == 'ABORTED' else 'FAILED to abort'} {r['txnId']}"
+                       + (f": {r['reason']}" if r.get("reason") else ""))
+        typer.echo(f"{len(results) - len(failed)} of {len(results)} hanging transactions aborted on {where}")
+    raise typer.Exit(1 if failed else 0)
+
+
+def _abort_hints(rows: list[dict]) -> None:
+    if rows:
+        typer.echo("to abort them all: add --abort (it shows the plan first); one by one:")
+        for row in rows:
+            typer.echo(f"  {row['abortCommand']}")

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from .render import output_option
 from ._common import EXIT_FAILURE, EXIT_OK, fail, print_json
 from ._target import AdminUrl, Conf, admin_for
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
@@ -26,7 +27,7 @@ def upgrade(
     dry_run: bool = DryRunOpt,
     admin_url: Optional[str] = AdminUrl,
     conf: Optional[Path] = Conf,
-    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    output: str = output_option("table"),
 ) -> None:
     """Check broker versions, enable batching for coordinators and pending-ack stores, confirm every store batches.
 

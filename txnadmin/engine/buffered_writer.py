@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
 from ..codec import encode_batched_serialized
+from .completion import Completion
 from .position import Position
 from .writer_metrics import BufferedWriterMetrics
 
@@ -123,20 +124,9 @@ class BufferedWriter:
         _safe(callback, None, WriterClosedError())
 
     def add_sync(self, record: bytes, timeout: float = 30) -> TxnPosition:
-        done = threading.Event()
-        out: list = []
-
-        def cb(pos, exc):
-            out.append((pos, exc))
-            done.set()
-
-        self.add(record, cb)
-        if not done.wait(timeout):
-            raise TimeoutError(f"{self.name}: write not acknowledged within {timeout} s")
-        pos, exc = out[0]
-        if exc is not None:
-            raise exc
-        return pos
+        done = Completion()
+        self.add(record, done)
+        return done.result(timeout, f"{self.name}: write")
 
     def update_config(self, config: BufferedWriterConfig) -> None:
         config.validate()

@@ -199,6 +199,9 @@ class Engine:
 
     def topic(self, name: str, create: bool = True) -> Topic:
         full = normalize_topic(name)
+        topic = self.topics.get(full)  # the common case, without the engine lock every client shares
+        if topic is not None:
+            return topic
         with self._lock:
             topic = self.topics.get(full)
             if topic is None:
@@ -211,6 +214,9 @@ class Engine:
 
     def store(self, topic: str, subscription: str, create: bool = True) -> PendingAckStore:
         full = normalize_topic(topic)
+        store = self.stores.get((full, subscription))
+        if store is not None:
+            return store
         with self._lock:
             store = self.stores.get((full, subscription))
             if store is None:

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Callable, Iterator, Optional
 from urllib.parse import quote
 
+from .completion import Completion
 from .cursor import ManagedCursor, dumps_state
 from .position import Position
 from .storage import LedgerNotFoundError, LedgerStorage
@@ -258,19 +259,9 @@ class ManagedLedger:
 
     # -- writing -----------------------------------------------------------------------------
     def add_entry(self, payload: bytes) -> Position:
-        done = threading.Event()
-        result: list = []
-
-        def cb(pos, exc):
-            result.append((pos, exc))
-            done.set()
-
-        self.add_entry_async(payload, cb)
-        done.wait()
-        pos, exc = result[0]
-        if exc is not None:
-            raise exc
-        return pos
+        done = Completion()
+        self.add_entry_async(payload, done)
+        return done.result(what=f"managed ledger {self.name}: add")
 
     def add_entry_async(self, payload: bytes,
                         callback: Callable[[Optional[Position], Optional[BaseException]], None]) -> Optional[Position]:
@@ -437,6 +428,9 @@ class ManagedLedger:
     def close(self) -> None:
         if not self._closed and not self.read_only:
             self.flush_cursors()
+            # Pulsar trims consumed ledgers in the background as soon as the slowest cursor passes them; here the
+            # once-a-second sweep does, so trim once more on the way out rather than leave that to the next open.
+            self.trim()
         with self._lock:
             if self._closed or self.read_only:
                 self._closed = True

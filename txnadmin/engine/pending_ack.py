@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..codec import AckType, EntryDecodeError, PendingAckMetadata, PendingAckMetadataEntry, PendingAckOp, decode_entry
+from .completion import Completion
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
 from .managed_ledger import ManagedCursor, ManagedLedgerFactory, managed_ledger_name
 from .ackset import has_bit
@@ -201,14 +202,11 @@ class PendingAckStore:
                     # Pulsar's Consumer sends batch size 0 for a message outside a batch; cumulative acks carry none
                     meta.batch_size = batch_size or 0
                 rec.pending_ack_metadata.append(meta)
-            # Held before the write so a racing ack of the same message is refused; released if the write fails.
+            # Held before the write, so a racing ack of the same message is refused. A failed write keeps them
+            # held, as Pulsar does: whether the record reached the log is unknown, so the transaction has to end
+            # (abort or time out) to release them.
             self._apply_ack(txn, positions, cumulative)
-        try:
-            log_pos = self._append(rec)
-        except BaseException:
-            with self._lock:
-                self._release(txn)
-            raise
+        log_pos = self._append(rec)
         with self._lock:
             self._note_logged(log_pos, 1, [p for p, _, _ in positions])
 
@@ -269,20 +267,11 @@ class PendingAckStore:
         op = PendingAckOp.COMMIT if commit else PendingAckOp.ABORT
         rec = PendingAckMetadataEntry(pending_ack_op=op, ack_type=AckType.Individual,
                                       txnid_most_bits=txn[0], txnid_least_bits=txn[1])
-        done = threading.Event()
-        result: list = []
-
-        def written(pos, exc):
-            result.append(exc)
-            done.set()
-
-        self.writer.add(rec.SerializeToString(), written)
+        done = Completion()
+        self.writer.add(rec.SerializeToString(), done)
 
         def finish() -> None:
-            if not done.wait(30):
-                raise TimeoutError(f"{self.name}: write not acknowledged within 30 s")
-            if result[0] is not None:
-                raise result[0]
+            done.result(30, f"{self.name}: write")
             with self._lock:
                 acks = self._release(txn)
             if acks is None:

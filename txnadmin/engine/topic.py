@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 import google_crc32c
 
+from .completion import Completion
 from .managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory, managed_ledger_name
 from .position import Position
 
@@ -168,24 +169,16 @@ class Topic:
         """Queue the entry under the topic lock (so entries keep the order their callers got it in); the returned
         function waits for it to be durable, without the lock: producers of one topic pipeline their adds and
         share group commits, as a broker's do, instead of each waiting out the previous one's sync."""
-        done = threading.Event()
-        result: list = []
-
-        def callback(pos, exc):
-            result.append(exc)
-            done.set()
-
+        done = Completion()
         with self._lock:
-            pos = self.ledger.add_entry_async(entry, callback)
+            pos = self.ledger.add_entry_async(entry, done)
             if pos is not None and txn is not None:
                 # Ongoing from the moment its first message has a place: the max read position stops before it
                 # even while it is still being written.
                 self.buffer.on_message(txn, pos)
 
         def wait() -> Position:
-            done.wait()
-            if result[0] is not None:
-                raise result[0]
+            done.result(what=f"{self.name}: add")
             return pos
 
         return wait
@@ -231,7 +224,8 @@ class Topic:
             out: list[Message] = []
             acked_for_reader: list[Position] = []
             while len(out) < max_messages:
-                batch = self.ledger.read_entries(start, max(16, max_messages))
+                # a few more than asked for: markers and aborted messages sit between the ones delivered
+                batch = self.ledger.read_entries(start, max_messages + 4)
                 if not batch:
                     break
                 stop = False

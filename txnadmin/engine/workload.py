@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from .engine import Engine
+from .coordinator import CoordinatorNotReady
 from .pending_ack import PendingAckConflict
 
 
@@ -130,6 +131,27 @@ def _one_transaction(engine, spec, rng, topics, subs, stats, lock, on_commit) ->
     txn = engine.begin(spec.txn_timeout_ms, owner="workload")
     with lock:
         stats.started += 1
+    try:
+        _use_transaction(engine, spec, rng, topics, subs, stats, lock, on_commit, txn)
+    except Exception as exc:
+        # As a client application does: a failed step aborts the transaction instead of leaving it open (holding
+        # its log records and acks) until its timeout. A coordinator being reloaded answers "not ready" until it
+        # has recovered; Pulsar's client retries then, and so does this, for up to two seconds.
+        for attempt in range(20):
+            try:
+                engine.abort(txn)
+                break
+            except CoordinatorNotReady:
+                time.sleep(0.1)
+            except Exception as abort_exc:  # ended meanwhile (say by the reload's recovery): nothing left open
+                exc.add_note(f"aborting {txn} after the error failed too: {abort_exc}")
+                break
+        else:
+            exc.add_note(f"aborting {txn} after the error failed: its coordinator stayed not ready; it will time out")
+        raise
+
+
+def _use_transaction(engine, spec, rng, topics, subs, stats, lock, on_commit, txn) -> None:
     payload = bytes(rng.getrandbits(8) for _ in range(min(spec.message_bytes, 64))) * max(1, spec.message_bytes // 64)
     produced = []
     for _ in range(spec.messages_per_txn):

@@ -38,6 +38,7 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "stalled": (120_000, "a max read position behind the last entry while a transaction this old is ongoing is stalled"),
     "recovery": (300_000, "a recovery started this long ago without an end never ends"),
     "snapshot-share": (0.5, "a Single snapshot estimated above this share of maxMessageSize (a fraction, not ms)"),
+    "idle": (7 * 86_400_000, "a pending-ack store whose subscription ended no transaction for this long is idle"),
 }
 # Pulsar's defaults where the target does not say (broker.conf).
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
@@ -165,6 +166,8 @@ class Survey:
     runtime: Optional[dict] = None
     versions: Optional[dict] = None
     errors: dict[str, str] = field(default_factory=dict)
+    metrics: Optional[tuple[Optional[str], str]] = None  # /metrics text once read, or why it could not be
+    lost: Optional[str] = None  # the target stopped answering after the first call: why
     target: str = ""  # as the operator named it (keys txnadmin's record of batch-flag changes)
     bookie_dir: Optional[Path] = None  # --bookie-dir: read by the bookie-rocksdb check only
 
@@ -213,7 +216,9 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
         if "versions" in need:
             s.versions = _read(s, "versions", admin.broker_versions)
     except TargetUnreachableError as exc:
-        raise DoctorError(f"cannot read the target: {exc.reason}") from None
+        # Read once, then lost: what was read is still judged (a warning found wins, exit 1); the rest is unknown
+        # and, with nothing wrong found, the run cannot call the target healthy (exit 3).
+        s.lost = exc.reason
     return s
 
 
@@ -491,7 +496,7 @@ def check_stuck(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
                     "see nothing newer) and the coordinator log cannot be trimmed past it",
                     f"`txnadmin doctor --fix` (aborts every such transaction after showing the plan), or "
                     f"`txnadmin transactions abort-transaction -m {txn.most_bits} -l {txn.least_bits}`",
-                    [_ref(19200), _ref(19786)]))
+                    [_ref(19200), _ref(19201), _ref(19786)]))
         elif status in ENDING_STATES:
             # Ending starts no later than the timeout (at the timeout the broker aborts), so the time spent ending
             # is at least now - open - timeout: a lower bound, never an overestimate of a fresh commit.
@@ -719,13 +724,7 @@ def check_batched_log(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Find
                     "reopen them: `txnadmin transactions set-txn-tc-batch-log --enable|--disable --reload`, or unload "
                     "each transaction_coordinator_assign partition", []))
     out += _pending_ack_batching(admin, s, flags)
-    try:
-        text = admin.metrics_text()
-    except TargetUnreachableError:
-        text = None
-        reason = "metrics endpoint unreachable"
-    except AdminError as exc:
-        text, reason = None, _problem(exc)
+    text, reason = _metrics(admin, s)
     if text is None:
         out.append(_unknown(name, "writer metrics", f"/metrics: {reason}", "expose /metrics to doctor's host, or run "
                             "`txnadmin metrics <broker>/metrics` where it is reachable"))
@@ -747,6 +746,18 @@ def check_batched_log(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Find
                            rec.get("reason", ""), ", ".join(f"set {k}={v:g}" for k, v in rec.get("set", {}).items())
                            or "nothing to do", []))
     return out
+
+
+def _metrics(admin: TransactionsAdmin, s: Survey) -> tuple[Optional[str], str]:
+    """The broker's /metrics text, read once per run: (text, "") or (None, why not)."""
+    if s.metrics is None:
+        try:
+            s.metrics = (admin.metrics_text(), "")
+        except TargetUnreachableError:
+            s.metrics = (None, "metrics endpoint unreachable")
+        except AdminError as exc:
+            s.metrics = (None, _problem(exc))
+    return s.metrics
 
 
 def _pending_ack_batching(admin: TransactionsAdmin, s: Survey, flags: dict) -> list[Finding]:
@@ -773,7 +784,7 @@ def _pending_ack_batching(admin: TransactionsAdmin, s: Survey, flags: dict) -> l
                     "or unload their topics", [])]
 
 
-@check("leftovers", "pending-ack stores whose topic or subscription no longer exists")
+@check("leftovers", "pending-ack stores whose topic or subscription no longer exists; idle stores (from /metrics)")
 def check_leftovers(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
     name = "leftovers"
     out: list[Finding] = []
@@ -795,7 +806,52 @@ def check_leftovers(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Findin
             out.append(Finding(name, "warning", store.name, gone, why,
                                f"`pulsar-admin topics delete {store.name}` (after checking the subscription is really gone)",
                                [_ref(11000), _ref(13793)]))
+    out += _idle_stores(admin, s, t)
     return out
+
+
+def _idle_stores(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
+    """Stores whose subscription ended no transaction since the broker started, when that start is old enough.
+
+    Proof, not absence of evidence: only with /metrics exporting the per-subscription pending-ack counters
+    (``pulsar_txn_tp_committed_count`` / ``_aborted_count``, topic-level metrics on) for at least one
+    subscription, and the broker's ``process_start_time_seconds``; otherwise nothing is claimed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    live = [store for store in s.stores if store.stats is not None]
+    if not live or s.now_ms is None:
+        return []
+    text, _ = _metrics(admin, s)
+    if not text:
+        return []
+    active: dict[tuple[str, str], float] = {}
+    started = None
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "process_start_time_seconds":
+                    started = sample.value * 1000
+                elif sample.name.startswith(("pulsar_txn_tp_committed_count", "pulsar_txn_tp_aborted_count")) \
+                        and not sample.name.endswith("_created"):
+                    key = (sample.labels.get("topic", ""), sample.labels.get("subscription", ""))
+                    active[key] = active.get(key, 0.0) + sample.value
+    except ValueError:
+        return []  # not an exposition doctor can parse; the batched-log check reports the metrics
+    if started is None or not active or s.now_ms - started < t["idle"]:
+        return []
+    idle = sorted(f"{store.topic} {store.subscription}" for store in live
+                  if active.get((store.topic, store.subscription), 0.0) == 0.0)
+    if not idle:
+        return []
+    return [Finding("leftovers", "info", "idle pending-ack stores",
+                    {"stores": len(idle), "examples": idle[:10], "brokerUp": _age(s.now_ms - started),
+                     "source": "pulsar_txn_tp_committed_count / pulsar_txn_tp_aborted_count on /metrics"},
+                    f"{len(idle)} subscription(s) with a pending-ack store ended no transaction in the "
+                    f"{_age(s.now_ms - started)} since this broker started; each store still holds a managed ledger "
+                    "and is reopened (replayed) whenever its topic loads",
+                    "nothing while the subscription may use transactions again; a store only goes away with its "
+                    "subscription (`pulsar-admin topics unsubscribe`), never delete it under a live subscription",
+                    [_ref(11000)])]
 
 
 @check("coverage", "what the survey could not read: namespaces, topics, buffers (unknown), topics not loaded (info)")
@@ -803,6 +859,10 @@ def check_coverage(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding
     """A check that could not read part of the target proves nothing about that part: say which part, and why."""
     name = "coverage"
     out: list[Finding] = []
+    if s.lost:
+        out.append(_unknown(name, "target", f"the target stopped answering mid-run: {s.lost}",
+                            "check the broker and the network, then run doctor again; only what was read before "
+                            "was judged"))
     for area, reason in sorted(s.errors.items()):
         if area == "namespaces" or area.startswith(("namespaces of ", "topics of ")):
             out.append(_unknown(name, area, reason, "grant doctor's role access there (tenant admin or super-user), "
@@ -831,6 +891,8 @@ def check_coverage(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding
 # listed, backports to older lines were not verified: the finding says to check the line's release notes.
 # Sources per entry in docs/doctor.md (which says what was verified and how).
 KNOWN_BUGS: list[dict] = [
+    {"ref": 19200, "fix": 19201, "fixed": {(2, 9): (2, 9, 5), (2, 10): (2, 10, 4), (2, 11): (2, 11, 1)},
+     "what": "timed-out transactions never end after a coordinator recovers (max read position frozen)"},
     {"ref": 17040, "fix": 18833, "fixed": {(2, 9): (2, 9, 5), (2, 10): (2, 10, 4), (2, 11): (2, 11, 1)},
      "what": "transaction buffer recovery blocked in the snapshot reader's readNext (transactional produce hangs)"},
     {"ref": 22943, "fix": 23189, "fixed": {(4, 0): (4, 0, 0)},
@@ -988,6 +1050,7 @@ class Report:
     checks: list[str]
     findings: list[Finding]
     fix: Optional[dict] = None  # with --fix: the plan, and what applying it did
+    lost: Optional[str] = None  # the target stopped answering mid-run
 
 
     def counts(self) -> dict[str, int]:
@@ -1002,12 +1065,16 @@ class Report:
                 "checkedAt": datetime.fromtimestamp(self.checked_at / 1000, timezone.utc).isoformat(timespec="seconds"),
                 "findings": [f.to_json() for f in self.findings],
                 "summary": dict(self.counts(), checks=self.checks, clock=self.clock, strict=strict,
-                                healthy=self.healthy(strict)),
+                                healthy=self.healthy(strict) and self.lost is None,
+                                **({"targetLost": self.lost} if self.lost else {})),
                 **({"fix": self.fix} if self.fix is not None else {})}
 
 
 def exit_code(report: Report, strict: bool = False) -> int:
-    return EXIT_HEALTHY if report.healthy(strict) else EXIT_UNHEALTHY
+    """1 when anything is wrong (it wins); else 3 when the target stopped answering mid-run; else 0."""
+    if not report.healthy(strict):
+        return EXIT_UNHEALTHY
+    return EXIT_UNREADABLE if report.lost else EXIT_HEALTHY
 
 
 def select_checks(only: Optional[list[str]], bookie_dir: Optional[Path] = None) -> list[str]:
@@ -1035,14 +1102,16 @@ def run(admin: TransactionsAdmin, target: str, only: Optional[list[str]] = None,
         try:
             findings += CHECKS[name](admin, s, t)
         except TargetUnreachableError as exc:
-            raise DoctorError(f"cannot read the target: {exc.reason}") from None
+            s.lost = s.lost or exc.reason
+            findings.append(_unknown(name, "target", f"the target stopped answering: {exc.reason}",
+                                     "check the broker and the network, then run doctor again"))
         except MALFORMED as exc:  # an answer not shaped as Pulsar's: this check proves nothing, the others still run
             findings.append(_unknown(name, "target", f"an answer doctor cannot read: {_malformed(exc)}",
                                      "compare the target's admin API with Pulsar's (docs/doctor.md lists the calls)"))
     order = {sev: i for i, sev in enumerate(reversed(SEVERITIES))}
     findings.sort(key=lambda f: (order[f.severity], f.check, f.subject))
     return Report(target, s.now_ms if s.now_ms is not None else int(time.time() * 1000),
-                  s.clock, names, findings)
+                  s.clock, names, findings, lost=s.lost)
 
 
 # -- --fix --------------------------------------------------------------------------------------

@@ -49,17 +49,19 @@ class ReadPlan:
     ``digests``: ledger id → (digest type, password or None) from the ledger list's metadata.
     ``ledger_id_format``: how the dump prints ledger ids (`-ledgeridformat`): long (BookKeeper's default) or hex;
     UUID-formatted ids are recognised by their shape.
+    ``verify_skipped``: verify skipped ledgers' digests as well and report only failures (`--verify-all-digests`).
     """
 
     skip: frozenset = frozenset()
     digests: Mapping[int, tuple[str, Optional[bytes]]] = field(default_factory=dict)
     ledger_id_format: str = "long"
+    verify_skipped: bool = False  # check the digests of skipped ledgers too (a damaged id can move an entry)
 
     def __contains__(self, ledger: object) -> bool:  # readers written against the old `skip` set keep working
         return ledger in self.skip
 
     def to_json(self) -> dict:
-        return {"skip": sorted(self.skip), "idFormat": self.ledger_id_format,
+        return {"skip": sorted(self.skip), "idFormat": self.ledger_id_format, "verifySkipped": self.verify_skipped,
                 "digests": {str(k): [t, None if p is None else base64.b64encode(p).decode()]
                             for k, (t, p) in self.digests.items()}}
 
@@ -67,7 +69,7 @@ class ReadPlan:
     def from_json(cls, data: dict) -> "ReadPlan":
         return cls(frozenset(data.get("skip", ())),
                    {int(k): (t, None if p is None else base64.b64decode(p)) for k, (t, p) in
-                    data.get("digests", {}).items()}, data.get("idFormat", "long"))
+                    data.get("digests", {}).items()}, data.get("idFormat", "long"), bool(data.get("verifySkipped")))
 
 
 NO_PLAN = ReadPlan()
@@ -175,7 +177,7 @@ def _finding(path, offset, ledger, entry, payload: bytes, digest: str = digests.
 
 
 def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: bytes, plan: ReadPlan,
-                    where: str = "", detected: Optional[dict] = None) -> Finding:
+                    detected: Optional[dict] = None) -> Finding:
     """A stored entry (32-byte header, digest, payload) judged by its ledger's digest type, then classified.
 
     Without metadata the type is detected once per ledger (in ``detected``) and then held to: an entry that fails
@@ -191,9 +193,7 @@ def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: byt
     if status == digests.FAILED:
         if held:
             detail += " (type detected from this ledger's earlier entries)"
-        at = f" ({where})" if where else ""
-        return Finding(path, offset, ledger, entry, BAD_DIGEST, detail + at, stored[start:start + 8].hex(),
-                       digests.FAILED)
+        return Finding(path, offset, ledger, entry, BAD_DIGEST, detail, stored[start:start + 8].hex(), digests.FAILED)
     if kind is None and detected is not None and found_type and held is None:
         detected[ledger] = found_type
     note = "" if kind or not found_type else f"digest {found_type} (detected)"
@@ -241,6 +241,12 @@ def read_entrylog(path: str, plan=NO_PLAN, start: int = ENTRYLOG_HEADER,
                 return
             pos, stop = max(start, ENTRYLOG_HEADER), size if end is None else min(end, size)
             detected: dict[int, str] = {}
+            # Bytes per ledger as walked, to hold against the ledgers map a finished file ends with: an entry
+            # whose ledger id was damaged moves bytes between ledgers, even into one that is skipped unread.
+            walked: dict[int, int] = {}
+            mapped: dict[int, int] = {}
+            map_at = -1
+            whole = start <= ENTRYLOG_HEADER and end is None
             unpack = _REC.unpack_from
             while pos < stop:
                 if pos + 20 > size:
@@ -258,15 +264,46 @@ def read_entrylog(path: str, plan=NO_PLAN, start: int = ENTRYLOG_HEADER,
                     yield Finding(path, pos, ledger if known else -1, entry if known else -1, UNREADABLE,
                                   f"torn record: size {length}, {size - body} bytes left in the file", "")
                     return
-                if (ledger, entry) == LEDGERS_MAP or (ledger >= 0 and entry in META_ENTRY_IDS):
-                    pass
+                if (ledger, entry) == LEDGERS_MAP:
+                    map_at = pos if map_at < 0 else map_at
+                    if not _read_ledgers_map(mm, body, length, mapped):
+                        yield Finding(path, pos, -1, -1, UNREADABLE, "ledgers map record of impossible size", "")
+                        whole = False
+                elif ledger >= 0 and entry in META_ENTRY_IDS:
+                    walked[ledger] = walked.get(ledger, 0) + length + 4
                 elif ledger < 0 or entry < 0:
                     yield Finding(path, pos, ledger if ledger >= 0 else -1, -1, UNREADABLE,
                                   f"record with impossible ids (ledger {ledger}, entry {entry})", "")
                 elif ledger not in plan.skip:
-                    yield _stored_finding(path, pos, ledger, entry, mm[body:body + length], plan,
-                                          f"{path} offset {pos}", detected)
+                    walked[ledger] = walked.get(ledger, 0) + length + 4
+                    yield _stored_finding(path, pos, ledger, entry, mm[body:body + length], plan, detected)
+                else:
+                    walked[ledger] = walked.get(ledger, 0) + length + 4
+                if ledger in plan.skip and ledger >= 0 and entry >= 0 and plan.verify_skipped:
+                    kind, password = plan.digests.get(ledger, (None, None))
+                    status, _, _, detail = digests.check(mm[body:body + length], kind, password)
+                    if status == digests.FAILED:
+                        yield Finding(path, pos, ledger, entry, BAD_DIGEST, detail, "", digests.FAILED)
                 pos = body + length
+            if whole and map_at >= 0:
+                for lid in sorted(set(walked) | set(mapped)):
+                    if walked.get(lid, 0) != mapped.get(lid, 0):
+                        yield Finding(path, map_at, lid, -1, UNREADABLE,
+                                      f"the ledgers map gives ledger {lid} {mapped.get(lid, 0)} bytes, the records "
+                                      f"hold {walked.get(lid, 0)} (a damaged ledger id moves an entry)", "")
+
+
+def _read_ledgers_map(mm, body: int, length: int, into: dict[int, int]) -> bool:
+    """`[-1][-2][int32 count][(ledgerId, bytes) × count]`; a file may hold several such batches."""
+    if length < 20:
+        return False
+    (count,) = struct.unpack_from(">i", mm, body + 16)
+    if count < 0 or 20 + 16 * count > length:
+        return False
+    for i in range(count):
+        lid, nbytes = struct.unpack_from(">qq", mm, body + 20 + 16 * i)
+        into[lid] = into.get(lid, 0) + nbytes
+    return True
 
 
 register(DumpFormat("entrylog", "BookKeeper DefaultEntryLogger .log file (digest before the payload)",
@@ -445,8 +482,7 @@ def _make_hex_reader(kind: str) -> Reader:
                     yield Finding(path, item.offset, ledger, entry, UNREADABLE,
                                   "no hex dump after the header (was -msg given?)", "")
                     continue
-                yield _stored_finding(path, item.offset, ledger, entry, data, plan, f"{path} offset {item.offset}",
-                                      detected)
+                yield _stored_finding(path, item.offset, ledger, entry, data, plan, detected)
             else:
                 yield _readlog_finding(path, item, ledger, entry, size, data, rows, plan)
         if not found:

@@ -89,16 +89,16 @@ def collect_inputs(paths: Iterable[str], fmt: str = "auto") -> tuple[list[ScanIn
 
 
 def read_plan(live: Optional[dict[int, LiveLedger]], named: frozenset = frozenset(),
-              id_format: str = "long") -> ReadPlan:
+              id_format: str = "long", verify_all: bool = False) -> ReadPlan:
     """Skip live ledgers that are not transaction ledgers (messages, cursors) by id; carry each ledger's digest.
 
     Ledgers absent from the live list are still read, so trimmed ones can be reported apart.
     """
     if live is None:
-        return ReadPlan(frozenset(), {}, id_format)
+        return ReadPlan(frozenset(), {}, id_format, verify_all)
     skip = frozenset(l.ledger_id for l in live.values() if not l.transaction_ledger and l.ledger_id not in named)
     kinds = {l.ledger_id: (l.digest_type, l.password) for l in live.values() if l.digest_type}
-    return ReadPlan(skip, kinds, id_format)
+    return ReadPlan(skip, kinds, id_format, verify_all)
 
 
 def _example_order(f: dict) -> tuple:
@@ -113,6 +113,17 @@ def _where(f: dict) -> str:
 def _fmt_ranges(ranges: list[list[int]], limit: int = 8) -> str:
     text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges[:limit])
     return text + (f" and {len(ranges) - limit} more ranges" if len(ranges) > limit else "")
+
+
+def _suspect(lid: int, t: LedgerTally, what: str, reasons: list[str]) -> None:
+    """Damage outside the judged ledgers still counts: the digest covers the header, so a copy that fails it may
+    be a transaction ledger's entry whose ledger id is the damaged part."""
+    if not (t.failed or t.unplaced):
+        return
+    first = next((x for x in sorted(t.examples, key=_example_order) if x["form"] != "batched"), None)
+    at = f": {_where(first)}" if first else ""
+    reasons.append(f"ledger {lid} {what}, but {len(t.failed) + t.unplaced} of its entries failed their digest or "
+                   f"were unreadable (a damaged header can hide a transaction ledger's entry){at}")
 
 
 def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inputs: list[ScanInput],
@@ -151,7 +162,10 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
             record.update(entries=len(RangeSet(t.batched.to_json() + t.good.to_json())),
                           batchedEntries=len(t.batched))
             dead.append(record)  # trimmed by the broker, still in entry logs until bookie GC
+            _suspect(lid, t, "is not in the list", reasons)
             continue
+        if live is not None and lid not in judged:
+            _suspect(lid, t, "is not a transaction ledger", reasons)
         last = info.last_entry_id if info is not None and info.closed else None
         found = RangeSet(t.batched.to_json() + t.good.to_json())
         batched = t.batched
@@ -184,14 +198,18 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
                 if absent:
                     problems.append(f"entries {_fmt_ranges(absent.to_json())} are in no dump")
             if t.unplaced:
-                problems.append(f"{t.unplaced} unreadable spots without an entry id")
+                first = next((x for x in sorted(t.examples, key=_example_order) if x["entryId"] < 0), None)
+                at = f" (first: {_where(first)})" if first else ""
+                problems.append(f"{t.unplaced} unreadable spots without an entry id{at}")
             for p in problems:
                 reasons.append(f"ledger {lid} ({record['managedLedger'] or 'named'}): {p}")
         nbatched = len(batched) if txn else 0
+        unchecked = found.minus(t.verified)  # found, but in a format (or digest type) that cannot be verified
         record.update(
             expectedEntries=expected, foundEntries=len(found), entries=len(found), missing=missing[:100],
             batchedEntries=len(batched), verifiedEntries=len(t.verified.clip(0, last if last is not None else 1 << 62)),
-            uncheckedEntries=len(found.minus(t.verified)), failedCopies=len(t.failed), problems=problems,
+            uncheckedEntries=len(unchecked), unchecked=unchecked.to_json()[:100], failedCopies=len(t.failed),
+            problems=problems,
             examples=sorted(t.examples, key=_example_order)[:20])
         ledgers.append(record)
         if txn:
@@ -254,7 +272,7 @@ def parse_txn_ledgers(text: Optional[str], id_format: str = "long") -> frozenset
 def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str = "auto", engine: str = "auto",
              master: Optional[str] = None, report: Optional[Path] = None,
              progress: Optional[Callable[[int, int, int, int], None]] = None, txn_ledgers: Iterable[int] = (),
-             ledger_id_format: str = "long") -> ScanResult:
+             ledger_id_format: str = "long", verify_all_digests: bool = False) -> ScanResult:
     from .ledgers import LedgerListError
 
     if engine not in ("auto", "spark", "python"):
@@ -275,7 +293,7 @@ def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str
                 f"{ledgers_file}: {len(blind)} of {len(live)} ledgers have no metadata (first: {blind[0]}), so "
                 "transaction ledgers cannot be told apart; take the list with `bookkeeper shell listledgers -meta`, "
                 "or name the transaction ledgers with --txn-ledgers ID,...")
-    plan = read_plan(live, named, ledger_id_format)
+    plan = read_plan(live, named, ledger_id_format, verify_all_digests)
     if engine == "auto":
         big = sum(i.size for i in inputs) >= SPARK_THRESHOLD_BYTES[live is not None]
         engine = "spark" if master or big else "python"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import entrylog
+from . import _integrity, entrylog
 from ._errors import (
     EngineLockedError,
     EntryNotFoundError,
@@ -154,6 +154,7 @@ class LedgerStorage:
         self._lock_fd: int | None = None
         self._closed = False
         self._db_lock = threading.RLock()  # guards the write connection
+        self._db_synchronous: bool | None = None  # the write connection's synchronous=FULL setting, once set
         self._db: sqlite3.Connection | None = None
         self._local = threading.local()
         self._read_conns: list[sqlite3.Connection] = []
@@ -211,6 +212,7 @@ class LedgerStorage:
         if not (self.directory / DB_NAME).is_file():
             raise StorageError(f"{self.directory}: no ledger storage here ({DB_NAME} missing)")
         self._db = self._connect()
+        _integrity.check(self.directory, self._db)  # a damaged index gives wrong answers, not just fewer
         self._db.execute("PRAGMA query_only=1")
 
     def _open_writer(self) -> None:
@@ -225,6 +227,7 @@ class LedgerStorage:
             raise StorageError(f"{self.directory}: has entry logs but no {DB_NAME}; not an engine storage "
                                "(open a copy read-only with the scan instead)")
         self._db = self._connect()
+        _integrity.check(self.directory, self._db)  # never write to (or re-create) a damaged metadata.db
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
         with self._txn(full=True) as db:
@@ -241,6 +244,11 @@ class LedgerStorage:
                                                  daemon=True)
         self._writer.start()
         self._callback_thread.start()
+
+    @staticmethod
+    def recover(directory: Path | str) -> dict:
+        """Rebuild a damaged metadata.db from what SQLite can still read and from the entry logs (see _integrity)."""
+        return _integrity.recover(Path(directory), _SCHEMA)
 
     def _take_lock(self) -> None:
         path = self.directory / LOCK_NAME
@@ -287,7 +295,10 @@ class LedgerStorage:
             self.storage._db_lock.acquire()
             db = self.storage._db
             try:
-                db.execute(f"PRAGMA synchronous={'FULL' if self.full else 'NORMAL'}")
+                # only when it changes: every statement under the lock is a trip back for the GIL
+                if self.storage._db_synchronous != self.full:
+                    db.execute(f"PRAGMA synchronous={'FULL' if self.full else 'NORMAL'}")
+                    self.storage._db_synchronous = self.full
                 db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 self.storage._db_lock.release()
@@ -1052,12 +1063,13 @@ class LedgerStorage:
                 elif version > committed.get(key, self._meta_versions.get(key, 0)):
                     merged[key] = value
                     committed[key] = version
+        puts = [(key, value) for key, value in merged.items() if value is not None]
+        deletes = [(key,) for key, value in merged.items() if value is None]
         with self._txn(full=any(sync for *_, sync in batch)) as db:
-            for key, value in merged.items():
-                if value is None:
-                    db.execute("DELETE FROM kv WHERE key = ?", (key,))
-                else:
-                    db.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, value))
+            if puts:
+                db.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?)", puts)
+            if deletes:
+                db.executemany("DELETE FROM kv WHERE key = ?", deletes)
         self._meta_versions.update(committed)
         self._stats["metadataCommits"] += 1
 

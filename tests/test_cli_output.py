@@ -1,0 +1,142 @@
+"""What people and scripts see: -o validated everywhere, YAML, tables, -h/-v, help without flag metavars, command
+order, and the `transactions` conveniences (find-hanging counts, --topic, --abort, --txn-id, abort confirmation)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from txnadmin.cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def engine(tmp_path, monkeypatch):
+    """An engine with three open transactions on topic t1 and one on topic other."""
+    directory = tmp_path / "engine"
+    monkeypatch.setenv("TXNADMIN_ENGINE_DIR", str(directory))
+    monkeypatch.setenv("TXNADMIN_HOME", str(tmp_path / "home"))
+    assert runner.invoke(app, ["engine", "init", "-c", "2"]).exit_code == 0
+    for produce in ("t1=a", "t1=b", "t1=c", "other=x"):
+        result = runner.invoke(app, ["engine", "txn", "begin", "--dir", str(directory), "--produce", produce])
+        assert result.exit_code == 0, result.output
+    return ["-u", f"local:{directory}"]
+
+
+def test_find_hanging_counts_filters_and_suggests_commands_for_the_same_target(engine):
+    result = runner.invoke(app, [*engine, "transactions", "find-hanging", "--max-transaction-timeout", "0",
+                                 "--topic", "t1"], env={"COLUMNS": "200"})
+    assert result.exit_code == 1
+    assert "3 hanging of 3 open transactions" in result.stdout
+    commands = re.findall(r"txnadmin .*abort-transaction.*", result.stdout)
+    assert len(commands) == 3 and all(f"-u {engine[1]}" in c and "--txn-id '(" in c for c in commands)
+    everything = runner.invoke(app, [*engine, "transactions", "find-hanging", "-o", "json"])
+    assert everything.exit_code == 0 and json.loads(everything.stdout) == []  # none older than 15 min
+    listed = runner.invoke(app, [*engine, "transactions", "list", "--topic", "other", "-o", "json"])
+    assert [r["producedPartitions"] for r in json.loads(listed.stdout)] == [["persistent://public/default/other"]]
+
+
+def test_find_hanging_abort_shows_the_plan_and_needs_yes_off_a_terminal(engine):
+    base = [*engine, "transactions", "find-hanging", "--max-transaction-timeout", "0", "--topic", "t1", "--abort"]
+    dry = runner.invoke(app, [*base, "--dry-run"])
+    assert dry.exit_code == 0 and "plan: abort 3 hanging transactions" in dry.stdout and "nothing was changed" in dry.stdout
+    refused = runner.invoke(app, base)
+    assert refused.exit_code == 1 and "--yes" in refused.stderr  # pulsar-admin's code, not 2
+    still = runner.invoke(app, [*engine, "transactions", "list", "-o", "json"])
+    assert len(json.loads(still.stdout)) == 4  # nothing changed so far
+    done = runner.invoke(app, [*base, "--yes"])
+    assert done.exit_code == 0 and "3 of 3 hanging transactions aborted" in done.stdout
+    left = json.loads(runner.invoke(app, [*engine, "transactions", "list", "-o", "json"]).stdout)
+    assert [r["producedPartitions"] for r in left] == [["persistent://public/default/other"]]
+
+
+def test_txn_id_is_accepted_wherever_m_and_l_are_and_abort_says_what_it_did(engine):
+    txn = json.loads(runner.invoke(app, [*engine, "transactions", "list", "-o", "json"]).stdout)[0]["txnId"]
+    most, least = txn.strip("()").split(",")
+    by_flags = runner.invoke(app, [*engine, "transactions", "transaction-metadata", "-m", most, "-l", least, "-o", "json"])
+    by_id = runner.invoke(app, [*engine, "transactions", "transaction-metadata", "--txn-id", txn, "-o", "json"])
+    assert by_flags.exit_code == by_id.exit_code == 0 and by_flags.stdout == by_id.stdout
+    for bad in (["--txn-id", "1-6"], ["--txn-id", txn, "-m", "0"], ["-m", "0"]):
+        result = runner.invoke(app, [*engine, "transactions", "transaction-metadata", *bad])
+        assert result.exit_code == 1 and result.stderr.strip(), bad
+    aborted = runner.invoke(app, [*engine, "transactions", "abort-transaction", "--txn-id", txn])
+    assert aborted.exit_code == 0 and aborted.stdout == ""  # pulsar-admin's stdout
+    assert aborted.stderr.strip() == f"aborted transaction {txn} on {engine[1]}"
+
+
+def test_json_is_byte_stable_and_yaml_is_the_same_data(engine):
+    call = [*engine, "transactions", "transaction-metadata", "--txn-id", "(0,0)"]
+    first = runner.invoke(app, [*call, "-o", "json"]).stdout
+    second = runner.invoke(app, [*call, "-o", "json"]).stdout
+    data = json.loads(first)
+    assert first == second and first == json.dumps(data, indent=2) + "\n"
+    as_yaml = runner.invoke(app, [*call, "-o", "yaml"])
+    assert as_yaml.exit_code == 0 and yaml.safe_load(as_yaml.stdout) == data
+    target = runner.invoke(app, [*engine, "target", "-o", "yaml"])
+    assert yaml.safe_load(target.stdout)["target"] == engine[1]
+
+
+def test_tables_are_sections_and_rows_not_dotted_keys(engine):
+    result = runner.invoke(app, [*engine, "transactions", "coordinator-internal-stats", "-c", "0", "-o", "table"],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "ledgers" in result.stdout and "ledgerId" in result.stdout  # the ledger list as rows
+    assert "managedLedgerInternalStats.ledgers" not in result.stdout and "False" not in result.stdout
+    stats = runner.invoke(app, [*engine, "transactions", "coordinator-stats", "-o", "table"], env={"COLUMNS": "200"})
+    assert "ago)" in stats.stdout  # timestamps for people
+
+
+@pytest.mark.parametrize("command", [
+    ["transactions", "coordinator-stats"], ["downgrade", "status"], ["upgrade"], ["target"], ["scan", "x"],
+    ["rehearse"], ["metrics"],
+])
+def test_an_unknown_output_format_is_a_usage_error(command, tmp_path):
+    result = runner.invoke(app, ["-u", f"local:{tmp_path}", *command, "-o", "xml"])
+    assert result.exit_code == 2 and "'xml' is not one of" in result.stderr
+
+
+def test_h_v_and_help_show_metavars_only_for_options_with_values():
+    assert runner.invoke(app, ["-v"]).stdout.startswith("txnadmin ")
+    assert runner.invoke(app, ["-V"]).stdout == runner.invoke(app, ["--version"]).stdout
+    helped = runner.invoke(app, ["-h"], env={"COLUMNS": "200"})
+    assert helped.exit_code == 0 and "--install-completion" in helped.stdout
+    assert "<bool>" not in helped.stdout and "<str>" in helped.stdout
+    commands = re.findall(r"^│ (\w+) ", helped.stdout.split("Commands")[1], flags=re.M)
+    assert commands[:4] == ["transactions", "downgrade", "upgrade", "scan"]
+    sub = runner.invoke(app, ["transactions", "find-hanging", "-h"], env={"COLUMNS": "200"})
+    assert sub.exit_code == 0 and "<bool>" not in sub.stdout and "--dry-run" in sub.stdout
+
+
+def test_a_call_that_waits_shows_a_spinner_naming_it_on_a_terminal(monkeypatch, capsys):
+    import sys
+    import time
+
+    from txnadmin.cli.transactions import waiting_notice
+
+    class Slow:
+        in_flight = "GET /admin/v3/transactions/coordinatorStats"
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with waiting_notice(Slow(), "http://broker:8080"):
+        time.sleep(1.6)
+    assert "waiting for GET /admin/v3/transactions/coordinatorStats on http://broker:8080" in capsys.readouterr().err
+    with waiting_notice(Slow(), "http://broker:8080"):
+        pass  # a quick answer shows nothing
+    assert "waiting for" not in capsys.readouterr().err
+
+
+def test_engine_txn_commit_and_abort_take_txn_id_too(engine):
+    directory = engine[1].removeprefix("local:")
+    opened = json.loads(runner.invoke(app, [*engine, "transactions", "list", "-o", "json"]).stdout)
+    first, second = opened[0]["txnId"], opened[1]["txnId"]
+    committed = runner.invoke(app, ["engine", "txn", "commit", "--dir", directory, "--txn-id", first])
+    assert committed.exit_code == 0 and json.loads(committed.stdout)["txnId"] == first
+    most, least = second.strip("()").split(",")
+    aborted = runner.invoke(app, ["engine", "txn", "abort", "--dir", directory, "-m", most, "-l", least])
+    assert aborted.exit_code == 0, aborted.output
+    assert runner.invoke(app, ["engine", "txn", "abort", "--dir", directory]).exit_code == 2
