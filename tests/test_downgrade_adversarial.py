@@ -287,3 +287,17 @@ def test_growing_batched_writer_flushes_on_metrics_mean_not_safe(tmp_path):
         report = status(admin, tmp_path / "s.json")
         assert not report.safe
         assert [l.kind for l in report.waiting] == ["batched writer still flushing"]
+
+
+def test_a_deleted_topic_takes_its_stores_along_and_counts_as_done(tmp_path):
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        admin = LocalAdmin(engine)
+        load(engine)
+        start(admin, tmp_path / "s.json")
+        admin.delete_topic("persistent://public/default/u")
+        assert "persistent://public/default/u-s__transaction_pending_ack" not in admin.list_topics("public/default")
+        with pytest.raises(NotFoundError):
+            admin.pending_ack_internal_stats("persistent://public/default/u", "s")
+        report = checked_status(engine, admin, tmp_path / "s.json")
+        gone = [l for l in report.logs if l.name == "persistent://public/default/u-s__transaction_pending_ack"]
+        assert gone[0].done and "deleted" in gone[0].reason
