@@ -528,7 +528,8 @@ def test_engine_pending_ack_stores_not_reopened_since_the_flag_changed(served):
     (finding,) = [f for f in out["findings"] if f["severity"] == "warning"]
     assert finding["subject"] == "pending-ack stores"
     assert finding["evidence"]["notReopenedSinceChange"] == [f"{TOPIC} billing"]
-    reloaded = runner.invoke(app, ["-u", url, "transactions", "set-txn-pending-ack-batch-log", "--enable", "--reload", "--yes"],
+    reloaded = runner.invoke(app, ["-u", url, "transactions", "set-txn-pending-ack-batch-log", "--enable", "--reload",
+                                       "--yes"],
                              env=env)
     assert reloaded.exit_code == 0, reloaded.output
     assert doctor_json(url, home, "--only", "batched-log")[0] == 0

@@ -234,7 +234,8 @@ def test_downgrade_verify_passes_incomplete_through_as_exit_3(tmp_path):
     d = tmp_path / "e"
     assert runner.invoke(app, ["engine", "init", str(d), "-c", "1"]).exit_code == 0
     state = tmp_path / "s.json"
-    assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state", str(state)]).exit_code == 0
+    started = runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state", str(state)])
+    assert started.exit_code == 0, started.output
     g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0))])
     result = runner.invoke(app, ["downgrade", "verify", "--dumps", str(tmp_path / "0.log"), "--state", str(state),
                                  "--engine", "python", "-o", "json"])

@@ -428,9 +428,6 @@ class ManagedLedger:
     def close(self) -> None:
         if not self._closed and not self.read_only:
             self.flush_cursors()
-            # Pulsar trims consumed ledgers in the background as soon as the slowest cursor passes them; here the
-            # once-a-second sweep does, so trim once more on the way out rather than leave that to the next open.
-            self.trim()
         with self._lock:
             if self._closed or self.read_only:
                 self._closed = True
