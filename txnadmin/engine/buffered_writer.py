@@ -8,6 +8,7 @@ record is written plain. Callbacks resolve in write order with (ledger, entry, b
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from ..codec import encode_batched_serialized
 from .completion import Completion
 from .position import Position
 from .writer_metrics import BufferedWriterMetrics
+
+log = logging.getLogger(__name__)
 
 Callback = Callable[["TxnPosition | None", "BaseException | None"], None]
 
@@ -234,4 +237,4 @@ def _safe(callback: Callback, pos, exc) -> None:
     try:
         callback(pos, exc)
     except Exception:
-        pass
+        log.exception("a buffered-writer callback failed (position %s); the rest of its batch goes on", pos)
