@@ -11,7 +11,6 @@ pulsar-admin calls does — and with bounded concurrency, same server, same run.
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import sys
 import tempfile
@@ -60,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     from txnadmin.admin.http import HttpAdmin
     from txnadmin.procedures import doctor
-    from txnadmin.server.run import free_port
+    from txnadmin.server.run import free_port, wait_until_listening
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "engine"
@@ -72,16 +71,7 @@ def main() -> None:
                                  "--port", str(port), "--token-file", str(Path(tmp) / "token")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            t = time.perf_counter()
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                    break
-                except OSError:
-                    if proc.poll() is not None:
-                        raise SystemExit(proc.stderr.read().decode())
-                    time.sleep(0.2)
-            opened = time.perf_counter() - t
+            opened = wait_until_listening(port, proc)
             url = f"http://127.0.0.1:{port}"
             admin = HttpAdmin(url, token=token)
             doctor.run(admin, url, concurrency=16)  # untimed warm-up

@@ -10,7 +10,6 @@ script looping over pulsar-admin calls does) and with bounded concurrency — sa
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import sys
 import tempfile
@@ -61,7 +60,7 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     from txnadmin.admin.http import HttpAdmin
-    from txnadmin.server.run import free_port
+    from txnadmin.server.run import free_port, wait_until_listening
     from txnadmin.procedures.downgrade import start, status
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,16 +73,7 @@ def main() -> None:
                                  "--port", str(port), "--token-file", str(Path(tmp) / "token")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            t = time.perf_counter()
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                    break
-                except OSError:
-                    if proc.poll() is not None:
-                        raise SystemExit(proc.stderr.read().decode())
-                    time.sleep(0.2)
-            opened = time.perf_counter() - t
+            opened = wait_until_listening(port, proc)
             admin = HttpAdmin(f"http://127.0.0.1:{port}", token=token)
             state = Path(tmp) / "state.json"
             t = time.perf_counter()

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from txnadmin.server.run import free_port
+from txnadmin.server.run import free_port, wait_until_listening
 
 
 @contextmanager
@@ -22,14 +20,7 @@ def serving(engine_dir: Path, home: Path):
     proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "serve", "--engine-dir", str(engine_dir),
                              "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
-        for _ in range(400):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(proc.stderr.read().decode())
-                time.sleep(0.05)
+        wait_until_listening(port, proc, timeout_s=60)
         token = json.loads((Path(engine_dir) / "server.json").read_text())["token"]
         yield f"http://127.0.0.1:{port}", token
     finally:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +11,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from txnadmin.admin.http import HttpAdmin
-from txnadmin.server.run import free_port
+from txnadmin.server.run import free_port, wait_until_listening
 
 from engine_helpers import open_engine
 from test_downgrade import BATCHED
@@ -39,14 +36,7 @@ def _serve(tmp_path, d, port=None):
     proc = subprocess.Popen(TXNADMIN + ["serve", "--engine-dir", str(d), "--port", str(port), "--token-file",
                                         str(tmp_path / "token")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        for _ in range(400):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(proc.stderr.read().decode())
-                time.sleep(0.05)
+        wait_until_listening(port, proc, timeout_s=60)
         yield f"http://127.0.0.1:{port}", proc
     finally:
         if proc.poll() is None:

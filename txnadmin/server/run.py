@@ -29,6 +29,24 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def wait_until_listening(port: int, proc, timeout_s: float = 600.0, host: str = "127.0.0.1") -> float:
+    """Block until a `txnadmin serve` child (``proc``, a Popen with stderr piped) accepts connections on ``port``;
+    returns the seconds it took. Raises RuntimeError with the child's stderr if it exits first, or on timeout."""
+    import time
+
+    started = time.monotonic()
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return time.monotonic() - started
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(proc.stderr.read().decode(errors="replace")) from None
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"serve did not listen on {host}:{port} within {timeout_s:g} s") from None
+            time.sleep(0.05)
+
+
 def _metrics_routes(engine) -> list:
     """``/metrics`` and ``/metrics/get`` (both paths a broker's metrics servlet answers), unauthenticated as on a
     broker with the default ``authenticateMetricsEndpoint=false``."""
