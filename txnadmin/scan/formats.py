@@ -14,7 +14,7 @@ import mmap
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional, Union
 
 from . import digests
 from .classify import BAD_DIGEST, BATCHED, EMPTY, PLAIN, UNREADABLE, classify, describe_batch
@@ -441,16 +441,12 @@ def _make_hex_reader(kind: str) -> Reader:
 
     def read(path: str, plan=NO_PLAN) -> Iterator[Finding]:
         plan = as_plan(plan)
-        found = False
         detected: dict[int, str] = {}
-        for item in _text_entries(path):
-            found = True
-            ledger, entry, bad = _ids(path, item, plan)
-            if bad is not None:
-                yield bad
+        for got in _entries_to_judge(path, plan):
+            if isinstance(got, Finding):
+                yield got
                 continue
-            if entry < 0 or ledger in plan.skip:
-                continue  # readlog prints meta entries (master key, fence) with negative ids
+            item, ledger, entry = got
             size = _size(item)
             if size == -1:
                 yield Finding(path, item.offset, ledger, entry, UNREADABLE,
@@ -485,10 +481,26 @@ def _make_hex_reader(kind: str) -> Reader:
                 yield _stored_finding(path, item.offset, ledger, entry, data, plan, detected)
             else:
                 yield _readlog_finding(path, item, ledger, entry, size, data, rows, plan)
-        if not found:
-            yield Finding(path, 0, -1, -1, UNREADABLE, "no entry headers found", "")
 
     return read
+
+
+def _entries_to_judge(path: str, plan: ReadPlan) -> Iterator[Union[Finding, tuple[_TextEntry, int, int]]]:
+    """A text dump's entries as (entry, ledger id, entry id), leaving out skipped ledgers and readlog's meta entries
+    (master key, fence: negative ids). An entry whose ids cannot be read, and a file with no entry header at all,
+    come out as Findings instead, so every text reader reports them the same way."""
+    found = False
+    for item in _text_entries(path):
+        found = True
+        ledger, entry, bad = _ids(path, item, plan)
+        if bad is not None:
+            yield bad
+            continue
+        if entry < 0 or ledger in plan.skip:
+            continue
+        yield item, ledger, entry
+    if not found:
+        yield Finding(path, 0, -1, -1, UNREADABLE, "no entry headers found", "")
 
 
 def _readlog_finding(path: str, item: _TextEntry, ledger: int, entry: int, size: Optional[int], data: bytes,
@@ -529,15 +541,11 @@ def _readlog_finding(path: str, item: _TextEntry, ledger: int, entry: int, size:
 def read_string_dump(path: str, plan=NO_PLAN) -> Iterator[Finding]:
     """The default string formatter: only the first bytes survive, so only the magic can be judged."""
     plan = as_plan(plan)
-    found = False
-    for item in _text_entries(path):
-        found = True
-        ledger, entry, bad = _ids(path, item, plan)
-        if bad is not None:
-            yield bad
+    for got in _entries_to_judge(path, plan):
+        if isinstance(got, Finding):
+            yield got
             continue
-        if entry < 0 or ledger in plan.skip:
-            continue
+        item, ledger, entry = got
         size = _size(item)
         first = item.lines[0].rstrip(b"\r\n") if item.lines else None
         if size == 0:
@@ -549,8 +557,6 @@ def read_string_dump(path: str, plan=NO_PLAN) -> Iterator[Finding]:
                           "string formatter: batch magic seen; the body is not recoverable", first[:8].hex())
         else:
             yield Finding(path, item.offset, ledger, entry, PLAIN, "string formatter", first[:8].hex())
-    if not found:
-        yield Finding(path, 0, -1, -1, UNREADABLE, "no entry headers found", "")
 
 
 def _has_header(head: bytes) -> bool:
