@@ -363,14 +363,19 @@ class Engine:
             self._open_coordinator(tc_id)
             self._finish_recovered(tc_id)
 
+    def _topic_to_delete_from(self, full: str):
+        """The open topic a delete acts on (under the engine lock); refuses a read-only engine and unknown topics."""
+        self._writable()
+        owner = self.topics.get(full)
+        if owner is None:
+            raise NotFound(f"Topic not found {full}")
+        return owner
+
     def delete_subscription(self, topic: str, subscription: str) -> None:
         """Delete a subscription and its pending-ack store (its managed ledger and every ledger of it)."""
         full = normalize_topic(topic)
         with self._lock:
-            self._writable()
-            owner = self.topics.get(full)
-            if owner is None:
-                raise NotFound(f"Topic not found {full}")
+            owner = self._topic_to_delete_from(full)
             if subscription not in owner.subscriptions() and (full, subscription) not in self.stores:
                 raise NotFound("Subscription not found")
             self._drop_store(full, subscription)
@@ -380,10 +385,7 @@ class Engine:
         """Delete a topic with its subscriptions and their pending-ack stores (as `topics delete -f` does)."""
         full = normalize_topic(topic)
         with self._lock:
-            self._writable()
-            owner = self.topics.get(full)
-            if owner is None:
-                raise NotFound(f"Topic not found {full}")
+            owner = self._topic_to_delete_from(full)
             for key in [k for k in self.stores if k[0] == full]:
                 self._drop_store(*key)
             self.topics.pop(full).close()
