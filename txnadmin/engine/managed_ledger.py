@@ -395,7 +395,10 @@ class ManagedLedger:
 
     # -- stats ------------------------------------------------------------------------------
     def internal_stats(self, include_ledger_metadata: bool = False) -> dict:
+        # Cursor stats are read after the ledger lock is released: a cursor takes its own lock and then the
+        # ledger's (mark_delete -> next_position), so holding ours while asking a cursor would deadlock.
         with self._lock:
+            cursors = sorted(self._cursors.items())
             current = self._ledgers[-1]
             ledgers = []
             for info in self._ledgers:
@@ -409,7 +412,7 @@ class ManagedLedger:
                     except LedgerNotFoundError:
                         pass
                 ledgers.append(item)
-            return {
+            stats = {
                 "entriesAddedCounter": self.entries_added,
                 "numberOfEntries": sum(l.entries for l in self._ledgers),
                 "totalSize": sum(l.size for l in self._ledgers),
@@ -421,9 +424,11 @@ class ManagedLedger:
                 "lastConfirmedEntry": str(self.last_confirmed_entry),
                 "state": self.state,
                 "ledgers": ledgers,
-                "cursors": {name: c.stats() for name, c in sorted(self._cursors.items())},
+                "cursors": {},  # filled below, outside the lock, keeping the key's place in the JSON
                 "properties": dict(self._properties),
             }
+        stats["cursors"] = {name: c.stats() for name, c in cursors}
+        return stats
 
     def close(self) -> None:
         if not self._closed and not self.read_only:
