@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .engine import Engine
+from .storage import LedgerNotFoundError
 
 
 def engine_summary(engine: Engine) -> dict:
@@ -39,6 +40,10 @@ def batched_census(storage) -> dict[int, dict]:
             continue
         batched = 0
         if meta.last_entry_id >= 0:
-            batched = sum(has_batch_prefix(e) for e in storage.read_entries(meta.ledger_id, 0, meta.last_entry_id))
+            try:
+                entries = storage.read_entries(meta.ledger_id, 0, meta.last_entry_id)
+            except LedgerNotFoundError:
+                continue  # trimmed since it was listed (the engine may be running): no longer live, nothing to count
+            batched = sum(has_batch_prefix(e) for e in entries)
         out[meta.ledger_id] = {"managedLedger": ml, "entries": meta.last_entry_id + 1, "batchedEntries": batched}
     return out
