@@ -169,3 +169,40 @@ def test_stats_from_a_second_process_while_the_workload_runs(tmp_path):
     for stats, ml in seen:
         assert all(v["state"] == "Ready" for v in stats.values())
         assert ml["numberOfEntries"] == sum(l["entries"] for l in ml["ledgers"]) + ml["currentLedgerEntries"]
+
+
+def test_a_failed_ack_hands_its_messages_back(tmp_path):
+    """A client whose ack fails (its coordinator reloading) must not leave the messages dispatched for good: the
+    subscription's mark-delete would stop behind them and its pending-ack log would never trim (a downgrade `wait`
+    that never ends)."""
+    import random
+    import threading
+
+    from tests.engine_helpers import open_engine
+    from txnadmin.engine.coordinator import CoordinatorNotReady
+    from txnadmin.engine.workload import WorkloadSpec, WorkloadStats, _one_transaction
+
+    engine = open_engine(tmp_path / "e")
+    try:
+        topic = "persistent://public/default/t"
+        engine.subscribe(topic, "s")
+        txn = engine.begin(60_000)
+        engine.produce(txn, topic, b"m")
+        engine.commit(txn)
+
+        def refuse(*_args, **_kwargs):
+            raise CoordinatorNotReady("reloading")
+
+        spec = WorkloadSpec(messages_per_txn=0, acks_per_txn=1)
+        real_ack, engine.ack = engine.ack, refuse
+        try:
+            try:
+                _one_transaction(engine, spec, random.Random(1), [topic], ["s"], WorkloadStats(), threading.Lock(),
+                                 None)
+            except CoordinatorNotReady:
+                pass
+        finally:
+            engine.ack = real_ack
+        assert [m.payload for m in engine.receive(topic, "s", 10)] == [b"m"]
+    finally:
+        engine.close()

@@ -271,6 +271,11 @@ class Engine:
             return messages
         return [m for m in messages if not store.is_held(m.position)]
 
+    def redeliver(self, topic: str, subscription: str) -> None:
+        """A consumer's redeliverUnacknowledgedMessages: dispatch again from the mark-delete position (messages an
+        open transaction holds stay filtered out by :meth:`receive`)."""
+        self.topic(topic).redeliver(subscription)
+
     def ack(self, txn: tuple[int, int], topic: str, subscription: str,
             positions: list[Position | tuple[Position, list[int] | None, int | None]], cumulative: bool = False) -> None:
         tc = self.coordinator(txn[0])

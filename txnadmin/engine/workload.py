@@ -173,6 +173,12 @@ def _use_transaction(engine, spec, rng, topics, subs, stats, lock, on_commit, tx
                     stats.conflicts += 1
                     stats.aborted += 1
                 return
+            except Exception:
+                # The ack never reached the store (say its coordinator was reloading), so no abort will hand these
+                # messages back: ask for them again, as a client's redeliverUnacknowledgedMessages does. Without
+                # this the subscription's mark-delete stops behind them for good and its pending-ack log never trims.
+                engine.redeliver(topic, sub)
+                raise
             acked = [(topic, sub, str(m.position)) for m in messages]
     roll = rng.random()
     if roll < spec.timeout_ratio:
