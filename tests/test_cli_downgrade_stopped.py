@@ -20,6 +20,7 @@ from engine_helpers import directory_fingerprint, live_batched_entries_in
 from test_cli_downgrade import TXNADMIN, _engine, _load, _running
 
 runner = CliRunner()
+REOPENED = "reopened since recording"
 T = "persistent://public/default/txn-topic-0"  # what `engine run` produces to and acks on (sub-0)
 
 
@@ -111,3 +112,21 @@ def test_no_engine_starts_under_an_open_view_and_a_writer_without_server_is_refu
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
+
+
+def test_start_on_a_stopped_engine_opens_it_for_writing_and_status_then_sees_no_reopen(tmp_path):
+    d = _engine(tmp_path)
+    _load(d)
+    state = tmp_path / "s.json"
+    started = runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state", str(state), "-o",
+                                  "json"])
+    assert started.exit_code == 0, started.output
+    # The reloads happened in a writer open that saved each store's reopen; the stopped engine read afterwards
+    # shows exactly those opens, so nothing counts as reopened since recording, and nothing is safe yet either:
+    # the batched ledgers are still there.
+    before = directory_fingerprint(d)
+    code, report = _status(d, state)
+    assert code == 1 and report["safe"] is False and REOPENED not in report["waitingByReason"]
+    assert live_batched_entries_in(d)
+    assert directory_fingerprint(d) == before
+
