@@ -136,6 +136,11 @@ class LocalAdmin:
             os.close(self._lock_fd)  # closing the descriptor drops the shared lock
             self._lock_fd = None
 
+    @property
+    def frozen(self) -> bool:
+        """True for the read-only view of a stopped engine: nothing it reports can change while it is open."""
+        return self._owned and self.engine.read_only
+
     def _writable(self) -> None:
         if not self.engine.read_only or not self._owned:
             return
