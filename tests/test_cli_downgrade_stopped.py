@@ -130,3 +130,20 @@ def test_start_on_a_stopped_engine_opens_it_for_writing_and_status_then_sees_no_
     assert live_batched_entries_in(d)
     assert directory_fingerprint(d) == before
 
+
+
+def test_a_store_the_view_cannot_open_is_listed_not_loaded_never_deleted(tmp_path):
+    """Absence of evidence is not "deleted": a store whose log the read-only view cannot open (here its managed
+    ledger's record is gone) stays in the listing, answers 404, and keeps the verdict from being safe."""
+    from txnadmin.engine.storage import LedgerStorage
+
+    d, state = _safe_and_stopped(tmp_path)
+    store = f"{T}-sub-0__transaction_pending_ack"
+    with LedgerStorage.open(d) as storage:
+        storage.meta_delete("managed-ledgers/public/default/persistent/txn-topic-0-sub-0__transaction_pending_ack")
+    code, report = _status(d, state)
+    assert code == 1 and report["safe"] is False
+    comp = [c for c in report["components"] if c["name"] == store][0]
+    assert not comp["done"] and comp["waitingFor"] == "store not loaded", comp
+    listed = runner.invoke(app, ["-u", f"local:{d}", "transactions", "pending-ack-stats", "-t", T, "-s", "sub-0"])
+    assert listed.exit_code == 1 and "not loaded" in listed.stderr

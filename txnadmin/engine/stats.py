@@ -6,6 +6,7 @@ from typing import Optional
 
 from .coordinator import TxnMeta
 from .engine import Engine, EngineError, NotFound
+from .pending_ack import pending_ack_topic
 from .position import Position
 from .topic import normalize_topic
 
@@ -70,6 +71,8 @@ def _store_or_none(engine: Engine, topic: str, sub: str):
     transaction (Pulsar's handle in state None); NotFound for an unknown topic or subscription."""
     t = engine.topic(topic, create=False)
     store = engine.stores.get((t.name, sub))
+    if (t.name, sub) in engine.unopened_stores:
+        raise NotFound(f"Pending ack store of {t.name} / {sub} is not loaded (its log could not be opened)")
     if store is None and sub not in t.ledger.cursors():
         raise NotFound(f"Subscription not found {sub} on {t.name}")
     return store
@@ -142,8 +145,9 @@ def topic_names(engine: Engine, namespace: str, include_system: bool) -> list[st
     """Topics of a namespace as `namespaces topics` lists them (system topics only when asked)."""
     names = [t for t in engine.topics if t.split("://", 1)[1].rsplit("/", 1)[0] == namespace]
     if include_system:
-        names += [s.store_topic for s in engine.stores.values()
-                  if s.store_topic.split("://", 1)[1].rsplit("/", 1)[0] == namespace]
+        stores = [s.store_topic for s in engine.stores.values()]
+        stores += [pending_ack_topic(topic, sub) for topic, sub in engine.unopened_stores]
+        names += [s for s in stores if s.split("://", 1)[1].rsplit("/", 1)[0] == namespace]
         from .tb_snapshot import SNAPSHOT_SYSTEM_TOPICS, system_topic
 
         names += [system_topic(namespace, local) for local in SNAPSHOT_SYSTEM_TOPICS
@@ -158,6 +162,7 @@ def topic_names(engine: Engine, namespace: str, include_system: bool) -> list[st
 def namespaces(engine: Engine) -> list[str]:
     found = {t.split("://", 1)[1].rsplit("/", 1)[0] for t in engine.topics}
     found |= {s.store_topic.split("://", 1)[1].rsplit("/", 1)[0] for s in engine.stores.values()}
+    found |= {topic.split("://", 1)[1].rsplit("/", 1)[0] for topic, _ in engine.unopened_stores}
     found.add("pulsar/system")
     return sorted(found)
 
