@@ -6,9 +6,8 @@ import functools
 from pathlib import Path
 from typing import Optional
 
+from ..names import coordinator_of_assign_partition
 from .protocol import AdminError, Json, NotFoundError, TargetUnreachableError, TxnId
-
-TC_ASSIGN_PREFIX = "persistent://pulsar/system/transaction_coordinator_assign-partition-"
 
 
 def _admin_errors(fn):
@@ -224,8 +223,9 @@ class LocalAdmin:
     @_admin_errors
     def unload_topic(self, topic: str) -> None:
         full = self._stats.canonical_topic(topic)
-        if full.startswith(TC_ASSIGN_PREFIX):
-            self.engine.reload_coordinator(int(full[len(TC_ASSIGN_PREFIX):]))
+        tc_id = coordinator_of_assign_partition(full)
+        if tc_id is not None:
+            self.engine.reload_coordinator(tc_id)
         else:
             self.engine.reload_topic(full)
 
