@@ -62,6 +62,7 @@ def writer_config(config: EngineConfig, component: str) -> BufferedWriterConfig:
         max_records=getattr(config, prefix + "MaxRecords"),
         max_size=getattr(config, prefix + "MaxSize"),
         max_delay_ms=getattr(config, prefix + "MaxDelayInMillis"),
+        key_prefix=prefix,  # so a pending-ack writer's error names the pending-ack key, not the coordinator's
     )
 
 
