@@ -40,15 +40,15 @@ META_ENGINE_ID = "engine/id"  # persistent identity: a downgrade checklist refus
 
 
 class EngineError(Exception):
-    status = 500
+    """Base of the engine's own errors; the admin layer (admin/local.py) maps each to an HTTP status."""
 
 
 class NotFound(EngineError):
-    status = 404
+    """No such coordinator, topic, subscription or store."""
 
 
 class NotAcceptable(EngineError):
-    status = 406
+    """A request the engine refuses as it stands (e.g. scaling coordinators down)."""
 
 
 def _now_ms() -> int:

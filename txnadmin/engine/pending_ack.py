@@ -28,13 +28,9 @@ SUFFIX = "__transaction_pending_ack"
 class PendingAckConflict(Exception):
     """Pulsar's TransactionConflictException."""
 
-    status = 409
-
 
 class PendingAckNotAllowed(Exception):
     """Pulsar's NotAllowedException (e.g. a cumulative ack of several positions)."""
-
-    status = 405
 
 
 def pending_ack_topic(topic: str, subscription: str) -> str:

@@ -11,7 +11,7 @@ from .topic import normalize_topic
 
 
 class NotReady(EngineError):
-    status = 503
+    """Pulsar's ServiceUnitNotReadyException: asked before the component finished loading."""
 
 
 def coordinators_list(engine: Engine) -> list[dict]:
