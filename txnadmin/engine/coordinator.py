@@ -25,21 +25,19 @@ TERMINAL = (COMMITTED, ABORTED)
 
 
 class CoordinatorError(Exception):
-    """Base of the coordinator's errors; ``status`` is the HTTP status the admin API answers with."""
-
-    status = 500
+    """Base of the coordinator's errors (Pulsar's CoordinatorException); the admin layer maps them to HTTP."""
 
 
 class TransactionNotFound(CoordinatorError):
-    status = 404
+    """No such transaction in this coordinator."""
 
 
 class InvalidTxnStatus(CoordinatorError):
-    status = 409
+    """A status change the transaction's current status does not allow."""
 
 
 class CoordinatorNotReady(CoordinatorError):
-    status = 503
+    """The coordinator is not loaded (yet)."""
 
 
 def can_transition(current: int, new: int) -> bool:

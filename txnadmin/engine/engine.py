@@ -41,15 +41,15 @@ META_ENGINE_ID = "engine/id"  # persistent identity: a downgrade checklist refus
 
 
 class EngineError(Exception):
-    status = 500
+    """Base of the engine's own errors; the admin layer (admin/local.py) maps each to an HTTP status."""
 
 
 class NotFound(EngineError):
-    status = 404
+    """No such coordinator, topic, subscription or store."""
 
 
 class NotAcceptable(EngineError):
-    status = 406
+    """A request the engine refuses as it stands (e.g. scaling coordinators down)."""
 
 
 def _now_ms() -> int:
@@ -63,6 +63,7 @@ def writer_config(config: EngineConfig, component: str) -> BufferedWriterConfig:
         max_records=getattr(config, prefix + "MaxRecords"),
         max_size=getattr(config, prefix + "MaxSize"),
         max_delay_ms=getattr(config, prefix + "MaxDelayInMillis"),
+        key_prefix=prefix,  # so a pending-ack writer's error names the pending-ack key, not the coordinator's
     )
 
 

@@ -46,7 +46,7 @@ Txn = tuple[int, int]
 
 
 class SnapshotError(Exception):
-    status = 500
+    """A transaction buffer snapshot that cannot be read as recorded."""
 
 
 def _crash_point(name: str) -> None:
