@@ -9,6 +9,7 @@ applies dynamic configuration and rolls/trims ledgers in a maintenance thread.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -32,6 +33,8 @@ from .tb_snapshot import SnapshotService, make_processor
 from .topic import Topic, normalize_topic
 from .transaction_log import TransactionLog
 from .writer_metrics import BufferedWriterMetrics
+
+log = logging.getLogger(__name__)
 
 META_COORDINATORS = "engine/coordinators"
 META_TOPICS = "engine/topics/"
@@ -499,14 +502,24 @@ class Engine:
     def _maintain(self) -> None:
         interval = self.config.engineTimeoutCheckIntervalMillis / 1000
         ticks = 0
+        failing: str | None = None  # the failure being repeated, logged once (the loop ticks ten times a second)
         while not self._stop.wait(interval):
             ticks += 1
             try:
                 # Timeouts every tick (Pulsar: a 100 ms wheel); the ledger sweep about once a second, since
                 # it visits every managed ledger and an engine may hold tens of thousands.
                 self.maintenance_tick(sweep_ledgers=ticks % max(1, round(1 / interval)) == 0)
-            except Exception:  # keep the broker loop alive; the next tick retries
-                pass
+            except Exception as exc:  # keep the broker loop alive; the next tick retries
+                if repr(exc) != failing:
+                    log.exception("%s: engine maintenance failed (timeouts, snapshots, ledger rollover and trim "
+                                  "wait for the next tick, which retries)", self.directory)
+                    failing = repr(exc)
+                else:
+                    log.debug("%s: engine maintenance failed again: %r", self.directory, exc)
+            else:
+                if failing is not None:
+                    log.info("%s: engine maintenance works again", self.directory)
+                    failing = None
 
     def close(self) -> None:
         self._stop.set()
