@@ -96,6 +96,9 @@ class Engine:
         self.tp_metrics = PendingAckMetrics(self.registry)
         self._lock = threading.RLock()
         self.coordinators: dict[int, TransactionCoordinator] = {}
+        # per coordinator, what its recovery left COMMITTING/ABORTING: driven to the end once every topic and
+        # pending-ack store is open too (_finish_recovered)
+        self._pending_end: dict[int, list[TxnMeta]] = {}
         self.preservers: dict[int, TransactionPreserver] = {}
         self._last_expiry_check = 0
         self.topics: dict[str, Topic] = {}
@@ -159,7 +162,7 @@ class Engine:
                 retention_ms=int(self.config.transactionMetaPersistTimeInHour * 3_600_000),
                 max_total=self.config.engineTransactionMetaPersistMaxTotal, clock_ms=self.clock_ms,
                 ml_config=self.ml_config())
-        tc.pending_end = tc.recover()
+        self._pending_end[tc_id] = tc.recover()
         tc.recover_start_time = self._distinct_open(("tc", tc_id), tc.recover_start_time)
         self.coordinators[tc_id] = tc
         return tc
@@ -174,9 +177,8 @@ class Engine:
 
     def _finish_recovered(self, tc_id: int) -> None:
         tc = self.coordinators[tc_id]
-        for meta in getattr(tc, "pending_end", []):
+        for meta in self._pending_end.pop(tc_id, []):
             self._drive_end(tc, meta, commit=meta.status == COMMITTING)
-        tc.pending_end = []
 
     def _open_topic(self, name: str) -> Topic:
         def processor(topic_name, snapshot_position):
