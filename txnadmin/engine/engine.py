@@ -29,7 +29,10 @@ from .position import Position
 from .preserver import ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver
 from .snapshot_metrics import SnapshotMetrics
 from .storage import LedgerStorage
-from .tb_snapshot import SnapshotService, make_processor
+from .aborted_txn_processor import AbortedTxnProcessor
+from .segmented_snapshot_processor import SegmentedSnapshotProcessor
+from .single_snapshot_processor import SingleSnapshotProcessor
+from .tb_snapshot import SnapshotService, segment_capacity
 from .topic import Topic, normalize_topic
 from .transaction_log import TransactionLog
 from .writer_metrics import BufferedWriterMetrics
@@ -181,15 +184,24 @@ class Engine:
             self._drive_end(tc, meta, commit=meta.status == COMMITTING)
 
     def _open_topic(self, name: str) -> Topic:
-        def processor(topic_name, snapshot_position):
-            return make_processor(self.config, self.snapshots, topic_name, self.clock_ms, snapshot_position)
-
-        topic = Topic(self.factory, name, self.ml_config(), processor,
+        name = normalize_topic(name)
+        topic = Topic(self.factory, name, self.ml_config(), self._aborted_txn_processor(name),
                       snapshot_every=self.config.transactionBufferSnapshotMaxTransactionCount,
                       snapshot_min_ms=self.config.transactionBufferSnapshotMinTimeInMillis)
         topic.recover(self.clock_ms)
         self.topics[topic.name] = topic
         return topic
+
+    def _aborted_txn_processor(self, topic: str) -> AbortedTxnProcessor:
+        """The processor ``transactionBufferSegmentedSnapshotEnabled`` selects (read when the topic opens)."""
+        config = self.config
+        if config.transactionBufferSegmentedSnapshotEnabled:
+            return SegmentedSnapshotProcessor(
+                topic, self.snapshots, self.clock_ms,
+                capacity=segment_capacity(config.transactionBufferSnapshotSegmentSize, topic),
+                on_demand=config.engineTransactionBufferSegmentsOnDemand,
+                cache_segments=config.engineTransactionBufferSegmentCacheSize)
+        return SingleSnapshotProcessor(topic, self.snapshots, self.clock_ms)
 
     def _open_store(self, topic: str, subscription: str) -> PendingAckStore:
         wc = writer_config(self.config, "pending-ack")
