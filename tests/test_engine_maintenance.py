@@ -12,15 +12,19 @@ from txnadmin.engine.engine import Engine
 
 def test_a_failing_tick_is_logged_once_and_the_loop_recovers(tmp_path, monkeypatch, caplog):
     # ticks 1-5 fail the same way, 6-7 work, 8 fails another way, then it works for good
-    outcomes = [RuntimeError("metadata store busy")] * 5 + [None, None, ValueError("bad dynamic config")]
-    ticks, finished = [], threading.Event()
+    outcomes: list[Exception | None] = [RuntimeError("metadata store busy")] * 5 + [None, None,
+                                                                                  ValueError("bad dynamic config")]
+    ticks: list[bool] = []
+    finished = threading.Event()
 
     def tick(self, sweep_ledgers=True):
         ticks.append(sweep_ledgers)
         if len(ticks) > len(outcomes) + 2:
             finished.set()
-        elif len(ticks) <= len(outcomes) and outcomes[len(ticks) - 1] is not None:
-            raise outcomes[len(ticks) - 1]
+            return
+        failure = outcomes[len(ticks) - 1] if len(ticks) <= len(outcomes) else None
+        if failure is not None:
+            raise failure
 
     monkeypatch.setattr(Engine, "maintenance_tick", tick)
     caplog.set_level(logging.DEBUG, logger="txnadmin.engine.engine")

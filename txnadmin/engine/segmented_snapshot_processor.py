@@ -17,7 +17,7 @@ import bisect
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from .aborted_txn_processor import SnapshotPosition, Txn
 from .position import Position
@@ -278,9 +278,9 @@ class SegmentedSnapshotProcessor(SnapshotProcessorBase):
         return self.service.has(self.namespace, INDEXES_TOPIC, self.topic)
 
     def segments_stats(self, detailed: bool) -> dict:
-        out = {"segmentsSize": len(self.indexes), "currentSegmentCapacity": self.capacity,
-               "unsealedAbortTxnIDSize": len(self.unsealed),
-               "lastTookSnapshotSegmentTimestamp": self.last_segment_timestamp}
+        out: dict[str, Any] = {"segmentsSize": len(self.indexes), "currentSegmentCapacity": self.capacity,
+                               "unsealedAbortTxnIDSize": len(self.unsealed),
+                               "lastTookSnapshotSegmentTimestamp": self.last_segment_timestamp}
         if detailed:
             out["segmentStats"] = [{"lastTxnID": f"({i.last_txn[0]},{i.last_txn[1]})",
                                     "persistentPosition": str(i.marker)} for i in self.indexes]

@@ -81,8 +81,7 @@ class TransactionLog:
     def raise_max_local_txn_id(self, seen: int) -> None:
         """A replayed record names an id: never hand it out again (the sequence only grows)."""
         with self._lock:
-            if seen > self._max_local_txn_id:
-                self._max_local_txn_id = seen
+            self._max_local_txn_id = max(self._max_local_txn_id, seen)
 
     # -- writing -----------------------------------------------------------------------------
     def append(self, record: TransactionMetadataEntry,
