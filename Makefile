@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run test install install-test proto check-java clean docs
+.PHONY: run test check install install-test proto check-java clean docs
 
 $(VENV)/.created:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "txnadmin needs Python 3.11 or newer (found " + sys.version.split()[0] + ")")'
@@ -41,6 +41,11 @@ run: $(VENV)/.installed check-java
 
 test: $(VENV)/.installed-test check-java
 	$(PY) -m pytest -q
+
+# Lint and type checks (settings in pyproject.toml; ruff and mypy are pinned in the test extra).
+check: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # Regenerate txnadmin/codec/pb from proto/ (tests fail when they drift apart).
 proto: $(VENV)/.installed-test

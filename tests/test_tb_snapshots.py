@@ -17,7 +17,7 @@ from txnadmin.engine.managed_ledger import ManagedLedgerFactory
 from txnadmin.engine.position import Position
 from txnadmin.engine.storage import LedgerStorage
 from txnadmin.engine.tb_snapshot import (
-    INDEXES_TOPIC, SEGMENTS_TOPIC, SNAPSHOT_TOPIC, SegmentedSnapshotProcessor, SnapshotService,
+    INDEXES_TOPIC, SNAPSHOT_TOPIC, SegmentedSnapshotProcessor, SnapshotService,
     segment_capacity, segment_key,
 )
 

@@ -11,10 +11,10 @@ from typing import Any, Callable, Optional
 
 import typer
 
-app = typer.Typer(help="Operations on transactions (pulsar-admin transactions).", no_args_is_help=True)
-
 from .confirm import DryRunOpt, YesOpt
 from .render import FORMATS, output_option
+
+app = typer.Typer(help="Operations on transactions (pulsar-admin transactions).", no_args_is_help=True)
 
 Output = output_option(None, FORMATS, "json (always JSON), yaml, or table (for people); default: pulsar-admin's.")
 Topic = typer.Option(..., "--topic", "-t", help="Topic name (persistent://t/ns/x, t/ns/x or x).")
@@ -278,7 +278,6 @@ def abort_transaction(ctx: typer.Context, most: Optional[int] = Most, least: Opt
 
 # -- PIP-160's proposed batch-log commands -----------------------------------------------------
 
-from .confirm import DryRunOpt, YesOpt  # noqa: E402  (option objects only; the helper is imported lazily)
 
 def _target_url(ctx: typer.Context) -> str:
     return (ctx.obj or {}).get("target").url

@@ -137,7 +137,7 @@ def _one_transaction(engine, spec, rng, topics, subs, stats, lock, on_commit) ->
         # As a client application does: a failed step aborts the transaction instead of leaving it open (holding
         # its log records and acks) until its timeout. A coordinator being reloaded answers "not ready" until it
         # has recovered; Pulsar's client retries then, and so does this, for up to two seconds.
-        for attempt in range(20):
+        for _attempt in range(20):
             try:
                 engine.abort(txn)
                 break

@@ -290,7 +290,7 @@ def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progre
             s.topics[ns] = _names(topics)
     plain: list[str] = []
     stores: list[Store] = []
-    for ns, topics in s.topics.items():
+    for topics in s.topics.values():
         ns_plain = {t for t in topics if not _is_system(t)}
         plain += sorted(ns_plain)
         for name in sorted(t for t in topics if t.endswith(PENDING_ACK_SUFFIX)):

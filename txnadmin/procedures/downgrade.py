@@ -426,7 +426,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
             return False  # deleted or not loaded: status decides from the listing
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        todo = [log for log, need in zip(logs, pool.map(needs_record, logs)) if need]
+        todo = [log for log, need in zip(logs, pool.map(needs_record, logs), strict=True) if need]
     by_unit: dict[str, list[_Log]] = {}
     for log in todo:
         unit = TC_ASSIGN.format(log.key) if log.component == "coordinator" else log.info["topic"]
@@ -674,7 +674,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     logs: list[LogStatus] = []
     changed = False
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for (log, rec), (result, confirmed) in zip(jobs, pool.map(one, jobs)):
+        for (_log, rec), (result, confirmed) in zip(jobs, pool.map(one, jobs), strict=True):
             logs.append(result)
             if confirmed is not None and confirmed != rec.get("confirmedLedger"):
                 rec["confirmedLedger"] = confirmed
