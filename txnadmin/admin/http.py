@@ -388,7 +388,7 @@ class HttpAdmin:
             response.request = request
             try:
                 chunks, size = [], 0
-                for chunk in response.stream:
+                for chunk in response.stream:  # type: ignore[union-attr]  # a sync transport gives a sync stream
                     chunks.append(chunk)
                     size += len(chunk)
                     if size > MAX_BODY:

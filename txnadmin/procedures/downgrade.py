@@ -667,6 +667,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         verdict, ids, confirmed = _evidence(log, rec, listed(), state_path, state)
         if verdict is not None:
             return verdict, confirmed
+        assert ids is not None  # _evidence gives the ledgers whenever it reaches no verdict
         if log.component == "coordinator":
             return _coordinator_status(admin, log, rec, ids), confirmed
         return _store_status(log, rec, ids), confirmed
