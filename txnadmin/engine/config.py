@@ -122,7 +122,7 @@ class EngineConfig:
             if key in self.DYNAMIC_KEYS:
                 self.set(key, value)
 
-    def ledger_rollover(self) -> dict[str, float]:
+    def ledger_rollover(self) -> dict[str, Any]:  # ManagedLedgerConfig's keyword arguments
         return {
             "max_entries_per_ledger": self.managedLedgerMaxEntriesPerLedger,
             "min_ledger_rollover_time_ms": self.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,

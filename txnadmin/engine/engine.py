@@ -136,10 +136,12 @@ class Engine:
         for tc_id in range(self.coordinator_count()):
             self._open_coordinator(tc_id)
         for key in self.storage.meta_list(META_TOPICS):
-            self._open_topic(json.loads(self.storage.meta_get(key))["topic"])
+            if (raw := self.storage.meta_get(key)) is not None:  # None: deleted since listed
+                self._open_topic(json.loads(raw)["topic"])
         for key in self.storage.meta_list(META_PENDING_ACK):
-            info = json.loads(self.storage.meta_get(key))
-            self._open_store(info["topic"], info["subscription"])
+            if (raw := self.storage.meta_get(key)) is not None:
+                info = json.loads(raw)
+                self._open_store(info["topic"], info["subscription"])
         for tc_id in list(self.coordinators):
             self._finish_recovered(tc_id)
 

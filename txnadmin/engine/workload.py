@@ -92,9 +92,9 @@ def run_workload(engine: Engine, spec: WorkloadSpec, stop: Optional[threading.Ev
     lock = threading.Lock()
     topics = spec.topic_names()
     subs = spec.subscription_names()
-    for t in topics:
+    for name in topics:
         for s in subs:
-            engine.subscribe(t, s)
+            engine.subscribe(name, s)
     limiter = _RateLimiter(spec.rate)
     deadline = time.monotonic() + spec.duration_s if spec.duration_s > 0 else float("inf")
     start = time.monotonic()
