@@ -65,6 +65,7 @@ class DowngradeError(Exception):
         super().__init__(message)
         self.exit_code = exit_code
         self.transient = transient  # worth retrying within `wait --timeout` (connection lost, 502/504, 503+Retry-After)
+        self.abandoned = False  # wait timed out with a poll still hanging (its threads are left behind)
 
 
 @dataclass
@@ -761,7 +762,7 @@ def _timed_out(last: Optional[Report], error: Optional[str], timeout_s: float, a
     if last is None:
         exc = DowngradeError(f"no answer from the target within --timeout {timeout_s:g} s"
                              + (f" (last error: {error})" if error else ""), 3)
-        exc.abandoned = abandoned  # type: ignore[attr-defined]
+        exc.abandoned = abandoned
         raise exc
     last.transient_error = error
     last.abandoned = abandoned
