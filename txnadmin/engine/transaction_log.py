@@ -12,19 +12,12 @@ from typing import Callable, Iterator, cast
 
 from ..codec import EntryDecodeError, TransactionMetadataEntry, decode_entry
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
+from ..names import transaction_log_name
 from .managed_ledger import ManagedLedger, ManagedLedgerFactory
 from .ackset import has_bit
 
 CURSOR_NAME = "transaction.subscription"
 MAX_LOCAL_TXN_ID = "max_local_txn_id"
-
-
-def transaction_log_name(tc_id: int) -> str:
-    return f"pulsar/system/persistent/__transaction_log_{tc_id}"
-
-
-def transaction_log_topic(tc_id: int) -> str:
-    return f"persistent://pulsar/system/__transaction_log_{tc_id}"
 
 
 @dataclass(frozen=True)
@@ -78,6 +71,11 @@ class TransactionLog:
     @property
     def max_local_txn_id(self) -> int:
         return self._max_local_txn_id
+
+    def raise_max_local_txn_id(self, seen: int) -> None:
+        """A replayed record names an id: never hand it out again (the sequence only grows)."""
+        with self._lock:
+            self._max_local_txn_id = max(self._max_local_txn_id, seen)
 
     # -- writing -----------------------------------------------------------------------------
     def append(self, record: TransactionMetadataEntry,
