@@ -39,7 +39,8 @@ run: $(VENV)/.installed check-java
 	echo "  README.md, Quick tour       # an engine of your own, then pulsar-admin's commands on it"; \
 	exit $$rc
 
-test: $(VENV)/.installed-test check-java
+# Lint and type checks first: a clean clone (.ci/run) fails on a finding as it fails on a test.
+test: $(VENV)/.installed-test check-java check
 	$(PY) -m pytest -q
 
 # Lint and type checks (settings in pyproject.toml; ruff and mypy are pinned in the test extra).
@@ -55,4 +56,4 @@ docs: $(VENV)/.installed
 	$(PY) -m txnadmin.cli.docgen > docs/cli-reference.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
