@@ -62,6 +62,8 @@ class NotAuthorizedError(AdminError):
 class TargetUnreachableError(AdminError):
     """The target could not be reached at all (connection refused, DNS, TLS, engine dir missing)."""
 
+    before_send = False  # True when the request surely never left: HttpAdmin may then retry even a write
+
     def __init__(self, reason: str):
         super().__init__(reason, 0)
 

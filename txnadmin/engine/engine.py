@@ -159,10 +159,12 @@ class Engine:
         for tc_id in range(self.coordinator_count()):
             self._viewing(self._open_coordinator, tc_id)
         for key in self.storage.meta_list(META_TOPICS):
-            self._viewing(self._open_topic, json.loads(self.storage.meta_get(key))["topic"])
+            if (raw := self.storage.meta_get(key)) is not None:  # None: deleted since listed
+                self._viewing(self._open_topic, json.loads(raw)["topic"])
         for key in self.storage.meta_list(META_PENDING_ACK):
-            info = json.loads(self.storage.meta_get(key))
-            self._viewing(self._open_store, info["topic"], info["subscription"])
+            if (raw := self.storage.meta_get(key)) is not None:
+                info = json.loads(raw)
+                self._viewing(self._open_store, info["topic"], info["subscription"])
         self._save_opens()  # before any component takes a write (the constructor has not returned yet)
         if not self.read_only:
             for tc_id in list(self.coordinators):

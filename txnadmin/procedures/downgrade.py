@@ -65,6 +65,7 @@ class DowngradeError(Exception):
         super().__init__(message)
         self.exit_code = exit_code
         self.transient = transient  # worth retrying within `wait --timeout` (connection lost, 502/504, 503+Retry-After)
+        self.abandoned = False  # wait timed out with a poll still hanging (its threads are left behind)
 
 
 @dataclass
@@ -402,7 +403,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
             return False  # deleted or not loaded: status decides from the listing
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        todo = [log for log, need in zip(logs, pool.map(needs_record, logs)) if need]
+        todo = [log for log, need in zip(logs, pool.map(needs_record, logs), strict=True) if need]
     by_unit: dict[str, list[_Log]] = {}
     for log in todo:
         unit = coordinator_assign_partition(log.key) if log.component == "coordinator" else log.info["topic"]
@@ -643,6 +644,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         verdict, ids, confirmed = _evidence(log, rec, listed(), state_path, state)
         if verdict is not None:
             return verdict, confirmed
+        assert ids is not None  # _evidence gives the ledgers whenever it reaches no verdict
         if log.component == "coordinator":
             return _coordinator_status(admin, log, rec, ids), confirmed
         return _store_status(log, rec, ids), confirmed
@@ -650,7 +652,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     logs: list[LogStatus] = []
     changed = False
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for (log, rec), (result, confirmed) in zip(jobs, pool.map(one, jobs)):
+        for (_log, rec), (result, confirmed) in zip(jobs, pool.map(one, jobs), strict=True):
             logs.append(result)
             if confirmed is not None and confirmed != rec.get("confirmedLedger"):
                 rec["confirmedLedger"] = confirmed
@@ -743,7 +745,7 @@ def _timed_out(last: Optional[Report], error: Optional[str], timeout_s: float, a
     if last is None:
         exc = DowngradeError(f"no answer from the target within --timeout {timeout_s:g} s"
                              + (f" (last error: {error})" if error else ""), 3)
-        exc.abandoned = abandoned  # type: ignore[attr-defined]
+        exc.abandoned = abandoned
         raise exc
     last.transient_error = error
     last.abandoned = abandoned
