@@ -64,7 +64,7 @@ def front(backend: str, token: str):
             self.end_headers()
             self.wfile.write(payload)
 
-        do_GET = do_PUT = do_POST = do_DELETE = _handle  # noqa: N815 (http.server's naming)
+        do_GET = do_PUT = do_POST = do_DELETE = _handle
 
         def log_message(self, *args):
             pass

@@ -9,12 +9,14 @@ applies dynamic configuration and rolls/trims ledgers in a maintenance thread.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 from typing import Callable
 
+from ..names import normalize_topic, pending_ack_topic
 from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig, read_dynamic
 from .coordinator import (
@@ -22,7 +24,7 @@ from .coordinator import (
     CoordinatorError, InvalidTxnStatus, TransactionCoordinator, TransactionNotFound, TxnMeta,
 )
 from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from .pending_ack import PendingAckStore, pending_ack_topic
+from .pending_ack import PendingAckStore
 from .pending_ack_metrics import PendingAckMetrics
 from .position import Position
 from .preserver import (
@@ -30,10 +32,15 @@ from .preserver import (
 )
 from .snapshot_metrics import SnapshotMetrics
 from .storage import LedgerStorage
-from .tb_snapshot import SnapshotService, make_processor
-from .topic import Topic, normalize_topic
+from .aborted_txn_processor import AbortedTxnProcessor
+from .segmented_snapshot_processor import SegmentedSnapshotProcessor
+from .single_snapshot_processor import SingleSnapshotProcessor
+from .tb_snapshot import SnapshotService, segment_capacity
+from .topic import Topic
 from .transaction_log import TransactionLog
 from .writer_metrics import BufferedWriterMetrics
+
+log = logging.getLogger(__name__)
 
 META_COORDINATORS = "engine/coordinators"
 META_TOPICS = "engine/topics/"
@@ -45,15 +52,15 @@ META_OPENED = "engine/opened/"
 
 
 class EngineError(Exception):
-    status = 500
+    """Base of the engine's own errors; the admin layer (admin/local.py) maps each to an HTTP status."""
 
 
 class NotFound(EngineError):
-    status = 404
+    """No such coordinator, topic, subscription or store."""
 
 
 class NotAcceptable(EngineError):
-    status = 406
+    """A request the engine refuses as it stands (e.g. scaling coordinators down)."""
 
 
 def _now_ms() -> int:
@@ -67,6 +74,7 @@ def writer_config(config: EngineConfig, component: str) -> BufferedWriterConfig:
         max_records=getattr(config, prefix + "MaxRecords"),
         max_size=getattr(config, prefix + "MaxSize"),
         max_delay_ms=getattr(config, prefix + "MaxDelayInMillis"),
+        key_prefix=prefix,  # so a pending-ack writer's error names the pending-ack key, not the coordinator's
     )
 
 
@@ -98,6 +106,9 @@ class Engine:
         self.tp_metrics = PendingAckMetrics(self.registry)
         self._lock = threading.RLock()
         self.coordinators: dict[int, TransactionCoordinator] = {}
+        # per coordinator, what its recovery left COMMITTING/ABORTING: driven to the end once every topic and
+        # pending-ack store is open too (_finish_recovered)
+        self._pending_end: dict[int, list[TxnMeta]] = {}
         self.preservers: dict[int, TransactionPreserver] = {}
         self._last_expiry_check = 0
         self.topics: dict[str, Topic] = {}
@@ -151,11 +162,13 @@ class Engine:
         for tc_id in range(self.coordinator_count()):
             self._viewing(self._open_coordinator, tc_id)
         for key in self.storage.meta_list(META_TOPICS):
-            self._viewing(self._open_topic, json.loads(self.storage.meta_get(key))["topic"])
+            if (raw := self.storage.meta_get(key)) is not None:  # None: deleted since listed
+                self._viewing(self._open_topic, json.loads(raw)["topic"])
         for key in self.storage.meta_list(META_PENDING_ACK):
-            info = json.loads(self.storage.meta_get(key))
-            if not self._viewing(self._open_store, info["topic"], info["subscription"]):
-                self.unopened_stores.add((info["topic"], info["subscription"]))
+            if (raw := self.storage.meta_get(key)) is not None:
+                info = json.loads(raw)
+                if not self._viewing(self._open_store, info["topic"], info["subscription"]):
+                    self.unopened_stores.add((info["topic"], info["subscription"]))
         self._save_opens()  # before any component takes a write (the constructor has not returned yet)
         if not self.read_only:
             for tc_id in list(self.coordinators):
@@ -212,7 +225,7 @@ class Engine:
                 retention_ms=int(self.config.transactionMetaPersistTimeInHour * 3_600_000),
                 max_total=self.config.engineTransactionMetaPersistMaxTotal, clock_ms=self.clock_ms,
                 ml_config=self.ml_config())
-        tc.pending_end = tc.recover()
+        self._pending_end[tc_id] = tc.recover()
         self._opened(f"tc/{tc_id}", tc)
         self.coordinators[tc_id] = tc
         return tc
@@ -227,20 +240,28 @@ class Engine:
 
     def _finish_recovered(self, tc_id: int) -> None:
         tc = self.coordinators[tc_id]
-        for meta in getattr(tc, "pending_end", []):
+        for meta in self._pending_end.pop(tc_id, []):
             self._drive_end(tc, meta, commit=meta.status == COMMITTING)
-        tc.pending_end = []
 
     def _open_topic(self, name: str) -> Topic:
-        def processor(topic_name, snapshot_position):
-            return make_processor(self.config, self.snapshots, topic_name, self.clock_ms, snapshot_position)
-
-        topic = Topic(self.factory, name, self.ml_config(), processor,
+        name = normalize_topic(name)
+        topic = Topic(self.factory, name, self.ml_config(), self._aborted_txn_processor(name),
                       snapshot_every=self.config.transactionBufferSnapshotMaxTransactionCount,
                       snapshot_min_ms=self.config.transactionBufferSnapshotMinTimeInMillis)
         topic.recover(self.clock_ms)
         self.topics[topic.name] = topic
         return topic
+
+    def _aborted_txn_processor(self, topic: str) -> AbortedTxnProcessor:
+        """The processor ``transactionBufferSegmentedSnapshotEnabled`` selects (read when the topic opens)."""
+        config = self.config
+        if config.transactionBufferSegmentedSnapshotEnabled:
+            return SegmentedSnapshotProcessor(
+                topic, self.snapshots, self.clock_ms,
+                capacity=segment_capacity(config.transactionBufferSnapshotSegmentSize, topic),
+                on_demand=config.engineTransactionBufferSegmentsOnDemand,
+                cache_segments=config.engineTransactionBufferSegmentCacheSize)
+        return SingleSnapshotProcessor(topic, self.snapshots, self.clock_ms)
 
     def _open_store(self, topic: str, subscription: str) -> PendingAckStore:
         wc = writer_config(self.config, "pending-ack")
@@ -559,14 +580,24 @@ class Engine:
     def _maintain(self) -> None:
         interval = self.config.engineTimeoutCheckIntervalMillis / 1000
         ticks = 0
+        failing: str | None = None  # the failure being repeated, logged once (the loop ticks ten times a second)
         while not self._stop.wait(interval):
             ticks += 1
             try:
                 # Timeouts every tick (Pulsar: a 100 ms wheel); the ledger sweep about once a second, since
                 # it visits every managed ledger and an engine may hold tens of thousands.
                 self.maintenance_tick(sweep_ledgers=ticks % max(1, round(1 / interval)) == 0)
-            except Exception:  # keep the broker loop alive; the next tick retries
-                pass
+            except Exception as exc:  # keep the broker loop alive; the next tick retries
+                if repr(exc) != failing:
+                    log.exception("%s: engine maintenance failed (timeouts, snapshots, ledger rollover and trim "
+                                  "wait for the next tick, which retries)", self.directory)
+                    failing = repr(exc)
+                else:
+                    log.debug("%s: engine maintenance failed again: %r", self.directory, exc)
+            else:
+                if failing is not None:
+                    log.info("%s: engine maintenance works again", self.directory)
+                    failing = None
 
     def close(self) -> None:
         self._stop.set()
