@@ -280,8 +280,9 @@ def wait(
     view = _LiveView(time.monotonic())
     try:
         with view:
-            report = do_wait(admin, state, 0.0 if frozen else timeout, interval, view.poll, on_retry=view.retry,
-                             target=target.url)
+            # (an interval past the deadline: the first answer is the last; the poll itself keeps --timeout)
+            report = do_wait(admin, state, timeout, timeout + 1.0 if frozen else interval, view.poll,
+                             on_retry=view.retry, target=target.url)
     except KeyboardInterrupt:
         _interrupted(state)
     except DowngradeError as exc:

@@ -268,10 +268,9 @@ class Engine:
         store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag)
         topic_obj = self.topics.get(topic)
-        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view replays
-        # without it: re-applying a logged COMMIT to the subscription would be a write.
-        sub = topic_obj.subscription(subscription) if topic_obj and not self.read_only else None
-        store.recover(self.clock_ms, sub)
+        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do (in a read-only view what a
+        # logged COMMIT changes on the subscription stays in memory).
+        store.recover(self.clock_ms, topic_obj.subscription(subscription) if topic_obj else None)
         self._opened("pending-ack/" + store.store_topic, store)
         self.stores[(topic, subscription)] = store
         return store

@@ -117,7 +117,9 @@ class ManagedLedger:
         ``version``, committed without waiting for the disk; the version keeps an older snapshot from overwriting a
         newer one), or, without them, the cursor's current state, synced."""
         if self.read_only:
-            raise RuntimeError(f"managed ledger {self.name} is open read-only")
+            # A view (a stopped engine read for stats) keeps cursor changes in memory: a pending-ack replay applies a
+            # logged COMMIT to its subscription exactly as a broker's reopen would, and nothing is written.
+            return
         key = f"{self._key()}/cursors/{cursor.name}"
         if state is None:
             self.storage.meta_put(key, dumps_state(cursor))
