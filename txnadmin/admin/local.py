@@ -134,7 +134,11 @@ class LocalAdmin:
         self._owned = True
         if read_mostly and not create:
             self._hold_off_writers(directory)
-            self.engine = self._open(directory, read_only=True)
+            try:
+                self.engine = self._open(directory, read_only=True)
+            except BaseException:
+                self._release_writers()  # a view that never opened must not keep `engine recover` out
+                raise
         else:
             self.engine = self._open(directory, read_only=False)
 
