@@ -296,6 +296,12 @@ class HttpAdmin:
                 transport.close()
             self._transports.clear()
 
+    def __enter__(self) -> "HttpAdmin":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     # -- transport --------------------------------------------------------------------------
     def _headers(self, deadline: float) -> dict[str, str]:
         headers = {"Accept": "application/json"}

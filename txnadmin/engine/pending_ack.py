@@ -28,13 +28,9 @@ CURSOR_NAME = "__pending_ack_state"
 class PendingAckConflict(Exception):
     """Pulsar's TransactionConflictException."""
 
-    status = 409
-
 
 class PendingAckNotAllowed(Exception):
     """Pulsar's NotAllowedException (e.g. a cumulative ack of several positions)."""
-
-    status = 405
 
 
 def _acked_bits(ack_set: list[int] | None, batch_size: int) -> int:

@@ -13,7 +13,7 @@ from .position import Position
 
 
 class NotReady(EngineError):
-    status = 503
+    """Pulsar's ServiceUnitNotReadyException: asked before the component finished loading."""
 
 
 def coordinators_list(engine: Engine) -> list[dict]:
@@ -161,6 +161,3 @@ def namespaces(engine: Engine) -> list[str]:
     found.add(SYSTEM_NAMESPACE)
     return sorted(found)
 
-
-def canonical_topic(name: str) -> str:
-    return normalize_topic(name)
