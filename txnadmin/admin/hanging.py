@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from ..names import namespace_of
 from .protocol import TransactionsAdmin, TxnId
 
 
@@ -31,7 +32,7 @@ def find_hanging(admin: TransactionsAdmin, max_transaction_timeout_minutes: floa
     existing: dict[str, set[str]] = {}
 
     def exists(topic: str) -> bool:
-        ns = topic.split("://", 1)[1].rsplit("/", 1)[0]
+        ns = namespace_of(topic)
         if ns not in existing:
             try:
                 existing[ns] = set(admin.list_topics(ns, False))
