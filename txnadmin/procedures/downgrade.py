@@ -37,10 +37,9 @@ from ..admin.discovery import discover_pending_ack_stores
 from ..admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin, TxnId, is_transient,
 )
-from ..names import coordinator_assign_partition, is_pending_ack_store, transaction_log_local_name
+from ..names import TC_LOG_CURSOR, coordinator_assign_partition, is_pending_ack_store, transaction_log_local_name
 from .state import load_state, new_state, save_state
 
-TC_CURSOR = "transaction.subscription"
 Progress = Optional[Callable[[int, int], None]]
 FLAG_PROPAGATION_S = 10.0  # dynamic config reaches brokers through a metadata watch: allow it this long
 
@@ -547,7 +546,7 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
         status.reason = f"the open ledger {ids[-1]} has not rolled over yet"
         status.suggestion = "wait for managedLedgerMaxEntriesPerLedger / managedLedgerMaxLedgerRolloverTimeMinutes"
         return status
-    mark_delete = ml.get("cursors", {}).get(TC_CURSOR, {}).get("markDeletePosition", "?")
+    mark_delete = ml.get("cursors", {}).get(TC_LOG_CURSOR, {}).get("markDeletePosition", "?")
     open_txns = _call(admin.slow_transactions, 0, tc_id)
     pinned = sorted((m for m in open_txns.values() if m.get("status") == "OPEN"), key=lambda m: m["openTimestamp"])
     if pinned:
