@@ -10,14 +10,14 @@ import typer
 
 from .render import output_option
 from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
-from ..procedures.state import StateError
+from ..procedures.state import DEFAULT_STATE, StateError
 from ._target import AdminUrl, Conf, admin_for
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
 
 app = typer.Typer(help="Guided PIP-160 downgrade: disable batching, record, wait until safe, verify.",
                   no_args_is_help=True)
 
-StateOpt = typer.Option(Path("txnadmin-downgrade.json"), "--state", help="The checklist file (JSON).")
+StateOpt = typer.Option(Path(DEFAULT_STATE), "--state", help="The checklist file (JSON).")
 OutputOpt = output_option("table")
 
 
