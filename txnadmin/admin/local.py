@@ -6,9 +6,8 @@ import functools
 from pathlib import Path
 from typing import Optional
 
+from ..names import coordinator_of_assign_partition, normalize_topic
 from .protocol import AdminError, Json, NotFoundError, TargetUnreachableError, TxnId
-
-TC_ASSIGN_PREFIX = "persistent://pulsar/system/transaction_coordinator_assign-partition-"
 
 
 @functools.cache
@@ -52,8 +51,6 @@ def engine_error_status(exc: BaseException) -> Optional[int]:
 def _topic_name(name: str) -> str:
     """The full topic name. A name that does not parse is answered 412, as Pulsar's REST API answers an invalid
     topic: the one ValueError the seam expects, mapped here rather than every ValueError everywhere."""
-    from ..engine.topic import normalize_topic
-
     try:
         return normalize_topic(name)
     except ValueError as exc:
@@ -266,8 +263,9 @@ class LocalAdmin:
     @_admin_errors
     def unload_topic(self, topic: str) -> None:
         full = _topic_name(topic)
-        if full.startswith(TC_ASSIGN_PREFIX):
-            self.engine.reload_coordinator(int(full[len(TC_ASSIGN_PREFIX):]))
+        tc_id = coordinator_of_assign_partition(full)
+        if tc_id is not None:
+            self.engine.reload_coordinator(tc_id)
         else:
             self.engine.reload_topic(full)
 

@@ -388,7 +388,7 @@ def _topic_filter(topic: Optional[str]):
     """--topic: a transaction touches a topic when it produced to it or acked on it (any partition of it)."""
     if topic is None:
         return None
-    from ..engine.topic import normalize_topic
+    from ..names import normalize_topic
 
     try:
         wanted = normalize_topic(topic)

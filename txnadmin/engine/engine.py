@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from typing import Callable
 
+from ..names import normalize_topic, pending_ack_topic
 from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig, read_dynamic
 from .coordinator import (
@@ -22,14 +23,14 @@ from .coordinator import (
     CoordinatorError, InvalidTxnStatus, TransactionCoordinator, TransactionNotFound, TxnMeta,
 )
 from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from .pending_ack import PendingAckStore, pending_ack_topic
+from .pending_ack import PendingAckStore
 from .pending_ack_metrics import PendingAckMetrics
 from .position import Position
 from .preserver import ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver
 from .snapshot_metrics import SnapshotMetrics
 from .storage import LedgerStorage
 from .tb_snapshot import SnapshotService, make_processor
-from .topic import Topic, normalize_topic
+from .topic import Topic
 from .transaction_log import TransactionLog
 from .writer_metrics import BufferedWriterMetrics
 

@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterator, Optional
-from urllib.parse import quote
 
 from .completion import Completion
 from .cursor import ManagedCursor, dumps_state
@@ -22,13 +21,6 @@ from .position import Position
 from .storage import LedgerNotFoundError, LedgerStorage
 
 ROOT = "managed-ledgers/"
-
-
-def managed_ledger_name(topic: str) -> str:
-    """persistent://t/ns/x → t/ns/persistent/<x URL-encoded> (Pulsar's persistence naming)."""
-    rest = topic.split("://", 1)[1]
-    tenant, namespace, local = rest.split("/", 2)
-    return f"{tenant}/{namespace}/persistent/{quote(local, safe='')}"
 
 
 def _wall_ms() -> float:

@@ -16,13 +16,13 @@ from typing import Callable, Optional
 from ..codec import AckType, EntryDecodeError, PendingAckMetadata, PendingAckMetadataEntry, PendingAckOp, decode_entry
 from .completion import Completion
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
-from .managed_ledger import ManagedCursor, ManagedLedgerFactory, managed_ledger_name
+from ..names import managed_ledger_name, pending_ack_topic
+from .managed_ledger import ManagedCursor, ManagedLedgerFactory
 from .ackset import has_bit
 from .cursor import WORD_MASK
 from .position import Position
 
 CURSOR_NAME = "__pending_ack_state"
-SUFFIX = "__transaction_pending_ack"
 
 
 class PendingAckConflict(Exception):
@@ -31,11 +31,6 @@ class PendingAckConflict(Exception):
 
 class PendingAckNotAllowed(Exception):
     """Pulsar's NotAllowedException (e.g. a cumulative ack of several positions)."""
-
-
-def pending_ack_topic(topic: str, subscription: str) -> str:
-    """persistent://t/ns/<topic>-<sub>__transaction_pending_ack (origin = the partition for partitioned topics)."""
-    return f"{topic}-{subscription}{SUFFIX}"
 
 
 def _acked_bits(ack_set: list[int] | None, batch_size: int) -> int:

@@ -16,15 +16,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from ..names import preserver_log_name
 from .keyed_log import KeyedLog
 from .managed_ledger import ManagedLedgerFactory
 
 COMMITTED = "COMMITTED"
 ABORTED = "ABORTED"
-
-
-def preserver_log_name(tc_id: int) -> str:
-    return f"pulsar/system/persistent/__terminated_txn_state_{tc_id}"
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .keyed_log import KeyedLog, PositionedLog, scan_latest
-from .managed_ledger import ManagedLedgerFactory, managed_ledger_name
+from ..names import managed_ledger_name, namespace_of, topic_in
+from .managed_ledger import ManagedLedgerFactory
 from .position import Position
 from .snapshot_metrics import SnapshotMetrics
 
@@ -52,14 +53,6 @@ def _crash_point(name: str) -> None:
     """Fault injection for the crash tests: ``TXNADMIN_CRASH_POINT=<name>`` kills the process here."""
     if os.environ.get("TXNADMIN_CRASH_POINT") == name:
         os._exit(137)
-
-
-def namespace_of(topic: str) -> str:
-    return topic.split("://", 1)[1].rsplit("/", 1)[0]
-
-
-def system_topic(namespace: str, local: str) -> str:
-    return f"persistent://{namespace}/{local}"
 
 
 def segment_capacity(segment_size: int, topic: str) -> int:
@@ -95,7 +88,7 @@ class SnapshotService:
 
     @staticmethod
     def ledger_name(namespace: str, local: str) -> str:
-        return managed_ledger_name(system_topic(namespace, local))
+        return managed_ledger_name(topic_in(namespace, local))
 
     def exists(self, namespace: str, local: str) -> bool:
         name = self.ledger_name(namespace, local)

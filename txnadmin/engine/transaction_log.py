@@ -12,19 +12,12 @@ from typing import Callable, Iterator
 
 from ..codec import EntryDecodeError, TransactionMetadataEntry, decode_entry
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
+from ..names import transaction_log_name
 from .managed_ledger import ManagedLedger, ManagedLedgerFactory
 from .ackset import has_bit
 
 CURSOR_NAME = "transaction.subscription"
 MAX_LOCAL_TXN_ID = "max_local_txn_id"
-
-
-def transaction_log_name(tc_id: int) -> str:
-    return f"pulsar/system/persistent/__transaction_log_{tc_id}"
-
-
-def transaction_log_topic(tc_id: int) -> str:
-    return f"persistent://pulsar/system/__transaction_log_{tc_id}"
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..admin.discovery import discover_pending_ack_stores
 from ..admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin, is_transient,
 )
+from ..names import coordinator_assign_partition, is_pending_ack_store, transaction_log_local_name
 from .state import load_state, new_state, save_state
 
-PENDING_ACK_SUFFIX = "__transaction_pending_ack"
-TC_ASSIGN = "persistent://pulsar/system/transaction_coordinator_assign-partition-{}"
 TC_CURSOR = "transaction.subscription"
 Progress = Optional[Callable[[int, int], None]]
 FLAG_PROPAGATION_S = 10.0  # dynamic config reaches brokers through a metadata watch: allow it this long
@@ -269,46 +269,10 @@ def confirm_flags_off(admin: TransactionsAdmin, brokers: list[str], wait_s: floa
 
 # -- discovery ----------------------------------------------------------------------------------
 
-def discover_pending_ack_stores(admin: TransactionsAdmin, concurrency: int = 16) -> dict[str, dict]:
-    """Every `…__transaction_pending_ack` topic in every namespace, resolved to (origin topic, subscription)."""
-    namespaces = [ns for tenant in _call(admin.list_tenants) for ns in _call(admin.list_namespaces, tenant)]
-
-    def scan(ns: str) -> dict[str, dict]:
-        topics = _call(admin.list_topics, ns, True)
-        plain = {t for t in topics if not t.endswith(PENDING_ACK_SUFFIX)}
-        found = {}
-        for store in topics:
-            if store.endswith(PENDING_ACK_SUFFIX):
-                found[store] = _resolve_store(admin, store, plain)
-        return found
-
-    stores: dict[str, dict] = {}
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for part in pool.map(scan, namespaces):
-            stores.update(part)
-    return stores
-
-
-def _resolve_store(admin: TransactionsAdmin, store: str, topics: set[str]) -> dict:
-    """Split `<topic>-<sub>__transaction_pending_ack`; names with '-' are ambiguous, so ask the target."""
-    base = store[: -len(PENDING_ACK_SUFFIX)]
-    candidates = [(base[:i], base[i + 1:]) for i in range(len(base)) if base[i] == "-" and base[:i] in topics]
-    candidates.sort(key=lambda c: -len(c[0]))
-    for topic, sub in candidates:
-        try:
-            _call(admin.pending_ack_internal_stats, topic, sub)
-            return {"topic": topic, "subscription": sub}
-        except NotFoundError:
-            continue
-    if candidates:
-        topic, sub = candidates[0]
-        return {"topic": topic, "subscription": sub, "unresolved": True}
-    cut = base.rfind("-")
-    return {"topic": base[:cut], "subscription": base[cut + 1:], "unresolved": True}
-
-
-def _namespace(topic: str) -> str:
-    return topic.split("://", 1)[1].rsplit("/", 1)[0]
+def _pending_ack_stores(admin: TransactionsAdmin, concurrency: int) -> dict[str, dict]:
+    """Every pending-ack store of the target, as the checklist records it: store name → origin topic, subscription."""
+    found = _call(discover_pending_ack_stores, admin, concurrency)
+    return {name: {"topic": s.topic, "subscription": s.subscription} for name, s in found.items()}
 
 
 # -- plan ---------------------------------------------------------------------------------------
@@ -316,7 +280,7 @@ def _namespace(topic: str) -> str:
 def plan(admin: TransactionsAdmin, concurrency: int = 16) -> dict[str, Any]:
     """What `start` would touch: counts for the confirmation (nothing is changed)."""
     coordinators = _call(admin.list_coordinators)
-    stores = discover_pending_ack_stores(admin, concurrency)
+    stores = _pending_ack_stores(admin, concurrency)
     return {"coordinators": len(coordinators), "pendingAckStores": len(stores),
             "topics": len({info["topic"] for info in stores.values()})}
 
@@ -408,7 +372,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
         state["phase"] = "disabled"
     save_state(state_path, state)
 
-    stores = discover_pending_ack_stores(admin, concurrency)
+    stores = _pending_ack_stores(admin, concurrency)
     logs = [_Log(admin, "coordinator", str(c["id"]), {}) for c in coordinators]
     logs += [_Log(admin, "pending-ack", store, info) for store, info in stores.items()]
     recorded = {**{("coordinator", k): v for k, v in state["coordinators"].items()},
@@ -429,7 +393,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
         todo = [log for log, need in zip(logs, pool.map(needs_record, logs)) if need]
     by_unit: dict[str, list[_Log]] = {}
     for log in todo:
-        unit = TC_ASSIGN.format(log.key) if log.component == "coordinator" else log.info["topic"]
+        unit = coordinator_assign_partition(log.key) if log.component == "coordinator" else log.info["topic"]
         by_unit.setdefault(unit, []).append(log)
     total, done = len(by_unit), 0
     this_run: list[tuple[str, str]] = []
@@ -525,7 +489,7 @@ REOPENED_HINT = "run `txnadmin downgrade start` again: it re-records exactly the
 def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path,
               state: dict) -> tuple[Optional[LogStatus], Optional[list[int]], Optional[int]]:
     """(a verdict already reached, or None; the ledgers; a newly confirmed newest ledger to remember)."""
-    name = log.key if log.component == "pending-ack" else f"__transaction_log_{log.key}"
+    name = log.key if log.component == "pending-ack" else transaction_log_local_name(log.key)
     extra = ({"topic": log.info["topic"], "subscription": log.info["subscription"]} if log.component == "pending-ack"
              else {"coordinatorId": int(log.key)})
     last = rec.get("lastBatchedLedgerId")
@@ -578,8 +542,8 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
     last = rec["lastBatchedLedgerId"]
     tc_id = int(log.key)
     oldest = min(ids)
-    status = LogStatus("coordinator", f"__transaction_log_{tc_id}", last, oldest, last is None or oldest > last, "",
-                       extra={"coordinatorId": tc_id}, kind=KIND_DONE)
+    status = LogStatus("coordinator", transaction_log_local_name(tc_id), last, oldest, last is None or oldest > last,
+                       "", extra={"coordinatorId": tc_id}, kind=KIND_DONE)
     if status.done:
         status.reason = f"oldest live ledger {oldest} is newer than LastBatched {last}"
         return status
@@ -652,9 +616,9 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                    for t in topics}
     unrecorded = [LogStatus("pending-ack", name, None, None, False, "created since recording: it may have opened "
                             "while batching was on", REOPENED_HINT, kind=KIND_UNRECORDED)
-                  for name in sorted(listing) if name.endswith(PENDING_ACK_SUFFIX)
+                  for name in sorted(listing) if is_pending_ack_store(name)
                   and name not in state["pendingAckStores"]]
-    unrecorded += [LogStatus("coordinator", f"__transaction_log_{c['id']}", None, None, False, "created since "
+    unrecorded += [LogStatus("coordinator", transaction_log_local_name(c["id"]), None, None, False, "created since "
                              "recording (coordinators scaled up)", REOPENED_HINT, extra={"coordinatorId": int(c["id"])},
                              kind=KIND_UNRECORDED)
                    for c in _call(admin.list_coordinators) if str(c["id"]) not in state["coordinators"]]

@@ -80,6 +80,15 @@ def as_plan(plan) -> ReadPlan:
     return plan if isinstance(plan, ReadPlan) else ReadPlan(frozenset(plan or ()))
 
 
+@dataclass
+class ScanInput:
+    """One file to scan and the format it was detected (or named) as; the Spark job ships these to its workers."""
+
+    path: str
+    format: str
+    size: int
+
+
 @dataclass(frozen=True)
 class DumpFormat:
     name: str

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from .formats import REGISTRY, Finding, ReadPlan, detect
+from .formats import REGISTRY, Finding, ReadPlan, ScanInput, detect
 from .ledgers import LiveLedger, read_ledger_list
 from .tally import LedgerTally, RangeSet, Tally
 
@@ -24,13 +24,6 @@ class ScanInputError(Exception):
 
 class ScanUsageError(ScanInputError):
     """A flag's value is wrong (exit 2, not 3)."""
-
-
-@dataclass
-class ScanInput:
-    path: str
-    format: str
-    size: int
 
 
 @dataclass
