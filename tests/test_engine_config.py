@@ -98,3 +98,12 @@ def test_validate_names_each_bad_key():
     with pytest.raises(ConfigError, match="'transactionPendingAckBatchedWriteMaxSize' value must be greater than or "
                                           "equal to 131072"):
         bad.validate()
+
+
+def test_save_never_writes_a_configuration_the_engine_cannot_open(tmp_path):
+    EngineConfig().save(tmp_path)
+    before = (tmp_path / config.CONF_FILE).read_bytes()
+    bad = EngineConfig(transactionLogBatchedWriteEnabled=True, transactionLogBatchedWriteMaxDelayInMillis=0)
+    with pytest.raises(ConfigError, match="transactionLogBatchedWriteMaxDelayInMillis"):
+        bad.save(tmp_path)
+    assert (tmp_path / config.CONF_FILE).read_bytes() == before

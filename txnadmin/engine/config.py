@@ -139,6 +139,9 @@ class EngineConfig:
         return config
 
     def save(self, directory: Path) -> Path:
+        """Write engine.conf atomically, after :meth:`validate`: a configuration the engine cannot open is never
+        written (ConfigError, the file left as it was)."""
+        self.validate()
         lines = ["# txnadmin engine configuration (broker.conf names; engine* keys are engine-only)"]
         lines += [f"{k}={_render(v)}" for k, v in self.to_dict().items()]
         path = Path(directory) / CONF_FILE
