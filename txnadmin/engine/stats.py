@@ -161,6 +161,3 @@ def namespaces(engine: Engine) -> list[str]:
     found.add(SYSTEM_NAMESPACE)
     return sorted(found)
 
-
-def canonical_topic(name: str) -> str:
-    return normalize_topic(name)
