@@ -46,7 +46,7 @@ def check_batched_write(prefix: str, enabled: bool, max_records: float, max_size
 class EngineConfig:
     # -- broker.conf names ---------------------------------------------------------------------
     transactionCoordinatorEnabled: bool = True
-    clusterName: str = "standalone"  # the `cluster` label on every metric (Pulsar standalone's default name)
+    clusterName: str = "standalone"  # what GET /admin/v2/clusters answers; every metric's `cluster` label
     transactionCoordinatorCount: int = 16  # engine: how many TCs `engine init` creates (Pulsar: transaction_coordinator_assign partitions)
     transactionLogBatchedWriteEnabled: bool = False
     transactionLogBatchedWriteMaxRecords: int = 512
@@ -74,7 +74,6 @@ class EngineConfig:
     engineTimeoutCheckIntervalMillis: int = 100
     engineBrokerServiceUrl: str = "pulsar://127.0.0.1:6650"
     engineBrokerVersion: str = "3.3.2"
-    clusterName: str = "standalone"  # broker.conf's clusterName: what GET /admin/v2/clusters answers
     engineTransactionMetaPersistMaxTotal: int = 100_000  # PIP-255 memory bound across all clients of one TC
     engineTransactionBufferSegmentsOnDemand: bool = True  # segmented snapshots: load segments when needed, not all at recovery
     engineTransactionBufferSegmentCacheSize: int = 4  # sealed segments kept in memory per topic (on-demand loading)

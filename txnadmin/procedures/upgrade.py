@@ -95,7 +95,7 @@ def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION,
                              + "; check them yourself and name them with --assume-version-ok BROKER,...", 3)
     floor = parse_version(min_version)
     old = {b: v for b, v in versions.items() if b not in assume and parse_version(v) < floor}
-    checked = (f"asked every active broker (GET /admin/v2/brokers/version on each): "
+    checked = ("asked every active broker (GET /admin/v2/brokers/version on each): "
                + ", ".join(f"{b} runs {v}" for b, v in sorted(versions.items()))
                + f"; every version must be >= {min_version}, the first release whose brokers read batched entries")
     if old:
