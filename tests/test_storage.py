@@ -107,6 +107,25 @@ def test_async_callbacks_in_submission_order_on_one_thread(st):
     assert st.read_entry(a, 989) == b"entry 999"
 
 
+def test_a_failing_callback_is_logged_and_the_next_ones_still_run(st, caplog):
+    ledger = st.create_ledger({})
+    seen, done = [], threading.Event()
+
+    def boom(entry_id, error):
+        raise ValueError("caller bug")
+
+    def last(entry_id, error):
+        seen.append((entry_id, error))
+        done.set()
+
+    st.add_entry_async(ledger, b"first", boom)
+    st.add_entry_async(ledger, b"second", last)
+    assert done.wait(30) and seen == [(1, None)]
+    (logged,) = [r for r in caplog.records if r.name.startswith("txnadmin.engine.storage")]
+    assert logged.levelname == "ERROR" and f"callback of ledger {ledger} entry 0 failed" in logged.getMessage()
+    assert str(logged.exc_info[1]) == "caller bug"
+
+
 def test_concurrent_adders_share_fsyncs(st):
     ledgers = [st.create_ledger({}) for _ in range(20)]
     before = st.stats()
@@ -435,6 +454,9 @@ def test_a_failing_disk_fails_the_adds_and_stops_writes(tmp_path):
     assert ok == list(range(len(ok))) and 20 <= len(ok) < 60
     assert len(failed) == 60 - len(ok) and all("write failed" in error for error in failed)
     assert "failed earlier and takes no writes" in out["later"]
+    # the writer thread's failure reaches the log once (no logging configured: Python's last-resort stderr handler)
+    assert done.stderr.decode().count("write failed") == 1
+    assert "takes no more writes until it is reopened" in done.stderr.decode()
     # reopening recovers: acknowledged entries intact, whole records of the failed group kept (they are exactly
     # what was sent), the half-written record cut, appends continue
     with LedgerStorage.open(d) as st:

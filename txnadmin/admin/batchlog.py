@@ -37,6 +37,11 @@ def _load_changes() -> dict:
         return {}
 
 
+def recorded_change(target: str, flag: str) -> Optional[dict]:
+    """The last change of ``flag`` txnadmin made on ``target`` ({enabled, previous, at}), or None if it made none."""
+    return _load_changes().get(target, {}).get(flag)
+
+
 def _save_change(target: str, flag: str, enabled: bool, previous: bool) -> None:
     changes = _load_changes()
     changes.setdefault(target, {})[flag] = {"enabled": enabled, "previous": previous, "at": int(time.time() * 1000)}

@@ -229,10 +229,8 @@ class LocalAdmin:
 
     @_admin_errors
     def runtime_config(self) -> dict[str, str]:
-        from ..engine.config import _render
-
         self.engine.apply_dynamic_config()
-        return {k: _render(v) for k, v in self.engine.config.to_dict().items()}
+        return self.engine.config.to_text()
 
     @_admin_errors
     def update_dynamic_config(self, name: str, value: str) -> None:

@@ -366,7 +366,7 @@ def _txn_table(rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .render import _human, age
+    from .render import age, human_value
 
     if not rows:
         typer.echo(title)
@@ -377,9 +377,9 @@ def _txn_table(rows: list[dict], title: str) -> None:
     for r in rows:
         timeout = r.get("timeoutMs")
         partitions = len(r.get("producedPartitions", [])) + len(r.get("ackedPartitions", []))
-        table.add_row(r["txnId"], r["status"] or "", _human("openTimestamp", r.get("openTimestamp")).split(" (")[0].removesuffix(" UTC"),
+        table.add_row(r["txnId"], r["status"] or "", human_value("openTimestamp", r.get("openTimestamp")).split(" (")[0].removesuffix(" UTC"),
                       age(r["ageMs"]), r.get("owner") or "-",
-                      "-" if not timeout else _human("timeoutAt", timeout) if timeout > 10**12 else age(timeout),
+                      "-" if not timeout else human_value("timeoutAt", timeout) if timeout > 10**12 else age(timeout),
                       str(partitions), "; ".join(r.get("reasons", [])) or "-")
     Console().print(table)
 

@@ -215,7 +215,13 @@ class BufferedWriter:
                 else:
                     _safe(pending.callback, TxnPosition(pos.ledger_id, pos.entry_id, count, index), None)
 
-        self.ledger.add_entry_async(payload, done)
+        try:
+            self.ledger.add_entry_async(payload, done)
+        except Exception as exc:
+            # The batch has left the buffer, and on the timer thread nobody would see the raise: every record's
+            # caller learns of the failure through its callback instead of waiting for one that never comes.
+            log.exception("%s: writing a batch of %d records failed (%s flush)", self.name, count, trigger)
+            done(None, exc)
 
     def _fail_buffer(self, exc: BaseException) -> None:
         batch, self._buffer, self._bytes = self._buffer, [], 0

@@ -118,6 +118,10 @@ class EngineConfig:
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.names()}
 
+    def to_text(self) -> dict[str, str]:
+        """Every key with its value as broker.conf spells it (``true``, not ``True``)."""
+        return {name: _render(value) for name, value in self.to_dict().items()}
+
     @classmethod
     def load(cls, directory: Path) -> "EngineConfig":
         config = cls()

@@ -107,8 +107,8 @@ class TransactionCoordinator:
             for item in self.log.replay():
                 rec, pos = item.record, item.position
                 seq = rec.txnid_least_bits
-                if rec.HasField("max_local_txn_id") and rec.max_local_txn_id > self.log.max_local_txn_id:
-                    self.log._max_local_txn_id = rec.max_local_txn_id
+                if rec.HasField("max_local_txn_id"):
+                    self.log.raise_max_local_txn_id(rec.max_local_txn_id)
                 if rec.metadata_op == TxnOp.NEW:
                     self.txns[seq] = TxnMeta(
                         self.tc_id, seq, OPEN, rec.start_time, rec.timeout_ms,

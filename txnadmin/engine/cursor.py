@@ -65,7 +65,7 @@ class ManagedCursor:
         """Make a snapshot durable. Called without the cursor lock, so concurrent acks of one cursor share one
         group commit instead of queueing behind each other's sync; the version keeps an older snapshot from
         overwriting a newer one."""
-        self.ledger._persist_cursor(self, *snapshot)
+        self.ledger.persist_cursor(self, *snapshot)
 
     # -- queries ---------------------------------------------------------------------------
     @property

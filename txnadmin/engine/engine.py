@@ -9,6 +9,7 @@ applies dynamic configuration and rolls/trims ledgers in a maintenance thread.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -29,10 +30,15 @@ from .position import Position
 from .preserver import ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver
 from .snapshot_metrics import SnapshotMetrics
 from .storage import LedgerStorage
-from .tb_snapshot import SnapshotService, make_processor
+from .aborted_txn_processor import AbortedTxnProcessor
+from .segmented_snapshot_processor import SegmentedSnapshotProcessor
+from .single_snapshot_processor import SingleSnapshotProcessor
+from .tb_snapshot import SnapshotService, segment_capacity
 from .topic import Topic
 from .transaction_log import TransactionLog
 from .writer_metrics import BufferedWriterMetrics
+
+log = logging.getLogger(__name__)
 
 META_COORDINATORS = "engine/coordinators"
 META_TOPICS = "engine/topics/"
@@ -95,6 +101,9 @@ class Engine:
         self.tp_metrics = PendingAckMetrics(self.registry)
         self._lock = threading.RLock()
         self.coordinators: dict[int, TransactionCoordinator] = {}
+        # per coordinator, what its recovery left COMMITTING/ABORTING: driven to the end once every topic and
+        # pending-ack store is open too (_finish_recovered)
+        self._pending_end: dict[int, list[TxnMeta]] = {}
         self.preservers: dict[int, TransactionPreserver] = {}
         self._last_expiry_check = 0
         self.topics: dict[str, Topic] = {}
@@ -158,7 +167,7 @@ class Engine:
                 retention_ms=int(self.config.transactionMetaPersistTimeInHour * 3_600_000),
                 max_total=self.config.engineTransactionMetaPersistMaxTotal, clock_ms=self.clock_ms,
                 ml_config=self.ml_config())
-        tc.pending_end = tc.recover()
+        self._pending_end[tc_id] = tc.recover()
         tc.recover_start_time = self._distinct_open(("tc", tc_id), tc.recover_start_time)
         self.coordinators[tc_id] = tc
         return tc
@@ -173,20 +182,28 @@ class Engine:
 
     def _finish_recovered(self, tc_id: int) -> None:
         tc = self.coordinators[tc_id]
-        for meta in getattr(tc, "pending_end", []):
+        for meta in self._pending_end.pop(tc_id, []):
             self._drive_end(tc, meta, commit=meta.status == COMMITTING)
-        tc.pending_end = []
 
     def _open_topic(self, name: str) -> Topic:
-        def processor(topic_name, snapshot_position):
-            return make_processor(self.config, self.snapshots, topic_name, self.clock_ms, snapshot_position)
-
-        topic = Topic(self.factory, name, self.ml_config(), processor,
+        name = normalize_topic(name)
+        topic = Topic(self.factory, name, self.ml_config(), self._aborted_txn_processor(name),
                       snapshot_every=self.config.transactionBufferSnapshotMaxTransactionCount,
                       snapshot_min_ms=self.config.transactionBufferSnapshotMinTimeInMillis)
         topic.recover(self.clock_ms)
         self.topics[topic.name] = topic
         return topic
+
+    def _aborted_txn_processor(self, topic: str) -> AbortedTxnProcessor:
+        """The processor ``transactionBufferSegmentedSnapshotEnabled`` selects (read when the topic opens)."""
+        config = self.config
+        if config.transactionBufferSegmentedSnapshotEnabled:
+            return SegmentedSnapshotProcessor(
+                topic, self.snapshots, self.clock_ms,
+                capacity=segment_capacity(config.transactionBufferSnapshotSegmentSize, topic),
+                on_demand=config.engineTransactionBufferSegmentsOnDemand,
+                cache_segments=config.engineTransactionBufferSegmentCacheSize)
+        return SingleSnapshotProcessor(topic, self.snapshots, self.clock_ms)
 
     def _open_store(self, topic: str, subscription: str) -> PendingAckStore:
         wc = writer_config(self.config, "pending-ack")
@@ -501,14 +518,24 @@ class Engine:
     def _maintain(self) -> None:
         interval = self.config.engineTimeoutCheckIntervalMillis / 1000
         ticks = 0
+        failing: str | None = None  # the failure being repeated, logged once (the loop ticks ten times a second)
         while not self._stop.wait(interval):
             ticks += 1
             try:
                 # Timeouts every tick (Pulsar: a 100 ms wheel); the ledger sweep about once a second, since
                 # it visits every managed ledger and an engine may hold tens of thousands.
                 self.maintenance_tick(sweep_ledgers=ticks % max(1, round(1 / interval)) == 0)
-            except Exception:  # keep the broker loop alive; the next tick retries
-                pass
+            except Exception as exc:  # keep the broker loop alive; the next tick retries
+                if repr(exc) != failing:
+                    log.exception("%s: engine maintenance failed (timeouts, snapshots, ledger rollover and trim "
+                                  "wait for the next tick, which retries)", self.directory)
+                    failing = repr(exc)
+                else:
+                    log.debug("%s: engine maintenance failed again: %r", self.directory, exc)
+            else:
+                if failing is not None:
+                    log.info("%s: engine maintenance works again", self.directory)
+                    failing = None
 
     def close(self) -> None:
         self._stop.set()

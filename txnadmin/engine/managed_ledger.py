@@ -109,7 +109,10 @@ class ManagedLedger:
         info = {"ledgers": [l.__dict__ for l in self._ledgers], "properties": self._properties}
         self.storage.meta_put(self._key(), json.dumps(info, separators=(",", ":")).encode())
 
-    def _persist_cursor(self, cursor: ManagedCursor, state: bytes | None = None, version: int | None = None) -> None:
+    def persist_cursor(self, cursor: ManagedCursor, state: bytes | None = None, version: int | None = None) -> None:
+        """Store a cursor's state under this ledger's metadata: a snapshot the cursor took (``state`` and its
+        ``version``, committed without waiting for the disk; the version keeps an older snapshot from overwriting a
+        newer one), or, without them, the cursor's current state, synced."""
         if self.read_only:
             raise RuntimeError(f"managed ledger {self.name} is open read-only")
         key = f"{self._key()}/cursors/{cursor.name}"
@@ -325,7 +328,7 @@ class ManagedLedger:
                 # A new cursor starts at the end, as in Pulsar.
                 cursor = ManagedCursor(self, name, self.last_confirmed_entry)
                 self._cursors[name] = cursor
-                self._persist_cursor(cursor)
+                self.persist_cursor(cursor)
             return cursor
 
     def cursors(self) -> dict[str, ManagedCursor]:

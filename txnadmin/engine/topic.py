@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 import google_crc32c
 
+from .aborted_txn_processor import AbortedTxnProcessor
 from .completion import Completion
 from ..names import managed_ledger_name, normalize_topic
 from .managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
@@ -53,15 +54,17 @@ class Message:
 class TransactionBuffer:
     """Per topic: ongoing transactions, the max read position, and the aborted set (via its processor).
 
-    ``processor`` (set right after construction) is a single or segmented snapshot processor
-    (:mod:`.tb_snapshot`). A snapshot is taken after ``snapshot_every`` markers, or by
+    ``processor`` keeps the aborted set and its snapshots (:mod:`.aborted_txn_processor`); the buffer tells
+    it where a snapshot may say replay resumes (:meth:`snapshot_position`). A snapshot is taken after
+    ``snapshot_every`` markers, or by
     :meth:`maybe_snapshot` once ``snapshot_min_ms`` passed with changes pending (Pulsar's
     ``transactionBufferSnapshotMaxTransactionCount`` and ``transactionBufferSnapshotMinTimeInMillis``).
     """
 
-    def __init__(self, ledger: ManagedLedger, snapshot_every: int = 1000, snapshot_min_ms: int = 5000):
+    def __init__(self, ledger: ManagedLedger, processor: AbortedTxnProcessor, snapshot_every: int = 1000,
+                 snapshot_min_ms: int = 5000):
         self.ledger = ledger
-        self.processor = None  # set by the topic: the processor needs this buffer's snapshot_position
+        self.processor = processor
         self.snapshot_every = snapshot_every
         self.snapshot_min_ms = snapshot_min_ms
         self.ongoing: dict[tuple[int, int], Position] = {}
@@ -95,7 +98,7 @@ class TransactionBuffer:
             # messages were all trimmed.) Recording it twice would double-count it in a segment.
             return
         if not commit:
-            self.processor.put_aborted(txn, pos)
+            self.processor.put_aborted(txn, pos, self.snapshot_position)
         if self.state == "Ready":
             self.changes += 1
             if self.changes >= self.snapshot_every:
@@ -105,7 +108,7 @@ class TransactionBuffer:
         return self.processor.is_aborted(txn, position)
 
     def take_snapshot(self) -> None:
-        self.processor.take_snapshot()
+        self.processor.take_snapshot(self.snapshot_position)
         self.changes = 0
 
     def maybe_snapshot(self, now_ms: int) -> bool:
@@ -119,7 +122,7 @@ class TransactionBuffer:
 
     def trim_expired(self) -> int:
         """Forget aborted transactions whose marker's ledger has been trimmed away."""
-        return self.processor.trim_expired(self.first_live_ledger())
+        return self.processor.trim_expired(self.first_live_ledger(), self.snapshot_position)
 
     def stats(self, low_water_marks: dict[int, int] | None = None, segment_stats: bool = False) -> dict:
         out = {"state": self.state, "maxReadPosition": str(self.max_read_position()),
@@ -136,13 +139,12 @@ class TransactionBuffer:
 
 
 class Topic:
-    def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config, make_processor,
+    def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config, processor: AbortedTxnProcessor,
                  snapshot_every: int = 1000, snapshot_min_ms: int = 5000):
-        """``make_processor(topic_name, snapshot_position)`` builds the aborted-txn processor."""
+        """``processor`` keeps this topic's aborted transactions (made for its full name)."""
         self.name = normalize_topic(name)
         self.ledger = factory.open(managed_ledger_name(self.name), ml_config)
-        self.buffer = TransactionBuffer(self.ledger, snapshot_every, snapshot_min_ms)
-        self.buffer.processor = make_processor(self.name, self.buffer.snapshot_position)
+        self.buffer = TransactionBuffer(self.ledger, processor, snapshot_every, snapshot_min_ms)
         self._lock = threading.RLock()
         self._dispatch: dict[str, Position] = {}
 
@@ -270,7 +272,7 @@ class Topic:
                 buffer.on_marker(txn, meta["marker"] == COMMIT_MARKER, pos)
             else:
                 buffer.on_message(txn, pos)
-        buffer.processor.finish_recovery()
+        buffer.processor.finish_recovery(buffer.snapshot_position)
         buffer.state = "Ready"
         buffer.recover_end_time = clock_ms()
 

@@ -71,6 +71,11 @@ class TransactionLog:
     def max_local_txn_id(self) -> int:
         return self._max_local_txn_id
 
+    def raise_max_local_txn_id(self, seen: int) -> None:
+        """A replayed record names an id: never hand it out again (the sequence only grows)."""
+        with self._lock:
+            self._max_local_txn_id = max(self._max_local_txn_id, seen)
+
     # -- writing -----------------------------------------------------------------------------
     def append(self, record: TransactionMetadataEntry,
                callback: Callable[[TxnPosition | None, BaseException | None], None]) -> None:

@@ -753,10 +753,10 @@ def _metrics(admin: TransactionsAdmin, s: Survey) -> tuple[Optional[str], str]:
 
 def _pending_ack_batching(admin: TransactionsAdmin, s: Survey, flags: dict) -> list[Finding]:
     """Judged as `downgrade` judges it: only a flag change txnadmin recorded tells which stores reopened since."""
-    from ..admin.batchlog import _load_changes, pending_ack_batch_log_stat
+    from ..admin.batchlog import pending_ack_batch_log_stat, recorded_change
 
     name = "batched-log"
-    if not _load_changes().get(s.target, {}).get(PENDING_ACK_BATCH_FLAG):
+    if not recorded_change(s.target, PENDING_ACK_BATCH_FLAG):
         return [Finding(name, "info", "pending-ack stores", {PENDING_ACK_BATCH_FLAG: flags[PENDING_ACK_BATCH_FLAG],
                                                              "recordedChange": None},
                         "txnadmin recorded no change of the flag on this target, so every store is taken to follow "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import itertools
 import json
+import logging
 import os
 import queue
 import shutil
@@ -36,6 +37,8 @@ from ._errors import (
     StorageReadOnlyError,
 )
 from ._metadata import LedgerMetadata
+
+log = logging.getLogger(__name__)
 
 AddCallback = Callable[[int | None, BaseException | None], None]
 
@@ -658,6 +661,7 @@ class LedgerStorage:
                     self._write_batch(batch)
             except BaseException as exc:  # any failure here leaves the tail unknown: stop taking writes
                 error = StorageError(f"{self.directory}: write failed ({exc})")
+                log.error("%s; this storage takes no more writes until it is reopened", error, exc_info=exc)
             with self._cond:
                 if error is not None:
                     self._failed = error
@@ -757,9 +761,8 @@ class LedgerStorage:
                     else:
                         add.callback(add.entry_id, None)
                 except BaseException:  # a failing callback must not stop the ones after it
-                    import traceback
-
-                    traceback.print_exc()
+                    log.exception("%s: the callback of ledger %d entry %d failed; the callbacks after it still run",
+                                  self.directory, add.ledger_id, add.entry_id)
 
     # -- reading ----------------------------------------------------------------------------
 
