@@ -7,9 +7,12 @@ pulsarctl), `-o table` a rich view. Exit codes are pulsar-admin's: 0 success, 1 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from ..admin.protocol import TargetUnreachableError
 
 app = typer.Typer(help="Operations on transactions (pulsar-admin transactions).", no_args_is_help=True)
 
@@ -28,14 +31,14 @@ Metadata = typer.Option(False, "--metadata", "-m", help="Include ledger metadata
 LowWaterMark = typer.Option(False, "--low-water-mark", "-l", help="Include each coordinator's low water mark.")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     from ..admin.auth import mask
 
     typer.echo(mask(message), err=True)
     raise typer.Exit(1)
 
 
-def _unreachable(exc) -> NoReturn:
+def _unreachable(exc: "TargetUnreachableError") -> NoReturn:
     """pulsar-admin's answer when the target cannot be resolved or reached (exit 1, as every failure here)."""
     _fail(f"{exc.reason}\n\nError connecting to Pulsar")
 
