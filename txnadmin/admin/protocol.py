@@ -62,6 +62,8 @@ class NotAuthorizedError(AdminError):
 class TargetUnreachableError(AdminError):
     """The target could not be reached at all (connection refused, DNS, TLS, engine dir missing)."""
 
+    before_send = False  # True when the request surely never left: HttpAdmin may then retry even a write
+
     def __init__(self, reason: str):
         super().__init__(reason, 0)
 
@@ -216,3 +218,7 @@ class TransactionsAdmin(Protocol):
 
     def metrics_text(self) -> str:
         """[GET /metrics/] the broker's Prometheus exposition (text format 0.0.4)."""
+
+    def broker_metrics_text(self, broker: str) -> str:
+        """[GET http(s)://{broker}/metrics/] one named broker's exposition (its own counters: every broker has
+        its own batched writers)."""

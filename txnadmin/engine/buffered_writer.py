@@ -26,7 +26,8 @@ Callback = Callable[["TxnPosition | None", "BaseException | None"], None]
 
 
 class Appender(Protocol):
-    def add_entry_async(self, payload: bytes, callback: Callable[[Optional[Position], Optional[BaseException]], None]) -> None: ...
+    # Returns object: whatever an appender returns is ignored, the callback is the answer.
+    def add_entry_async(self, payload: bytes, callback: Callable[[Optional[Position], Optional[BaseException]], None]) -> object: ...
 
 
 class WriterClosedError(Exception):

@@ -36,7 +36,7 @@ def check_batched_write(prefix: str, enabled: bool, max_records: float, max_size
     ``prefix`` + the threshold's name (``transactionPendingAckBatchedWriteMaxSize``) when a threshold is too low."""
     if not enabled:
         return
-    for (suffix, minimum), value in zip(BATCHED_WRITE_MINIMUMS, (max_records, max_size, max_delay_ms)):
+    for (suffix, minimum), value in zip(BATCHED_WRITE_MINIMUMS, (max_records, max_size, max_delay_ms), strict=True):
         if value < minimum:
             raise ConfigError(f"Configuration field '{prefix}{suffix}' value must be greater than or equal to "
                               f"{minimum}")
@@ -46,7 +46,7 @@ def check_batched_write(prefix: str, enabled: bool, max_records: float, max_size
 class EngineConfig:
     # -- broker.conf names ---------------------------------------------------------------------
     transactionCoordinatorEnabled: bool = True
-    clusterName: str = "standalone"  # what GET /admin/v2/clusters answers; every metric's `cluster` label
+    clusterName: str = "standalone"  # the `cluster` label on every metric and what GET /admin/v2/clusters answers
     transactionCoordinatorCount: int = 16  # engine: how many TCs `engine init` creates (Pulsar: transaction_coordinator_assign partitions)
     transactionLogBatchedWriteEnabled: bool = False
     transactionLogBatchedWriteMaxRecords: int = 512
@@ -156,7 +156,7 @@ class EngineConfig:
             if key in self.DYNAMIC_KEYS:
                 self.set(key, value)
 
-    def ledger_rollover(self) -> dict[str, float]:
+    def ledger_rollover(self) -> dict[str, Any]:  # ManagedLedgerConfig's keyword arguments
         return {
             "max_entries_per_ledger": self.managedLedgerMaxEntriesPerLedger,
             "min_ledger_rollover_time_ms": self.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,

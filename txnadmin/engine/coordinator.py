@@ -144,7 +144,7 @@ class TransactionCoordinator:
         if self.state != "Ready":
             raise CoordinatorNotReady(f"Transaction coordinator {self.tc_id} is not ready (state {self.state})")
 
-    def _record(self, op: int, seq: int, **fields) -> TransactionMetadataEntry:
+    def _record(self, op: TxnOp, seq: int, **fields) -> TransactionMetadataEntry:
         return TransactionMetadataEntry(
             metadata_op=op, txnid_most_bits=self.tc_id, txnid_least_bits=seq,
             last_modification_time=self.clock_ms(), max_local_txn_id=self.log.max_local_txn_id, **fields,
@@ -178,11 +178,11 @@ class TransactionCoordinator:
         subs = [Subscription(topic=t, subscription=s) for t, s in subscriptions]
         self._add(seq, TxnOp.ADD_SUBSCRIPTION, subscriptions=subs)
 
-    def _add(self, seq: int, op: int, **fields) -> None:
+    def _add(self, seq: int, op: TxnOp, **fields) -> None:
         with self.get(seq).lock:
             self._add_locked(seq, op, **fields)
 
-    def _add_locked(self, seq: int, op: int, **fields) -> None:
+    def _add_locked(self, seq: int, op: TxnOp, **fields) -> None:
         with self._lock:
             self._ready()
             meta = self.get(seq)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..names import (
-    SYSTEM_NAMESPACE, coordinator_assign_partition, namespace_of, normalize_topic, topic_in, transaction_log_topic,
+    SYSTEM_NAMESPACE, coordinator_assign_partition, namespace_of, topic_in, transaction_log_topic,
 )
 from .coordinator import TxnMeta
 from .engine import Engine, EngineError, NotFound

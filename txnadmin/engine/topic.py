@@ -170,6 +170,7 @@ class Topic:
 
         def wait() -> Position:
             done.result(what=f"{self.name}: add")
+            assert pos is not None  # a refused add fails its completion, so result() raised
             return pos
 
         return wait

@@ -272,7 +272,7 @@ def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progre
     tenants = _read(s, "namespaces", admin.list_tenants)
     if tenants is None:
         return
-    namespaces = []
+    namespaces: list[str] = []
     for tenant in tenants:
         namespaces += _read(s, f"namespaces of {tenant}", admin.list_namespaces, tenant) or []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
@@ -282,7 +282,7 @@ def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progre
             s.topics[ns] = _names(topics)
     plain: list[str] = []
     stores: list[Store] = []
-    for ns, topics in s.topics.items():
+    for topics in s.topics.values():
         ns_plain = {t for t in topics if not _is_system(t)}
         plain += sorted(ns_plain)
         for name in sorted(t for t in topics if is_pending_ack_store(t)):
@@ -301,7 +301,7 @@ def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progre
             return topic, None, exc
 
     def pending(store: Store):
-        if store.topic is None:
+        if store.topic is None or store.subscription is None:  # _resolve found no split: both are None
             return store
         # The name's split is a guess when topic or subscription holds '-', and Pulsar 5 URL-encodes the subscription
         # in the name (PR #25727): on a 404, try the other readings before calling the store a leftover.
@@ -782,7 +782,7 @@ def check_leftovers(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Findin
     why = ("a pending-ack store outlives its subscription: its managed ledger keeps ledgers (and bookie space) and "
            "it shows up in every store listing, including a downgrade's")
     for store in s.stores:
-        gone = None
+        gone: Optional[dict[str, Any]] = None
         if store.topic is None:
             gone = {"store": store.name, "missing": "topic"}
         elif isinstance(store.error, NotFoundError):
@@ -815,7 +815,7 @@ def _idle_stores(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
     text, _ = _metrics(admin, s)
     if not text:
         return []
-    active: dict[tuple[str, str], float] = {}
+    active: dict[tuple[Optional[str], Optional[str]], float] = {}
     started = None
     try:
         for family in text_string_to_metric_families(text):

@@ -65,6 +65,7 @@ class DowngradeError(Exception):
         super().__init__(message)
         self.exit_code = exit_code
         self.transient = transient  # worth retrying within `wait --timeout` (connection lost, 502/504, 503+Retry-After)
+        self.abandoned = False  # wait timed out with a poll still hanging (its threads are left behind)
 
 
 @dataclass
@@ -227,16 +228,28 @@ def flags_disabled(admin: TransactionsAdmin) -> tuple[bool, list[str]]:
     return not enabled, enabled
 
 
-def batched_flushes(admin: TransactionsAdmin) -> Optional[float]:
-    """The answering broker's batched-writer flush count (coordinators + pending-ack stores), from /metrics.
+def batched_flushes(admin: TransactionsAdmin, brokers: list[str]) -> dict[str, float]:
+    """Each active broker's batched-writer flush count (coordinators + pending-ack stores), from its /metrics.
 
-    None when /metrics is not reachable or carries no such counters: this is extra evidence where available,
-    never a reason to say safe. With batching off a store writes plainly and never counts a flush.
+    Every broker is asked, not only the answering one: a store that still batches may live on any of them. A
+    broker whose /metrics is not reachable or carries no such counters is left out: this is extra evidence where
+    available, never a reason to say safe. With batching off a store writes plainly and never counts a flush.
     """
-    try:
-        text = admin.metrics_text()
-    except (AdminError, AttributeError):
-        return None
+    def one(broker: str) -> tuple[str, Optional[float]]:
+        try:
+            # the only active broker is the one answering (its id may not be an address we can reach)
+            text = admin.metrics_text() if len(brokers) == 1 else admin.broker_metrics_text(broker)
+        except (AdminError, AttributeError):
+            return broker, None
+        return broker, _flush_total(text)
+
+    if not brokers:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(brokers))) as pool:
+        return {b: total for b, total in pool.map(one, brokers) if total is not None}
+
+
+def _flush_total(text: str) -> Optional[float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     total, seen = 0.0, False
@@ -390,7 +403,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
             return False  # deleted or not loaded: status decides from the listing
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        todo = [log for log, need in zip(logs, pool.map(needs_record, logs)) if need]
+        todo = [log for log, need in zip(logs, pool.map(needs_record, logs), strict=True) if need]
     by_unit: dict[str, list[_Log]] = {}
     for log in todo:
         unit = coordinator_assign_partition(log.key) if log.component == "coordinator" else log.info["topic"]
@@ -451,7 +464,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
     state["phase"] = "recorded"
     state["recordedAt"] = _now_ms()
     state["rerecorded"] = len(this_run)
-    state["batchedFlushes"] = batched_flushes(admin)  # the baseline status compares against
+    state["batchedFlushesByBroker"] = batched_flushes(admin, brokers)  # the baselines status compares against
     save_state(state_path, state)
     return state
 
@@ -631,6 +644,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         verdict, ids, confirmed = _evidence(log, rec, listed(), state_path, state)
         if verdict is not None:
             return verdict, confirmed
+        assert ids is not None  # _evidence gives the ledgers whenever it reaches no verdict
         if log.component == "coordinator":
             return _coordinator_status(admin, log, rec, ids), confirmed
         return _store_status(log, rec, ids), confirmed
@@ -638,7 +652,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     logs: list[LogStatus] = []
     changed = False
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for (log, rec), (result, confirmed) in zip(jobs, pool.map(one, jobs)):
+        for (_log, rec), (result, confirmed) in zip(jobs, pool.map(one, jobs), strict=True):
             logs.append(result)
             if confirmed is not None and confirmed != rec.get("confirmedLedger"):
                 rec["confirmedLedger"] = confirmed
@@ -646,18 +660,25 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
             if progress:
                 progress(len(logs), len(jobs))
     logs += unrecorded
-    flushes = batched_flushes(admin)
-    baseline = state.get("batchedFlushes")
-    if flushes is not None and baseline is not None and flushes < baseline:
-        state["batchedFlushes"] = flushes  # counters restarted with their broker (its stores reopened: see above)
+    baselines = state.get("batchedFlushesByBroker")
+    if baselines is None:  # a checklist recorded before every broker was read: its one value was the answering one's
+        legacy = state.get("batchedFlushes")
+        baselines = {brokers[0]: legacy} if legacy is not None and len(brokers) == 1 else {}
+        state["batchedFlushesByBroker"] = baselines
         changed = True
-    elif flushes is not None and baseline is not None and flushes > baseline:
-        broker = brokers[0] if len(brokers) == 1 else "the answering broker"
-        logs.append(LogStatus("broker", broker, None, None, False,
-                              f"batched-writer flushes grew from {baseline:g} to {flushes:g} since recording "
-                              "(pulsar_txn_*_bufferedwriter_flush_trigger_*): something still batches",
-                              "find the store that still batches (a broker.conf override?), then run `txnadmin "
-                              "downgrade start` again", kind=KIND_STILL_FLUSHING))
+    for broker, flushes in sorted(batched_flushes(admin, brokers).items()):
+        baseline = baselines.get(broker)
+        if baseline is None or flushes < baseline:
+            # First seen (a broker that joined since recording: its reopened stores are caught above), or its
+            # counters restarted with it: from here on, any growth counts.
+            baselines[broker] = flushes
+            changed = True
+        elif flushes > baseline:
+            logs.append(LogStatus("broker", broker, None, None, False,
+                                  f"batched-writer flushes on broker {broker} grew from {baseline:g} to {flushes:g} "
+                                  "since recording (pulsar_txn_*_bufferedwriter_flush_trigger_*): something there "
+                                  "still batches", "find the store that still batches on that broker (a broker.conf "
+                                  "override?), then run `txnadmin downgrade start` again", kind=KIND_STILL_FLUSHING))
     if changed:
         save_state(state_path, state)
     verification = state.get("verification")
@@ -724,7 +745,7 @@ def _timed_out(last: Optional[Report], error: Optional[str], timeout_s: float, a
     if last is None:
         exc = DowngradeError(f"no answer from the target within --timeout {timeout_s:g} s"
                              + (f" (last error: {error})" if error else ""), 3)
-        exc.abandoned = abandoned  # type: ignore[attr-defined]
+        exc.abandoned = abandoned
         raise exc
     last.transient_error = error
     last.abandoned = abandoned

@@ -142,6 +142,7 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
         t = tally.ledgers.get(lid) or LedgerTally()
         info = live.get(lid) if live is not None else None
         is_live = None if live is None else info is not None
+        txn: Optional[bool]
         if lid in judged:
             txn = True
         elif live is not None and info is not None:
@@ -320,7 +321,7 @@ class _ReportWriter:
         self.tmp = self.path.with_name(f".{self.path.name}.tmp")
         self.parquet = self.path.suffix == ".parquet"
         if self.parquet:
-            self.rows = {c: [] for c in self.COLUMNS}
+            self.rows: dict[str, list] = {c: [] for c in self.COLUMNS}
         else:
             self.fh = open(self.tmp, "w")
 
