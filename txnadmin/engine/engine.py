@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from typing import Callable
 
+from .aborted_txn_processor import AbortedTxnProcessor
 from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig, read_dynamic
 from .coordinator import (
@@ -27,11 +28,10 @@ from .pending_ack import PendingAckStore, pending_ack_topic
 from .pending_ack_metrics import PendingAckMetrics
 from .position import Position
 from .preserver import ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver
-from .snapshot_metrics import SnapshotMetrics
-from .storage import LedgerStorage
-from .aborted_txn_processor import AbortedTxnProcessor
 from .segmented_snapshot_processor import SegmentedSnapshotProcessor
 from .single_snapshot_processor import SingleSnapshotProcessor
+from .snapshot_metrics import SnapshotMetrics
+from .storage import LedgerStorage
 from .tb_snapshot import SnapshotService, segment_capacity
 from .topic import Topic, normalize_topic
 from .transaction_log import TransactionLog

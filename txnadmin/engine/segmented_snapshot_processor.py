@@ -21,7 +21,9 @@ from typing import Any, Optional
 
 from .aborted_txn_processor import SnapshotPosition, Txn
 from .position import Position
-from .tb_snapshot import INDEXES_TOPIC, SEGMENTS_TOPIC, SNAPSHOT_TOPIC, SnapshotError, SnapshotProcessorBase, segment_key
+from .tb_snapshot import (
+    INDEXES_TOPIC, SEGMENTS_TOPIC, SNAPSHOT_TOPIC, SnapshotError, SnapshotProcessorBase, segment_key,
+)
 
 
 def _crash_point(name: str) -> None:
