@@ -33,17 +33,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _docs import replace_section  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from _docs import replace_section
+from rich.console import Console
+from rich.table import Table
 
-from txnadmin.engine.config import EngineConfig  # noqa: E402
-from txnadmin.engine.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory  # noqa: E402
-from txnadmin.engine.position import Position  # noqa: E402
-from txnadmin.engine.storage import LedgerStorage  # noqa: E402
-from txnadmin.engine.segmented_snapshot_processor import SegmentedSnapshotProcessor  # noqa: E402
-from txnadmin.engine.single_snapshot_processor import SingleSnapshotProcessor  # noqa: E402
-from txnadmin.engine.tb_snapshot import SNAPSHOT_TOPIC, SnapshotService, segment_capacity  # noqa: E402
+from txnadmin.engine.config import EngineConfig
+from txnadmin.engine.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from txnadmin.engine.position import Position
+from txnadmin.engine.storage import LedgerStorage
+from txnadmin.engine.segmented_snapshot_processor import SegmentedSnapshotProcessor
+from txnadmin.engine.single_snapshot_processor import SingleSnapshotProcessor
+from txnadmin.engine.tb_snapshot import SNAPSHOT_TOPIC, SnapshotService, segment_capacity
 
 TOPIC = "persistent://public/default/payments-with-long-retention"
 VARIANTS = {

@@ -8,9 +8,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from txnadmin.codec import TransactionMetadataEntry, TxnOp, decode_entry
-from txnadmin.engine.buffered_writer import (
-    BufferedWriter, BufferedWriterConfig, ConfigError, TxnPosition, WriterClosedError,
-)
+from txnadmin.engine.buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition, WriterClosedError
+from txnadmin.engine.config import ConfigError
 from txnadmin.engine.managed_ledger import ManagedLedgerFactory
 from txnadmin.engine.position import Position
 from txnadmin.engine.storage import LedgerStorage

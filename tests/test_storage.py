@@ -72,7 +72,7 @@ def test_missing_ledger_and_entry_are_named(st):
 
 def test_close_fixes_last_entry_and_refuses_adds(st):
     ledger = st.create_ledger({})
-    for i in range(3):
+    for _i in range(3):
         st.add_entry(ledger, b"abc")
     meta = st.close_ledger(ledger)
     assert (meta.state, meta.last_entry_id, meta.length) == ("CLOSED", 2, 9)
@@ -131,7 +131,7 @@ def test_concurrent_adders_share_fsyncs(st):
     before = st.stats()
 
     def adder(ledger):
-        for i in range(40):
+        for _i in range(40):
             st.add_entry(ledger, os.urandom(64))
 
     threads = [threading.Thread(target=adder, args=(ledger,)) for ledger in ledgers]
@@ -374,7 +374,7 @@ def test_export_is_a_bookie_dump(tmp_path):
         tc = st.create_ledger({"application": "pulsar", "component": "managed-ledger",
                                "pulsar/managed-ledger": "pulsar/system/persistent/__transaction_log_0"})
         gone = st.create_ledger({})
-        for i in range(60):
+        for _i in range(60):
             st.add_entry(tc, b"\x0e\x01\x00\x01" + bytes(60))
             st.add_entry(gone, b"x" * 30)
         st.close_ledger(tc)

@@ -18,7 +18,7 @@ from txnadmin.engine.position import Position
 from txnadmin.engine.storage import LedgerStorage
 from txnadmin.engine.segmented_snapshot_processor import SegmentedSnapshotProcessor
 from txnadmin.engine.tb_snapshot import (
-    INDEXES_TOPIC, SEGMENTS_TOPIC, SNAPSHOT_TOPIC, SnapshotService, segment_capacity, segment_key,
+    INDEXES_TOPIC, SNAPSHOT_TOPIC, SnapshotService, segment_capacity, segment_key,
 )
 
 TOPIC = "persistent://public/default/payments"

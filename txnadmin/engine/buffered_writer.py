@@ -16,6 +16,7 @@ from typing import Callable, Optional, Protocol
 
 from ..codec import encode_batched_serialized
 from .completion import Completion
+from .config import check_batched_write
 from .position import Position
 from .writer_metrics import BufferedWriterMetrics
 
@@ -25,11 +26,8 @@ Callback = Callable[["TxnPosition | None", "BaseException | None"], None]
 
 
 class Appender(Protocol):
-    def add_entry_async(self, payload: bytes, callback: Callable[[Optional[Position], Optional[BaseException]], None]) -> None: ...
-
-
-class ConfigError(ValueError):
-    pass
+    # Returns object: whatever an appender returns is ignored, the callback is the answer.
+    def add_entry_async(self, payload: bytes, callback: Callable[[Optional[Position], Optional[BaseException]], None]) -> object: ...
 
 
 class WriterClosedError(Exception):
@@ -46,14 +44,8 @@ class BufferedWriterConfig:
     key_prefix: str = "transactionLogBatchedWrite"
 
     def validate(self) -> None:
-        """Pulsar's TransactionBatchedWriteValidator: only checked while batching is enabled."""
-        if not self.enabled:
-            return
-        for suffix, value, minimum in (("MaxRecords", self.max_records, 10), ("MaxSize", self.max_size, 131072),
-                                       ("MaxDelayInMillis", self.max_delay_ms, 1)):
-            if value < minimum:
-                raise ConfigError(f"Configuration field '{self.key_prefix}{suffix}' value must be greater than or "
-                                  f"equal to {minimum}")
+        """The engine configuration's own rule (config.check_batched_write), naming this writer's keys."""
+        check_batched_write(self.key_prefix, self.enabled, self.max_records, self.max_size, self.max_delay_ms)
 
 
 @dataclass(frozen=True)

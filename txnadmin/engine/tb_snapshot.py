@@ -21,7 +21,8 @@ from typing import Any, Callable, Optional
 
 from .aborted_txn_processor import SnapshotPosition
 from .keyed_log import KeyedLog, PositionedLog, scan_latest
-from .managed_ledger import ManagedLedgerFactory, managed_ledger_name
+from ..names import managed_ledger_name, namespace_of, topic_in
+from .managed_ledger import ManagedLedgerFactory
 from .snapshot_metrics import SnapshotMetrics
 
 SNAPSHOT_TOPIC = "__transaction_buffer_snapshot"
@@ -31,15 +32,7 @@ SNAPSHOT_SYSTEM_TOPICS = (SNAPSHOT_TOPIC, SEGMENTS_TOPIC, INDEXES_TOPIC)
 
 
 class SnapshotError(Exception):
-    status = 500
-
-
-def namespace_of(topic: str) -> str:
-    return topic.split("://", 1)[1].rsplit("/", 1)[0]
-
-
-def system_topic(namespace: str, local: str) -> str:
-    return f"persistent://{namespace}/{local}"
+    """A transaction buffer snapshot that cannot be read as recorded."""
 
 
 def segment_capacity(segment_size: int, topic: str) -> int:
@@ -71,7 +64,7 @@ class SnapshotService:
 
     @staticmethod
     def ledger_name(namespace: str, local: str) -> str:
-        return managed_ledger_name(system_topic(namespace, local))
+        return managed_ledger_name(topic_in(namespace, local))
 
     def exists(self, namespace: str, local: str) -> bool:
         name = self.ledger_name(namespace, local)

@@ -18,7 +18,8 @@ import google_crc32c
 
 from .aborted_txn_processor import AbortedTxnProcessor
 from .completion import Completion
-from .managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory, managed_ledger_name
+from ..names import managed_ledger_name, normalize_topic
+from .managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
 from .position import Position
 
 MESSAGE_MAGIC = b"\x0e\x01"
@@ -41,18 +42,6 @@ def decode_message(entry: bytes) -> tuple[dict, bytes]:
         raise ValueError("message checksum mismatch")
     (size,) = struct.unpack_from(">I", body, 0)
     return json.loads(body[4 : 4 + size]), body[4 + size :]
-
-
-def normalize_topic(name: str) -> str:
-    """``x`` → persistent://public/default/x; ``t/ns/x`` → persistent://t/ns/x (pulsar-admin's rules)."""
-    if "://" in name:
-        return name
-    parts = name.split("/")
-    if len(parts) == 1:
-        return f"persistent://public/default/{name}"
-    if len(parts) == 3:
-        return f"persistent://{name}"
-    raise ValueError(f"Invalid short topic name '{name}', it should be in the format of <tenant>/<namespace>/<topic> or <topic>")
 
 
 @dataclass
@@ -181,6 +170,7 @@ class Topic:
 
         def wait() -> Position:
             done.result(what=f"{self.name}: add")
+            assert pos is not None  # a refused add fails its completion, so result() raised
             return pos
 
         return wait
