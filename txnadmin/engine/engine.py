@@ -263,10 +263,16 @@ class Engine:
         store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag)
         topic_obj = self.topics.get(topic)
-        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view replays
-        # without it: re-applying a logged COMMIT to the subscription would be a write.
-        sub = topic_obj.subscription(subscription) if topic_obj and not self.read_only else None
-        store.recover(self.clock_ms, sub)
+        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view checks them
+        # against the cursor as stored but re-applies no logged COMMIT to it (that would be a write), and does not
+        # open a cursor that is not there (opening one creates it).
+        if topic_obj is None:
+            sub = None
+        elif self.read_only:
+            sub = topic_obj.ledger.cursors().get(subscription)
+        else:
+            sub = topic_obj.subscription(subscription)
+        store.recover(self.clock_ms, sub, apply_commits=not self.read_only)
         self._opened("pending-ack/" + store.store_topic, store)
         self.stores[(topic, subscription)] = store
         return store
