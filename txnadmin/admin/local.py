@@ -109,7 +109,7 @@ class LocalAdmin:
                 )
             try:
                 self.engine = Engine(directory)
-            except Exception as exc:  # locked by another writer, unreadable files …
+            except Exception as exc:  # noqa: BLE001 — locked by another writer, unreadable files …: one line, named
                 raise TargetUnreachableError(f"{directory}: {exc}") from None
             self._owned = True
 
