@@ -632,6 +632,9 @@ class HttpAdmin:
         """Ask ``broker`` itself (same scheme, credentials and TLS as this admin): only it knows its values."""
         return self._at_broker(broker, lambda admin: admin.runtime_config())
 
+    def broker_metrics_text(self, broker: str) -> str:
+        return self._at_broker(broker, lambda admin: admin.metrics_text())
+
     def broker_version(self, broker: str) -> str:
         return self._at_broker(broker, lambda admin: next(iter(admin.broker_versions().values())))
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import os
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -92,31 +95,106 @@ def _needs_coordinator(fn):
     return wrapper
 
 
-class LocalAdmin:
-    """Open an engine directory (or wrap a running :class:`Engine`) and answer admin calls from it."""
+def _writes(fn):
+    """A call that changes the engine: a read-only view of a stopped engine is first reopened for writing."""
 
-    def __init__(self, target, *, create: bool = False):
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        self._writable()
+        return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
+class LocalAdmin:
+    """Open an engine directory (or wrap a running :class:`Engine`) and answer admin calls from it.
+
+    ``read_mostly`` (how the CLI opens a stopped engine's ``local:PATH``): the engine is opened as a read-only view,
+    so stats and `downgrade status` change nothing (no ledger rolled or trimmed, no metadata written, no store
+    reopened), and while it is open no engine process can start on the directory (a shared lock). The first call
+    that changes something (unload, abort, delete, scale) reopens the engine for writing, as a broker start would.
+    """
+
+    def __init__(self, target, *, create: bool = False, read_mostly: bool = False):
         from ..engine.engine import Engine
 
+        self._views: list = []
+        self._lock_fd: Optional[int] = None
+        self._upgrade = threading.Lock()
         if isinstance(target, Engine):
             self.engine = target
             self._owned = False
+            return
+        directory = Path(target)
+        if not create and not (directory / "metadata.db").exists():
+            raise TargetUnreachableError(
+                f"{directory}: no txnadmin engine here (create one with `txnadmin engine init {directory}`)"
+            )
+        self._directory = directory
+        self._owned = True
+        if read_mostly and not create:
+            self._hold_off_writers(directory)
+            self.engine = self._open(directory, read_only=True)
         else:
-            directory = Path(target)
-            if not create and not (directory / "metadata.db").exists():
-                raise TargetUnreachableError(
-                    f"{directory}: no txnadmin engine here (create one with `txnadmin engine init {directory}`)"
-                )
-            try:
-                self.engine = Engine(directory)
-            except Exception as exc:  # noqa: BLE001 — locked by another writer, unreadable files …: one line, named
-                raise TargetUnreachableError(f"{directory}: {exc}") from None
-            self._owned = True
+            self.engine = self._open(directory, read_only=False)
+
+    @staticmethod
+    def _open(directory: Path, read_only: bool):
+        from ..engine.engine import Engine
+
+        try:
+            return Engine(directory, read_only=read_only)
+        except Exception as exc:  # noqa: BLE001 — locked by another writer, unreadable files …: one line, named
+            raise TargetUnreachableError(f"{directory}: {exc}") from None
+
+    def _hold_off_writers(self, directory: Path) -> None:
+        """A shared lock on the writer's lock file: an engine process cannot start (and change what is being
+        judged) while this view is open, and one already running without a server is refused, not read mid-write."""
+        from ..engine.storage import LOCK_NAME
+
+        try:
+            fd = os.open(directory / LOCK_NAME, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # never opened by a writer: there is nothing it could be changing
+        except OSError as exc:
+            raise TargetUnreachableError(f"{directory}: cannot read {LOCK_NAME} ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise TargetUnreachableError(
+                f"{directory}: open for writing by process {holder}, which serves no admin API here (no "
+                "server.json): stop it, or run the engine with `txnadmin serve`/`engine run` so commands go "
+                "through it") from None
+        self._lock_fd = fd
+
+    def _release_writers(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor drops the shared lock
+            self._lock_fd = None
+
+    @property
+    def frozen(self) -> bool:
+        """True for the read-only view of a stopped engine: nothing it reports can change while it is open."""
+        return self._owned and self.engine.read_only
+
+    def _writable(self) -> None:
+        if not self.engine.read_only or not self._owned:
+            return
+        with self._upgrade:
+            if self.engine.read_only:
+                self._release_writers()
+                # The view stays open until close(): calls already reading from it finish on it.
+                self._views.append(self.engine)
+                self.engine = self._open(self._directory, read_only=False)
 
     def close(self) -> None:
-        if self._owned:  # an Engine handed in belongs to its caller; one this admin opened is closed once
+        if self._owned:  # an Engine handed in belongs to its caller; the ones this admin opened are closed once
             self._owned = False
-            self.engine.close()
+            for engine in [*self._views, self.engine]:
+                engine.close()
+            self._release_writers()
 
     def __enter__(self) -> "LocalAdmin":
         return self
@@ -201,6 +279,7 @@ class LocalAdmin:
 
     @_admin_errors
     @_needs_coordinator
+    @_writes
     def scale_coordinators(self, replicas: int) -> None:
         if replicas <= 0:
             raise AdminError("Number of transaction coordinators must be more than 0", 406)
@@ -218,6 +297,7 @@ class LocalAdmin:
     def abort_transaction(self, txn: TxnId) -> None:
         if not 0 <= txn.most_bits <= 2**31 - 1:
             raise AdminError("mostSigBits out of bounds", 400)
+        self._writable()
         self.engine.abort((txn.most_bits, txn.least_bits))
 
     # -- brokers, namespaces, topics ----------------------------------------------------------
@@ -259,6 +339,7 @@ class LocalAdmin:
         return self._stats.topic_names(self.engine, namespace, include_system)
 
     @_admin_errors
+    @_writes
     def unload_topic(self, topic: str) -> None:
         full = _topic_name(topic)
         tc_id = coordinator_of_assign_partition(full)
@@ -272,10 +353,12 @@ class LocalAdmin:
         return {self.engine.config.engineBrokerServiceUrl.split("://")[-1]: self.engine.config.engineBrokerVersion}
 
     @_admin_errors
+    @_writes
     def delete_subscription(self, topic: str, subscription: str) -> None:
         self.engine.delete_subscription(_topic_name(topic), subscription)
 
     @_admin_errors
+    @_writes
     def delete_topic(self, topic: str) -> None:
         self.engine.delete_topic(_topic_name(topic))
 
@@ -305,6 +388,12 @@ class LocalAdmin:
         if broker != self._broker_id():
             raise NotFoundError(f"Broker {broker} is not active in this engine")
         return self.runtime_config()
+
+    @_admin_errors
+    def broker_metrics_text(self, broker: str) -> str:
+        if broker != self._broker_id():
+            raise NotFoundError(f"Broker {broker} is not active in this engine")
+        return self.metrics_text()
 
     @_admin_errors
     def broker_version(self, broker: str) -> str:

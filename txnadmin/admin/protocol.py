@@ -218,3 +218,7 @@ class TransactionsAdmin(Protocol):
 
     def metrics_text(self) -> str:
         """[GET /metrics/] the broker's Prometheus exposition (text format 0.0.4)."""
+
+    def broker_metrics_text(self, broker: str) -> str:
+        """[GET http(s)://{broker}/metrics/] one named broker's exposition (its own counters: every broker has
+        its own batched writers)."""

@@ -175,7 +175,7 @@ def open_admin(target: Target) -> TransactionsAdmin:
         if server is None:
             from .local import LocalAdmin
 
-            return LocalAdmin(target.engine_dir)
+            return LocalAdmin(target.engine_dir, read_mostly=True)  # reads of a stopped engine change nothing
         url, token = server
         return _http_admin(url, token=token)
     return _http_admin(target.url, target=target)

@@ -27,7 +27,9 @@ from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from .pending_ack import PendingAckStore
 from .pending_ack_metrics import PendingAckMetrics
 from .position import Position
-from .preserver import ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver
+from .preserver import (
+    ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver, preserver_log_name,
+)
 from .snapshot_metrics import SnapshotMetrics
 from .storage import LedgerStorage
 from .aborted_txn_processor import AbortedTxnProcessor
@@ -44,6 +46,9 @@ META_COORDINATORS = "engine/coordinators"
 META_TOPICS = "engine/topics/"
 META_PENDING_ACK = "engine/pending-ack/"
 META_ENGINE_ID = "engine/id"  # persistent identity: a downgrade checklist refuses another engine's
+# The recoverStartTime/recoverEndTime of each coordinator's and store's last open, durable before the component
+# takes writes: a stopped engine read later reports the open that wrote its ledgers (what `downgrade` compares).
+META_OPENED = "engine/opened/"
 
 
 class EngineError(Exception):
@@ -111,13 +116,20 @@ class Engine:
                                          shared_reader=self.config.engineTransactionBufferSharedSnapshotReader,
                                          metrics=SnapshotMetrics(self.registry))
         self.stores: dict[tuple[str, str], PendingAckStore] = {}
-        self._opened_at: dict[tuple, int] = {}  # last recoverStartTime per store (see _distinct_open)
+        self._opened_at: dict[str, int] = {}  # last recoverStartTime per store (see _distinct_open)
+        self._persisted_opens = {key[len(META_OPENED):]: json.loads(self.storage.meta_get(key) or b"{}")
+                                 for key in self.storage.meta_list(META_OPENED)}
+        self._unsaved_opens: dict[str, bytes] = {}
+        self._opening = True  # while the constructor opens everything, opens are saved in one commit at the end
         self._next_tc = 0
         self._dynamic_seen = read_dynamic(self.directory)
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
+        # Read-only (a stopped engine read for stats): every component is a view replayed from storage, which
+        # takes no writes at all; nothing rolls, trims, recovers a pending end or records an open.
+        self._open_all()
+        self._opening = False
         if not read_only:
-            self._open_all()
             if maintenance:
                 self._maintenance = threading.Thread(target=self._maintain, name="engine-maintenance", daemon=True)
                 self._maintenance.start()
@@ -142,25 +154,64 @@ class Engine:
 
     # -- opening ----------------------------------------------------------------------------
     def _open_all(self) -> None:
-        if self.storage.meta_get(META_COORDINATORS) is None:
+        if self.storage.meta_get(META_COORDINATORS) is None and not self.read_only:
             self.storage.meta_put(META_COORDINATORS, str(self.config.transactionCoordinatorCount).encode())
         for tc_id in range(self.coordinator_count()):
-            self._open_coordinator(tc_id)
+            self._viewing(self._open_coordinator, tc_id)
         for key in self.storage.meta_list(META_TOPICS):
             if (raw := self.storage.meta_get(key)) is not None:  # None: deleted since listed
-                self._open_topic(json.loads(raw)["topic"])
+                self._viewing(self._open_topic, json.loads(raw)["topic"])
         for key in self.storage.meta_list(META_PENDING_ACK):
             if (raw := self.storage.meta_get(key)) is not None:
                 info = json.loads(raw)
-                self._open_store(info["topic"], info["subscription"])
-        for tc_id in list(self.coordinators):
-            self._finish_recovered(tc_id)
+                self._viewing(self._open_store, info["topic"], info["subscription"])
+        self._save_opens()  # before any component takes a write (the constructor has not returned yet)
+        if not self.read_only:
+            for tc_id in list(self.coordinators):
+                self._finish_recovered(tc_id)
+
+    def _viewing(self, open_fn, *args) -> None:
+        """Open one component; read-only, one whose managed ledger is missing is left unloaded (its stats answer
+        404, which `downgrade` treats as "not loaded", never as done)."""
+        if not self.read_only:
+            open_fn(*args)
+            return
+        from .storage import LedgerNotFoundError
+
+        try:
+            open_fn(*args)
+        except LedgerNotFoundError:
+            pass
+
+    def _opened(self, key: str, component) -> None:
+        """Set the component's recoverStartTime: a new distinct value when writable (saved durably before it
+        takes writes), the last open's saved value when read-only (0, i.e. no evidence, if none was saved)."""
+        saved = self._persisted_opens.get(key, {})
+        if self.read_only:
+            component.recover_start_time = int(saved.get("recoverStartTime", 0))
+            component.recover_end_time = int(saved.get("recoverEndTime", 0))
+            return
+        if key not in self._opened_at and saved.get("recoverStartTime"):
+            self._opened_at[key] = int(saved["recoverStartTime"])  # stay distinct across restarts too
+        component.recover_start_time = self._distinct_open(key, component.recover_start_time)
+        component.recover_end_time = max(component.recover_end_time, component.recover_start_time)
+        value = {"recoverStartTime": component.recover_start_time, "recoverEndTime": component.recover_end_time}
+        self._persisted_opens[key] = value
+        self._unsaved_opens[META_OPENED + key] = json.dumps(value).encode()
+        if not self._opening:
+            self._save_opens()
+
+    def _save_opens(self) -> None:
+        if self._unsaved_opens and not self.read_only:
+            items, self._unsaved_opens = self._unsaved_opens, {}
+            self.storage.meta_put_many(items)
 
     def _open_coordinator(self, tc_id: int) -> TransactionCoordinator:
         wc = writer_config(self.config, "tc")
         log = TransactionLog(self.factory, tc_id, self.ml_config(), wc, self.tc_metrics)
         tc = TransactionCoordinator(tc_id, log, self.clock_ms)
-        if self.config.transactionMetaPersistCount > 0:
+        if self.config.transactionMetaPersistCount > 0 and not (self.read_only and not self.factory.exists(
+                preserver_log_name(tc_id))):
             old = self.preservers.pop(tc_id, None)
             if old:
                 old.close()
@@ -170,11 +221,11 @@ class Engine:
                 max_total=self.config.engineTransactionMetaPersistMaxTotal, clock_ms=self.clock_ms,
                 ml_config=self.ml_config())
         self._pending_end[tc_id] = tc.recover()
-        tc.recover_start_time = self._distinct_open(("tc", tc_id), tc.recover_start_time)
+        self._opened(f"tc/{tc_id}", tc)
         self.coordinators[tc_id] = tc
         return tc
 
-    def _distinct_open(self, key: tuple, started_ms: int) -> int:
+    def _distinct_open(self, key: str, started_ms: int) -> int:
         """Each reopen of a store shows a new recoverStartTime, even within one millisecond (or a frozen test
         clock): `downgrade` proves a reopen by that value changing, as it does on a real broker."""
         last = self._opened_at.get(key)
@@ -212,9 +263,11 @@ class Engine:
         store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag)
         topic_obj = self.topics.get(topic)
-        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do.
-        store.recover(self.clock_ms, topic_obj.subscription(subscription) if topic_obj else None)
-        store.recover_start_time = self._distinct_open(("pending-ack", topic, subscription), store.recover_start_time)
+        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view replays
+        # without it: re-applying a logged COMMIT to the subscription would be a write.
+        sub = topic_obj.subscription(subscription) if topic_obj and not self.read_only else None
+        store.recover(self.clock_ms, sub)
+        self._opened("pending-ack/" + store.store_topic, store)
         self.stores[(topic, subscription)] = store
         return store
 
@@ -423,7 +476,9 @@ class Engine:
         if store is not None:
             store.close()
             self.factory.delete(store.name)
-        self.storage.meta_delete(META_PENDING_ACK + pending_ack_topic(topic, subscription))
+        name = pending_ack_topic(topic, subscription)
+        self._persisted_opens.pop("pending-ack/" + name, None)
+        self.storage.meta_put_many({META_PENDING_ACK + name: None, META_OPENED + "pending-ack/" + name: None})
 
     def reload_topic(self, topic: str) -> None:
         """Unload a topic: its transaction buffer and pending-ack stores reopen (and re-read batch flags)."""

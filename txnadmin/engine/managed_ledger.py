@@ -449,7 +449,8 @@ class ManagedLedgerFactory:
         self.storage = storage
 
     def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
-        return ManagedLedger(self, name, config or ManagedLedgerConfig())
+        # On read-only storage (a stopped engine read for stats) every managed ledger is a view: no new ledger.
+        return ManagedLedger(self, name, config or ManagedLedgerConfig(), read_only=self.storage.read_only)
 
     def open_read_only(self, name: str) -> ManagedLedger:
         """A view for stats and reads, e.g. from a second process while the writer runs."""

@@ -228,16 +228,28 @@ def flags_disabled(admin: TransactionsAdmin) -> tuple[bool, list[str]]:
     return not enabled, enabled
 
 
-def batched_flushes(admin: TransactionsAdmin) -> Optional[float]:
-    """The answering broker's batched-writer flush count (coordinators + pending-ack stores), from /metrics.
+def batched_flushes(admin: TransactionsAdmin, brokers: list[str]) -> dict[str, float]:
+    """Each active broker's batched-writer flush count (coordinators + pending-ack stores), from its /metrics.
 
-    None when /metrics is not reachable or carries no such counters: this is extra evidence where available,
-    never a reason to say safe. With batching off a store writes plainly and never counts a flush.
+    Every broker is asked, not only the answering one: a store that still batches may live on any of them. A
+    broker whose /metrics is not reachable or carries no such counters is left out: this is extra evidence where
+    available, never a reason to say safe. With batching off a store writes plainly and never counts a flush.
     """
-    try:
-        text = admin.metrics_text()
-    except (AdminError, AttributeError):
-        return None
+    def one(broker: str) -> tuple[str, Optional[float]]:
+        try:
+            # the only active broker is the one answering (its id may not be an address we can reach)
+            text = admin.metrics_text() if len(brokers) == 1 else admin.broker_metrics_text(broker)
+        except (AdminError, AttributeError):
+            return broker, None
+        return broker, _flush_total(text)
+
+    if not brokers:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(brokers))) as pool:
+        return {b: total for b, total in pool.map(one, brokers) if total is not None}
+
+
+def _flush_total(text: str) -> Optional[float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     total, seen = 0.0, False
@@ -452,7 +464,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
     state["phase"] = "recorded"
     state["recordedAt"] = _now_ms()
     state["rerecorded"] = len(this_run)
-    state["batchedFlushes"] = batched_flushes(admin)  # the baseline status compares against
+    state["batchedFlushesByBroker"] = batched_flushes(admin, brokers)  # the baselines status compares against
     save_state(state_path, state)
     return state
 
@@ -648,18 +660,25 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
             if progress:
                 progress(len(logs), len(jobs))
     logs += unrecorded
-    flushes = batched_flushes(admin)
-    baseline = state.get("batchedFlushes")
-    if flushes is not None and baseline is not None and flushes < baseline:
-        state["batchedFlushes"] = flushes  # counters restarted with their broker (its stores reopened: see above)
+    baselines = state.get("batchedFlushesByBroker")
+    if baselines is None:  # a checklist recorded before every broker was read: its one value was the answering one's
+        legacy = state.get("batchedFlushes")
+        baselines = {brokers[0]: legacy} if legacy is not None and len(brokers) == 1 else {}
+        state["batchedFlushesByBroker"] = baselines
         changed = True
-    elif flushes is not None and baseline is not None and flushes > baseline:
-        broker = brokers[0] if len(brokers) == 1 else "the answering broker"
-        logs.append(LogStatus("broker", broker, None, None, False,
-                              f"batched-writer flushes grew from {baseline:g} to {flushes:g} since recording "
-                              "(pulsar_txn_*_bufferedwriter_flush_trigger_*): something still batches",
-                              "find the store that still batches (a broker.conf override?), then run `txnadmin "
-                              "downgrade start` again", kind=KIND_STILL_FLUSHING))
+    for broker, flushes in sorted(batched_flushes(admin, brokers).items()):
+        baseline = baselines.get(broker)
+        if baseline is None or flushes < baseline:
+            # First seen (a broker that joined since recording: its reopened stores are caught above), or its
+            # counters restarted with it: from here on, any growth counts.
+            baselines[broker] = flushes
+            changed = True
+        elif flushes > baseline:
+            logs.append(LogStatus("broker", broker, None, None, False,
+                                  f"batched-writer flushes on broker {broker} grew from {baseline:g} to {flushes:g} "
+                                  "since recording (pulsar_txn_*_bufferedwriter_flush_trigger_*): something there "
+                                  "still batches", "find the store that still batches on that broker (a broker.conf "
+                                  "override?), then run `txnadmin downgrade start` again", kind=KIND_STILL_FLUSHING))
     if changed:
         save_state(state_path, state)
     verification = state.get("verification")

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, overload
+from typing import Callable, Literal, Mapping, overload
 
 from . import _integrity, entrylog
 from ._errors import (
@@ -1021,7 +1021,7 @@ class LedgerStorage:
         """A number larger than every one handed out before, for :meth:`meta_put_many`'s ``versions``."""
         return next(self._meta_version_counter)
 
-    def meta_put_many(self, items: dict[str, bytes | None], versions: dict[str, int] | None = None,
+    def meta_put_many(self, items: Mapping[str, bytes | None], versions: dict[str, int] | None = None,
                       sync: bool = True) -> None:
         """Set (or, with None, delete) several keys in one durable transaction; returns once they are durable.
 
@@ -1042,7 +1042,7 @@ class LedgerStorage:
                 raise StorageError(f"metadata key {key!r}: must be a non-empty string")
             if value is not None and not isinstance(value, (bytes, bytearray, memoryview)):
                 raise StorageError(f"metadata key {key}: value must be bytes, not {type(value).__name__}")
-        items = {k: (None if v is None else bytes(v)) for k, v in items.items()}
+        items = {k: (None if v is None else bytes(v)) for k, v in items.items()}  # a copy callers cannot change
         with self._meta_cond:
             self._meta_tickets += 1
             ticket = self._meta_tickets
