@@ -6,7 +6,7 @@ import time
 from typing import Optional
 
 from ..names import namespace_of
-from .protocol import TransactionsAdmin, TxnId
+from .protocol import NotFoundError, TransactionsAdmin, TxnId
 
 
 def open_transactions(admin: TransactionsAdmin, coordinator_id: Optional[int] = None,
@@ -36,8 +36,10 @@ def find_hanging(admin: TransactionsAdmin, max_transaction_timeout_minutes: floa
         if ns not in existing:
             try:
                 existing[ns] = set(admin.list_topics(ns, False))
-            except Exception:  # a namespace that is gone: none of its topics exist
+            except NotFoundError:  # the broker says the namespace is gone: none of its topics exist
                 existing[ns] = set()
+            # Any other failure propagates: a listing that failed proves nothing about the partitions, and
+            # calling them gone would make live transactions look hanging (and --abort abort them).
         return topic in existing[ns]
 
     out = []

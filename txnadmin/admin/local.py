@@ -150,7 +150,7 @@ class LocalAdmin:
 
         try:
             return Engine(directory, read_only=read_only)
-        except Exception as exc:  # locked by another writer, unreadable files …
+        except Exception as exc:  # noqa: BLE001 — locked by another writer, unreadable files …: one line, named
             raise TargetUnreachableError(f"{directory}: {exc}") from None
 
     def _hold_off_writers(self, directory: Path) -> None:

@@ -426,7 +426,7 @@ class Engine:
         for t, sub, started, finish in waits:
             try:
                 finish()
-            except BaseException as exc:  # wait for the others too, then report the first failure
+            except BaseException as exc:  # noqa: BLE001 — wait for the others too, then raise the first failure
                 failure = failure or exc
                 if t is not None:
                     self.tp_metrics.record_end(t.name, sub, commit, False, time.perf_counter_ns() - started)
