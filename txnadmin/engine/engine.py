@@ -268,9 +268,16 @@ class Engine:
         store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag)
         topic_obj = self.topics.get(topic)
-        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do (in a read-only view what a
-        # logged COMMIT changes on the subscription stays in memory).
-        store.recover(self.clock_ms, topic_obj.subscription(subscription) if topic_obj else None)
+        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view judges by
+        # the subscription's existing cursor too (or the view would report acks the subscription already has), but
+        # neither creates the cursor nor re-applies a logged COMMIT to it: both would be writes.
+        if topic_obj is None:
+            sub = None
+        elif self.read_only:
+            sub = topic_obj.ledger.cursors().get(subscription)
+        else:
+            sub = topic_obj.subscription(subscription)
+        store.recover(self.clock_ms, sub, apply_commits=not self.read_only)
         self._opened("pending-ack/" + store.store_topic, store)
         self.stores[(topic, subscription)] = store
         return store
@@ -424,7 +431,7 @@ class Engine:
         for t, sub, started, finish in waits:
             try:
                 finish()
-            except BaseException as exc:  # wait for the others too, then report the first failure
+            except BaseException as exc:  # noqa: BLE001 — wait for the others too, then raise the first failure
                 failure = failure or exc
                 if t is not None:
                     self.tp_metrics.record_end(t.name, sub, commit, False, time.perf_counter_ns() - started)

@@ -117,9 +117,7 @@ class ManagedLedger:
         ``version``, committed without waiting for the disk; the version keeps an older snapshot from overwriting a
         newer one), or, without them, the cursor's current state, synced."""
         if self.read_only:
-            # A view (a stopped engine read for stats) keeps cursor changes in memory: a pending-ack replay applies a
-            # logged COMMIT to its subscription exactly as a broker's reopen would, and nothing is written.
-            return
+            raise RuntimeError(f"managed ledger {self.name} is open read-only")
         key = f"{self._key()}/cursors/{cursor.name}"
         if state is None:
             self.storage.meta_put(key, dumps_state(cursor))
@@ -242,10 +240,7 @@ class ManagedLedger:
             current = self._ledgers[-1]
             meta = self.storage.close_ledger(current.ledger_id)
             current.entries, current.size = meta.entries, meta.length
-            if current.entries == 0 and len(self._ledgers) > 1:
-                self._ledgers.pop()
-                self.storage.delete_ledger(meta.ledger_id)
-            elif current.entries == 0:
+            if current.entries == 0:  # an empty ledger holds nothing to read: drop it rather than list it
                 self._ledgers.pop()
                 self.storage.delete_ledger(meta.ledger_id)
             self._start_ledger()

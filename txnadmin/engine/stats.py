@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Optional
 
 from ..names import (
-    SYSTEM_NAMESPACE, coordinator_assign_partition, namespace_of, pending_ack_topic, topic_in, transaction_log_topic,
+    SNAPSHOT_SYSTEM_TOPICS, SYSTEM_NAMESPACE, coordinator_assign_partition, namespace_of, pending_ack_topic, topic_in,
+    transaction_log_topic,
 )
 from .coordinator import TxnMeta
 from .engine import Engine, EngineError, NotFound
@@ -149,8 +150,6 @@ def topic_names(engine: Engine, namespace: str, include_system: bool) -> list[st
         stores = [s.store_topic for s in engine.stores.values()]
         stores += [pending_ack_topic(topic, sub) for topic, sub in engine.unopened_stores]
         names += [s for s in stores if namespace_of(s) == namespace]
-        from .tb_snapshot import SNAPSHOT_SYSTEM_TOPICS
-
         names += [topic_in(namespace, local) for local in SNAPSHOT_SYSTEM_TOPICS
                   if engine.snapshots.exists(namespace, local)]
         if namespace == SYSTEM_NAMESPACE:
