@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -82,17 +83,23 @@ def test_a_checklist_from_another_engine_is_refused_through_the_cli(tmp_path):
         assert "recorded on another target" in result.stderr and "reset" in result.stderr
 
 
-def test_ctrl_c_during_wait_keeps_the_checklist_and_exits_130(tmp_path):
+@contextlib.contextmanager
+def _served_and_started(tmp_path):
+    """A loaded engine served without traffic, `downgrade start` done on it: its idle subscription's store never
+    trims, so no wait on it can turn safe, however fast or slow the machine is."""
     from serve_helpers import serving
     from test_cli_downgrade_serve import _engine as _loaded_engine
 
     d = _loaded_engine(tmp_path)
     state = tmp_path / "s.json"
-    # Served without traffic: the idle subscription's store never trims, so the wait cannot turn safe before the
-    # Ctrl-C, however fast or slow the machine is.
     with serving(d, tmp_path / "home"):
         assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state",
                                    str(state)]).exit_code == 0
+        yield d, state
+
+
+def test_ctrl_c_during_wait_keeps_the_checklist_and_exits_130(tmp_path):
+    with _served_and_started(tmp_path) as (d, state):
         before = state.read_text()
         proc = subprocess.Popen(TXNADMIN + ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state),
                                             "--interval", "30", "--timeout", "600"],
@@ -106,14 +113,8 @@ def test_ctrl_c_during_wait_keeps_the_checklist_and_exits_130(tmp_path):
 
 
 def test_wait_on_a_stopped_engine_polls_once_and_says_to_start_it(tmp_path):
-    from serve_helpers import serving
-    from test_cli_downgrade_serve import _engine as _loaded_engine
-
-    d = _loaded_engine(tmp_path)
-    state = tmp_path / "s.json"
-    with serving(d, tmp_path / "home"):
-        assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state",
-                                   str(state)]).exit_code == 0
+    with _served_and_started(tmp_path) as (d, state):
+        pass
     # Stopped, with an idle store still waiting: nothing can change while the engine is read, so a long --timeout
     # would only keep it from starting. (The subprocess limit is far below --timeout: a wait that polled on fails.)
     proc = subprocess.run(TXNADMIN + ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state), "--interval",
