@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
 import threading
@@ -154,26 +153,18 @@ class LocalAdmin:
             raise TargetUnreachableError(f"{directory}: {exc}") from None
 
     def _hold_off_writers(self, directory: Path) -> None:
-        """A shared lock on the writer's lock file: an engine process cannot start (and change what is being
-        judged) while this view is open, and one already running without a server is refused, not read mid-write."""
-        from ..engine.storage import LOCK_NAME
+        """While this view is open no engine process can start and change what is being judged; one already
+        running without a server is refused, not read mid-write."""
+        from ..engine.storage import EngineLockedError, StorageError, hold_off_writers
 
         try:
-            fd = os.open(directory / LOCK_NAME, os.O_RDONLY)
-        except FileNotFoundError:
-            return  # never opened by a writer: there is nothing it could be changing
-        except OSError as exc:
-            raise TargetUnreachableError(f"{directory}: cannot read {LOCK_NAME} ({exc.strerror})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
+            self._lock_fd = hold_off_writers(directory)
+        except EngineLockedError as exc:
             raise TargetUnreachableError(
-                f"{directory}: open for writing by process {holder}, which serves no admin API here (no "
-                "server.json): stop it, or run the engine with `txnadmin serve`/`engine run` so commands go "
-                "through it") from None
-        self._lock_fd = fd
+                f"{exc}, which serves no admin API here (no server.json): stop it, or run the engine with "
+                "`txnadmin serve`/`engine run` so commands go through it") from None
+        except StorageError as exc:
+            raise TargetUnreachableError(str(exc)) from None
 
     def _release_writers(self) -> None:
         if self._lock_fd is not None:

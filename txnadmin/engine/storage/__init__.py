@@ -15,8 +15,9 @@ from ._errors import (
     StorageError,
     StorageReadOnlyError,
 )
+from ._lock import LOCK_NAME, hold_off_writers
 from ._metadata import BOOKIE_ADDRESS, LedgerMetadata
-from ._storage import DB_NAME, LEDGERS_DIR, LOCK_NAME, LedgerStorage
+from ._storage import DB_NAME, LEDGERS_DIR, LedgerStorage
 
 __all__ = [
     "BOOKIE_ADDRESS",
@@ -25,6 +26,7 @@ __all__ = [
     "EntryNotFoundError",
     "LEDGERS_DIR",
     "LOCK_NAME",
+    "hold_off_writers",
     "LedgerClosedError",
     "LedgerMetadata",
     "LedgerNotFoundError",

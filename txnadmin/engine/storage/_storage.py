@@ -12,7 +12,6 @@ Durability strategy (docs/engine-storage.md):
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import json
 import logging
@@ -28,7 +27,6 @@ from typing import Callable, Literal, Mapping, overload
 
 from . import _integrity, entrylog
 from ._errors import (
-    EngineLockedError,
     EntryNotFoundError,
     LedgerClosedError,
     LedgerNotFoundError,
@@ -36,6 +34,7 @@ from ._errors import (
     StorageError,
     StorageReadOnlyError,
 )
+from ._lock import take_writer_lock
 from ._metadata import LedgerMetadata
 
 log = logging.getLogger(__name__)
@@ -43,7 +42,6 @@ log = logging.getLogger(__name__)
 AddCallback = Callable[[int | None, BaseException | None], None]
 
 DB_NAME = "metadata.db"
-LOCK_NAME = "storage.lock"
 LEDGERS_DIR = Path("ledgers") / "current"
 COMPACTING_SUFFIX = ".compacting"
 SCHEMA_VERSION = 1
@@ -254,19 +252,7 @@ class LedgerStorage:
         return _integrity.recover(Path(directory), _SCHEMA)
 
     def _take_lock(self) -> None:
-        path = self.directory / LOCK_NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise EngineLockedError(
-                f"{self.directory}: already open for writing by process {holder}; "
-                "stop it or open read-only") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
+        self._lock_fd = take_writer_lock(self.directory)
 
     def _connect(self) -> sqlite3.Connection:
         try:
