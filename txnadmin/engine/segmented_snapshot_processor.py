@@ -86,12 +86,19 @@ class SegmentedSnapshotProcessor(SnapshotProcessorBase):
 
     # -- writing -------------------------------------------------------------------------------
     def put_aborted(self, txn: Txn, marker: Position, snapshot_position: SnapshotPosition) -> None:
-        if marker <= self.last_abort_marker or txn in self.unsealed:
-            return  # replayed after a snapshot that already holds it
+        # Markers need not arrive in log order (concurrent aborts finish in any order), so an older marker is not
+        # proof of a replay: only a transaction this processor already holds is skipped (a replay after a snapshot).
+        if txn in self.unsealed or (marker <= self.last_abort_marker and self._sealed_holds(txn)):
+            return
         self.unsealed[txn] = marker
-        self.last_abort_marker = marker
+        self.last_abort_marker = max(self.last_abort_marker, marker)
         if self._seal_while_full():
             self._write_index(snapshot_position)
+
+    def _sealed_holds(self, txn: Txn) -> bool:
+        if not self.on_demand:
+            return txn in self.sealed
+        return any(index.may_hold(txn) and txn in self._load(index) for index in self.indexes)
 
     def _seal_while_full(self) -> bool:
         """Seal segments while the tail holds a full one; the caller writes the index once after."""
@@ -107,7 +114,10 @@ class SegmentedSnapshotProcessor(SnapshotProcessorBase):
             items.append((txn, marker))
             if len(items) == self.capacity:
                 break
-        last_txn, last_marker = items[-1]
+        last_txn = items[-1][0]
+        # The newest marker in this segment or any before it: the abort check skips a segment whose marker is before
+        # a message, which is only sound if no member's marker is newer (markers may arrive out of log order).
+        last_marker = max([m for _, m in items] + self._markers[-1:])
         seq = self.next_sequence_id
         value = {"topicName": self.topic, "sequenceId": seq, **_pos_json("persistentPosition", last_marker),
                  "aborts": [[t[0], t[1]] for t, _ in items]}
