@@ -263,10 +263,14 @@ class Engine:
         store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag)
         topic_obj = self.topics.get(topic)
-        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view replays
-        # without it: re-applying a logged COMMIT to the subscription would be a write.
-        sub = topic_obj.subscription(subscription) if topic_obj and not self.read_only else None
-        store.recover(self.clock_ms, sub)
+        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view checks
+        # them too (else an ack the subscription already covers looks ongoing) but never re-applies a logged COMMIT
+        # (a write), nor creates a missing cursor (open_cursor would persist one).
+        if self.read_only:
+            sub = topic_obj.ledger.cursors().get(subscription) if topic_obj else None
+        else:
+            sub = topic_obj.subscription(subscription) if topic_obj else None
+        store.recover(self.clock_ms, sub, apply_commits=not self.read_only)
         self._opened("pending-ack/" + store.store_topic, store)
         self.stores[(topic, subscription)] = store
         return store

@@ -287,11 +287,12 @@ class PendingAckStore:
         return last
 
     # -- recovery ---------------------------------------------------------------------------
-    def recover(self, clock_ms, subscription_cursor: ManagedCursor | None = None) -> None:
+    def recover(self, clock_ms, subscription_cursor: ManagedCursor | None = None, apply_commits: bool = True) -> None:
         """Replay the log after its mark-delete. As Pulsar's handle*AckRecover, an ACK record that the
         subscription's own state already covers (a deleted position, an acknowledged batch index, a cumulative ack
         at or below the mark-delete) is skipped; a COMMIT found in the log is applied to the subscription again,
-        so a crash between the COMMIT record and the subscription update loses nothing."""
+        so a crash between the COMMIT record and the subscription update loses nothing. ``apply_commits=False``
+        (a read-only view) still checks acks against the subscription but changes nothing on it."""
         with self._lock:
             self.state = "Initializing"
             self.recover_start_time = clock_ms()
@@ -321,7 +322,7 @@ class PendingAckStore:
                     else:
                         acks = self._release(txn)
                         if acks is not None and rec.pending_ack_op == PendingAckOp.COMMIT \
-                                and subscription_cursor is not None:
+                                and subscription_cursor is not None and apply_commits:
                             _apply_to_subscription(acks, subscription_cursor)
                 acked_records = sum(1 for r in records if r.pending_ack_op == PendingAckOp.ACK)
                 self._note_logged(TxnPosition(pos.ledger_id, pos.entry_id, 1, 0), acked_records, acked)
