@@ -29,7 +29,7 @@ def _dir(directory: Optional[Path]) -> Path:
 def init(
     directory: Optional[Path] = DirArg,
     coordinators: Optional[int] = typer.Option(
-        None, "--coordinators", "-c", help="Number of transaction coordinators of a new engine [default: 16]."),
+        None, "--coordinators", "-c", min=1, help="Number of transaction coordinators of a new engine [default: 16]."),
     settings: list[str] = typer.Option([], "--set", help="broker.conf-style key=value (repeatable)."),
     exist_ok: bool = typer.Option(False, "--exist-ok", help="Update the settings of an existing engine."),
 ) -> None:
