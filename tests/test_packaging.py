@@ -62,4 +62,6 @@ def test_wheel_ships_py_typed_and_main(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("txnadmin-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"txnadmin/py.typed", "txnadmin/__main__.py"} <= names
+    stubs = {f"txnadmin/codec/pb/{p.name}" for p in (ROOT / "txnadmin" / "codec" / "pb").glob("*_pb2.pyi")}
+    assert stubs and stubs <= names  # the generated messages' types ship with the annotations
     assert wheel.name.startswith(f"txnadmin-{txnadmin.__version__}-")

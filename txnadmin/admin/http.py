@@ -131,9 +131,7 @@ def _retry_after(response: httpx.Response) -> Optional[float]:
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
+    except (TypeError, ValueError, IndexError):  # Python 3.10+ raises on garbage instead of returning None
         return None
     return max(0.0, when.timestamp() - time.time())
 
