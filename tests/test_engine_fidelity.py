@@ -258,6 +258,17 @@ def test_engine_run_honours_the_global_local_target_and_refuses_a_disagreeing_di
     assert remote.exit_code == 2 and "local:PATH" in remote.stderr
 
 
+def _ack_two_commits_one_abort(engine) -> None:
+    """Three messages on TOPIC/sub, each acked in its own transaction: two committed, one aborted."""
+    engine.subscribe(TOPIC, "sub")
+    positions = [engine.publish(TOPIC, bytes([i])) for i in range(3)]
+    engine.receive(TOPIC, "sub", 3)
+    for pos, commit in zip(positions, (True, True, False)):
+        txn = engine.begin(60_000)
+        engine.ack(txn, TOPIC, "sub", [pos])
+        engine.end_transaction(txn, commit)
+
+
 # -- metrics (PendingAckHandleStatsImpl, TransactionBatchWriterMetricsTest, PrometheusMetricsGenerator) --------------
 
 def test_metrics_carry_cluster_and_host_and_export_pending_ack_handle_metrics(tmp_path):
@@ -267,13 +278,7 @@ def test_metrics_carry_cluster_and_host_and_export_pending_ack_handle_metrics(tm
     assert _cli("engine", "init", str(d), "-c", "1", "--set", "transactionLogBatchedWriteEnabled=true",
                 "--set", "clusterName=east").exit_code == 0
     with Engine(d, EngineConfig.load(d), maintenance=False) as engine:
-        engine.subscribe(TOPIC, "sub")
-        positions = [engine.publish(TOPIC, bytes([i])) for i in range(3)]
-        engine.receive(TOPIC, "sub", 3)
-        for pos, commit in zip(positions, (True, True, False)):
-            txn = engine.begin(60_000)
-            engine.ack(txn, TOPIC, "sub", [pos])
-            engine.end_transaction(txn, commit)
+        _ack_two_commits_one_abort(engine)
     with serving(d, tmp_path / "home") as (url, token):
         text = httpx.get(f"{url}/metrics").text
         again = httpx.get(f"{url}/metrics/get").text
@@ -292,13 +297,7 @@ def test_pending_ack_handle_metrics_count_commits_and_aborts_per_subscription(tm
     from prometheus_client.parser import text_string_to_metric_families
 
     with open_engine(tmp_path) as engine:
-        engine.subscribe(TOPIC, "sub")
-        positions = [engine.publish(TOPIC, bytes([i])) for i in range(3)]
-        engine.receive(TOPIC, "sub", 3)
-        for pos, commit in zip(positions, (True, True, False)):
-            txn = engine.begin(60_000)
-            engine.ack(txn, TOPIC, "sub", [pos])
-            engine.end_transaction(txn, commit)
+        _ack_two_commits_one_abort(engine)
         text = generate_latest(engine.registry).decode()
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for f in text_string_to_metric_families(text) for s in f.samples}
