@@ -85,6 +85,7 @@ CREATE TABLE IF NOT EXISTS kv (
 
 _MAX_GROUP_BYTES = 16 << 20
 _MAX_GROUP_ENTRIES = 20000
+_PIPELINE_MIN_GROUP = 8  # fewer adds than this wait for the previous group's index commit instead of overtaking it
 _COUNTER_LEDGER = "next_ledger_id"
 _COUNTER_LOG = "next_log_id"
 
@@ -668,11 +669,22 @@ class LedgerStorage:
         under load a group commit costs about one `fdatasync` instead of a sync plus an index commit.
         """
         while True:
+            with self._index_cond:
+                # At most one group waits for its index commit while the next one is written: when the indexer is
+                # the slower stage, adds gather into a bigger next group instead of many tiny syncs.
+                while self._index_pushed - self._index_done > 1:
+                    self._index_cond.wait()
             with self._cond:
                 while not self._pending and not self._stopping:
                     self._cond.wait()
                 if not self._pending:
                     break
+                few = len(self._pending) < _PIPELINE_MIN_GROUP
+            if few:
+                # A handful of adds: writing them ahead of the index commit would be a nearly empty sync, and the
+                # appenders of the group being indexed add again as soon as it is acknowledged. Let them gather.
+                self._drain_index()
+            with self._cond:
                 # bound one group so a flood of queued adds is written (and acknowledged) in steps
                 count, nbytes = 0, 0
                 for add in self._pending:
