@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run test install install-test proto check-java clean docs
+.PHONY: run test check install install-test proto check-java clean docs
 
 $(VENV)/.created:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "txnadmin needs Python 3.11 or newer (found " + sys.version.split()[0] + ")")'
@@ -39,8 +39,14 @@ run: $(VENV)/.installed check-java
 	echo "  README.md, Quick tour       # an engine of your own, then pulsar-admin's commands on it"; \
 	exit $$rc
 
-test: $(VENV)/.installed-test check-java
+# Lint and type checks first: a clean clone (.ci/run) fails on a finding as it fails on a test.
+test: $(VENV)/.installed-test check-java check
 	$(PY) -m pytest -q
+
+# Lint and type checks (settings in pyproject.toml; ruff and mypy are pinned in the test extra).
+check: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # Regenerate txnadmin/codec/pb from proto/ (tests fail when they drift apart).
 proto: $(VENV)/.installed-test
@@ -50,4 +56,4 @@ docs: $(VENV)/.installed
 	$(PY) -m txnadmin.cli.docgen > docs/cli-reference.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

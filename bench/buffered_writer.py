@@ -23,12 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _docs import replace_section  # noqa: E402
+from _docs import replace_section
 
-from txnadmin.codec import TransactionMetadataEntry, TxnOp  # noqa: E402
-from txnadmin.engine.buffered_writer import BufferedWriter, BufferedWriterConfig  # noqa: E402
-from txnadmin.engine.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory  # noqa: E402
-from txnadmin.engine.storage import LedgerStorage  # noqa: E402
+from txnadmin.codec import TransactionMetadataEntry, TxnOp
+from txnadmin.engine.buffered_writer import BufferedWriter, BufferedWriterConfig
+from txnadmin.engine.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from txnadmin.engine.storage import LedgerStorage
 
 
 def record(seq: int) -> bytes:

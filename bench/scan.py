@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import google_crc32c  # noqa: E402
-from _docs import replace_section  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import google_crc32c
+from _docs import replace_section
+from rich.console import Console
+from rich.table import Table
 
 ENTRY = 1024
 
@@ -40,7 +40,8 @@ def generate(directory: Path, total_bytes: int, files: int) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     batched = g.batched(8)
     message = g.pulsar_message(1)
-    pad = lambda p: p + bytes(ENTRY - len(p)) if len(p) < ENTRY else p  # noqa: E731
+    def pad(p):
+        return p + bytes(ENTRY - len(p)) if len(p) < ENTRY else p
     payloads = [pad(batched), pad(message)]
     per_file = total_bytes // files
     paths = []

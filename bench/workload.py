@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _docs import replace_section  # noqa: E402
+from _docs import replace_section
 
-from txnadmin.codec import EntryDecodeError, decode_entry  # noqa: E402
-from txnadmin.engine.storage import LedgerStorage  # noqa: E402
+from txnadmin.codec import EntryDecodeError, decode_entry
+from txnadmin.engine.storage import LedgerStorage
 
 HEADER = "## Transactional workload"
 

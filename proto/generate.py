@@ -1,9 +1,10 @@
-"""Generate txnadmin/codec/pb/*_pb2.py from proto/*.proto.
+"""Generate txnadmin/codec/pb/*_pb2.py (and their *_pb2.pyi type stubs) from proto/*.proto.
 
 Usage: python proto/generate.py [OUT_DIR]   (needs the test extra: grpcio-tools)
 
 protoc writes sibling imports as ``import x_pb2``; we rewrite them to relative imports so the
-generated modules live inside the txnadmin package.
+generated modules live inside the txnadmin package. The ``.pyi`` stubs exist for mypy (`make check`):
+the runtime modules build their classes dynamically, so without stubs every message looks untyped.
 """
 
 from __future__ import annotations
@@ -24,17 +25,17 @@ def generate(out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     protos = sorted(PROTO_DIR.glob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["protoc", f"-I{PROTO_DIR}", f"--python_out={tmp}"] + [str(p) for p in protos]
+        args = ["protoc", f"-I{PROTO_DIR}", f"--python_out={tmp}", f"--pyi_out={tmp}"] + [str(p) for p in protos]
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed")
         written = []
         for proto in protos:
-            module = proto.stem + "_pb2.py"
-            text = (Path(tmp) / module).read_text()
-            text = re.sub(r"^import (\w+_pb2) as", r"from . import \1 as", text, flags=re.M)
-            target = out_dir / module
-            target.write_text(HEADER.format(name=proto.name) + text)
-            written.append(target)
+            for module in (proto.stem + "_pb2.py", proto.stem + "_pb2.pyi"):
+                text = (Path(tmp) / module).read_text()
+                text = re.sub(r"^import (\w+_pb2) as", r"from . import \1 as", text, flags=re.M)
+                target = out_dir / module
+                target.write_text(HEADER.format(name=proto.name) + text)
+                written.append(target)
     init = out_dir / "__init__.py"
     init.write_text('"""Protobuf modules generated from proto/ by proto/generate.py."""\n')
     return written

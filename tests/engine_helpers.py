@@ -45,18 +45,30 @@ def live_batched_entries(engine: Engine) -> list[tuple[str, int, int]]:
     Only "which ledgers are live, and of which managed ledger" comes from the engine's metadata; no txnadmin
     code reads the entries, so a bug in the engine's read path or the tool's status cannot hide one.
     """
+    engine.storage.flush()
+    return _batched_in_live_ledgers(engine.storage, engine.directory)
+
+
+def live_batched_entries_in(directory: Path) -> list[tuple[str, int, int]]:
+    """:func:`live_batched_entries` for a stopped engine's directory (storage opened read-only)."""
+    from txnadmin.engine.storage import LedgerStorage
+
+    with LedgerStorage.open(directory, read_only=True) as storage:
+        return _batched_in_live_ledgers(storage, Path(directory))
+
+
+def _batched_in_live_ledgers(storage, directory: Path) -> list[tuple[str, int, int]]:
     import struct
 
-    engine.storage.flush()
     live = {}
-    for meta in engine.storage.list_ledgers():
+    for meta in storage.list_ledgers():
         name = meta.custom_metadata.get("pulsar/managed-ledger", "")
         if "pulsar/cursor" in meta.custom_metadata:
             continue
         if "__transaction_log_" in name or name.endswith("__transaction_pending_ack"):
             live[meta.ledger_id] = name
     found = []
-    for path in sorted((engine.directory / "ledgers" / "current").glob("*.log")):
+    for path in sorted((directory / "ledgers" / "current").glob("*.log")):
         data = path.read_bytes()
         pos = 1024
         while pos + 4 + 36 <= len(data):
@@ -68,3 +80,15 @@ def live_batched_entries(engine: Engine) -> list[tuple[str, int, int]]:
                 found.append((live[ledger], ledger, entry))
             pos += 4 + size
     return found
+
+
+def directory_fingerprint(directory: Path) -> dict[str, tuple[int, str]]:
+    """Every file under ``directory`` (relative path → size, sha256): equal before and after means untouched."""
+    import hashlib
+
+    out = {}
+    for path in sorted(Path(directory).rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            out[str(path.relative_to(directory))] = (len(data), hashlib.sha256(data).hexdigest())
+    return out

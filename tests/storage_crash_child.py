@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from txnadmin.engine.storage import LedgerStorage  # noqa: E402
+from txnadmin.engine.storage import LedgerStorage
 
 
 def payload(ledger_id: int, entry_id: int) -> bytes:

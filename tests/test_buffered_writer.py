@@ -8,9 +8,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from txnadmin.codec import TransactionMetadataEntry, TxnOp, decode_entry
-from txnadmin.engine.buffered_writer import (
-    BufferedWriter, BufferedWriterConfig, ConfigError, TxnPosition, WriterClosedError,
-)
+from txnadmin.engine.buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition, WriterClosedError
+from txnadmin.engine.config import ConfigError
 from txnadmin.engine.managed_ledger import ManagedLedgerFactory
 from txnadmin.engine.position import Position
 from txnadmin.engine.storage import LedgerStorage
@@ -198,7 +197,7 @@ def test_a_failed_write_fails_every_record_of_its_batch(tmp_path):
     storage.close()
 
 
-def test_one_failing_callback_does_not_stop_the_rest(ledger):
+def test_one_failing_callback_does_not_stop_the_rest(ledger, caplog):
     writer, _ = make_writer(ledger, max_records=10)
     col = Collector(9)
 
@@ -210,6 +209,37 @@ def test_one_failing_callback_does_not_stop_the_rest(ledger):
         writer.add(record(i), col.cb(i))
     results = col.wait()
     assert all(exc is None for _, _, exc in results)
+    writer.close()
+    # not swallowed: the failure is logged, with the exception, by the writer that caught it
+    (logged,) = [r for r in caplog.records if r.name == "txnadmin.engine.buffered_writer"]
+    assert logged.levelname == "ERROR" and "callback failed" in logged.getMessage()
+    assert logged.exc_info and str(logged.exc_info[1]) == "client bug"
+
+
+class RaisingAppender:
+    """A ledger whose add raises instead of calling back (a bug or a broken ledger below the writer)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def add_entry_async(self, payload, callback):
+        self.calls += 1
+        raise OSError("disk went away")
+
+
+def test_a_raising_append_on_the_timer_fails_the_batch_and_is_logged(caplog):
+    appender = RaisingAppender()
+    writer = BufferedWriter(appender, BufferedWriterConfig(enabled=True, max_records=100, max_size=131072,
+                                                           max_delay_ms=5), name="tc-0")
+    col = Collector(3)
+    for i in range(3):
+        writer.add(record(i), col.cb(i))  # below max records: only the timer thread flushes them
+    results = col.wait()
+    assert appender.calls == 1
+    assert [(pos, str(exc)) for _, pos, exc in sorted(results, key=lambda r: r[0])] == [(None, "disk went away")] * 3
+    (logged,) = [r for r in caplog.records if r.name == "txnadmin.engine.buffered_writer"]
+    assert logged.levelname == "ERROR" and "tc-0: writing a batch of 3 records failed (max_delay flush)" in \
+        logged.getMessage()
     writer.close()
 
 

@@ -73,7 +73,11 @@ def test_start_status_json_and_exit_codes(tmp_path):
                                    "--interval", "0.5", "-o", "json"])
         assert done.exit_code == 0, done.output
         assert json.loads(done.stdout)["safe"] is True
-    # The engine stopped and is opened again: every store reopened, nobody can say with which flags.
+    # The engine stopped: reading it through local: reopens nothing, so the proven verdict stands …
+    stopped = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state), "-o", "json"])
+    assert stopped.exit_code == 0 and json.loads(stopped.stdout)["safe"] is True, stopped.output
+    # … until the engine runs again: every store reopened, and nobody can say with which flags.
+    _load(d, "0.3")
     after = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state), "-o", "json"])
     assert after.exit_code == 1 and json.loads(after.stdout)["waitingByReason"].get("reopened since recording")
 

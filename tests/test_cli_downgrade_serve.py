@@ -102,7 +102,7 @@ def test_wait_rides_out_a_broker_restart(tmp_path):
 class _Fake(BaseHTTPRequestHandler):
     mode = "401"
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         if self.mode == "hang":
             time.sleep(60)
             return

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 from typer.testing import CliRunner
@@ -84,20 +83,41 @@ def test_a_checklist_from_another_engine_is_refused_through_the_cli(tmp_path):
 
 
 def test_ctrl_c_during_wait_keeps_the_checklist_and_exits_130(tmp_path):
-    d = _engine(tmp_path)
+    from serve_helpers import serving
+    from test_cli_downgrade_serve import _engine as _loaded_engine
+
+    d = _loaded_engine(tmp_path)
     state = tmp_path / "s.json"
-    with _running(d):
+    # Served without traffic: the idle subscription's store never trims, so the wait cannot turn safe before the
+    # Ctrl-C, however fast or slow the machine is.
+    with serving(d, tmp_path / "home"):
         assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state",
                                    str(state)]).exit_code == 0
-    # With the engine stopped nothing rolls or trims, so the wait cannot turn safe before the Ctrl-C, however
-    # fast or slow the machine is.
-    before = state.read_text()
-    proc = subprocess.Popen(TXNADMIN + ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state),
-                                        "--interval", "30", "--timeout", "600"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+        before = state.read_text()
+        proc = subprocess.Popen(TXNADMIN + ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state),
+                                            "--interval", "30", "--timeout", "600"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(4)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "downgrade wait" in err and "Traceback" not in err
     assert json.loads(state.read_text())["phase"] == json.loads(before)["phase"]
+
+
+def test_wait_on_a_stopped_engine_polls_once_and_says_to_start_it(tmp_path):
+    from serve_helpers import serving
+    from test_cli_downgrade_serve import _engine as _loaded_engine
+
+    d = _loaded_engine(tmp_path)
+    state = tmp_path / "s.json"
+    with serving(d, tmp_path / "home"):
+        assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state",
+                                   str(state)]).exit_code == 0
+    # Stopped, with an idle store still waiting: nothing can change while the engine is read, so a long --timeout
+    # would only keep it from starting. (The subprocess limit is far below --timeout: a wait that polled on fails.)
+    proc = subprocess.run(TXNADMIN + ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state), "--interval",
+                                      "30", "--timeout", "600", "-o", "json"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["safe"] is False
+    assert "is stopped" in proc.stderr and "engine run" in proc.stderr and "Traceback" not in proc.stderr

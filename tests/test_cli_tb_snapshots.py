@@ -31,7 +31,7 @@ def targets(tmp_path_factory):
     # them (as a broker trims a topic without cursors) and forget the aborts mid-test.
     engine.subscribe(TOPIC, "idle")
     aborted = []
-    for i in range(8):
+    for _i in range(8):
         txn = engine.begin(60_000)
         engine.produce(txn, TOPIC, b"x")
         engine.abort(txn)

@@ -270,3 +270,12 @@ def test_a_produce_racing_an_abort_cannot_land_after_the_marker(tmp_path, monkey
         engine.abort(again)
         with pytest.raises((InvalidTxnStatus, TransactionNotFound)):
             engine.produce(again, "t", b"late")
+
+
+def test_a_replayed_id_only_ever_raises_the_sequence(tmp_path):
+    with open_engine(tmp_path) as engine:
+        log = engine.coordinator(0).log
+        start = log.max_local_txn_id
+        log.raise_max_local_txn_id(start + 10)
+        log.raise_max_local_txn_id(start + 3)  # an older record replayed later must not lower it
+        assert log.next_local_txn_id() == start + 11

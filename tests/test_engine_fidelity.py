@@ -42,13 +42,13 @@ def test_txn_ids_are_never_handed_out_twice_after_restarts_and_a_trim(tmp_path):
 
 # -- pending acks (PendingAckHandleImpl, PendingAckPersistentTest, AdminApiTransactionTest) ---------------------------
 
-import pytest  # noqa: E402
+import pytest
 
-from txnadmin.codec import decode_entry  # noqa: E402
-from txnadmin.engine.pending_ack import PendingAckConflict  # noqa: E402
-from txnadmin.engine.position import Position  # noqa: E402
+from txnadmin.codec import decode_entry
+from txnadmin.engine.pending_ack import PendingAckConflict
+from txnadmin.engine.position import Position
 
-from engine_helpers import Clock, open_engine  # noqa: E402
+from engine_helpers import Clock, open_engine
 
 TOPIC = "persistent://public/default/orders"
 
@@ -112,7 +112,7 @@ def test_cumulative_acks_within_the_mark_delete_or_another_transactions_are_reje
 def _pending_ack_records(engine):
     store = engine.store(TOPIC, "sub")
     out = []
-    for pos, payload in store.ledger.entries_after(Position(-1, -1)):
+    for _pos, payload in store.ledger.entries_after(Position(-1, -1)):
         out.extend(decode_entry(payload, "pending-ack").records)
     return out
 
@@ -198,9 +198,9 @@ def test_replay_skips_acks_of_positions_the_subscription_already_deleted(tmp_pat
 
 # -- admin answers (AdminApiTransactionTest: testUpdateTransactionCoordinatorNumber, testTransactionNotEnabled) -------
 
-import httpx  # noqa: E402
+import httpx
 
-from serve_helpers import serving  # noqa: E402
+from serve_helpers import serving
 
 
 def test_scaling_coordinators_down_is_406_on_both_backends(tmp_path):
@@ -263,7 +263,7 @@ def _ack_two_commits_one_abort(engine) -> None:
     engine.subscribe(TOPIC, "sub")
     positions = [engine.publish(TOPIC, bytes([i])) for i in range(3)]
     engine.receive(TOPIC, "sub", 3)
-    for pos, commit in zip(positions, (True, True, False)):
+    for pos, commit in zip(positions, (True, True, False), strict=True):
         txn = engine.begin(60_000)
         engine.ack(txn, TOPIC, "sub", [pos])
         engine.end_transaction(txn, commit)

@@ -10,8 +10,9 @@ ENGINE = Path(__file__).resolve().parent.parent / "txnadmin" / "engine"
 LAYERS = [
     {"position", "ackset", "config", "writer_metrics", "snapshot_metrics", "pending_ack_metrics", "completion", "storage"},
     {"managed_ledger", "cursor"},  # one layer: a cursor belongs to its managed ledger
-    {"buffered_writer", "keyed_log"},
+    {"buffered_writer", "keyed_log", "aborted_txn_processor"},  # the processor contract needs positions only
     {"transaction_log", "pending_ack", "tb_snapshot", "preserver", "topic"},
+    {"single_snapshot_processor", "segmented_snapshot_processor"},  # over tb_snapshot's service
     {"coordinator"},
     {"engine"},
     {"stats", "manage", "observe", "workload", "faults"},

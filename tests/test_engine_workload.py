@@ -126,7 +126,7 @@ def test_workload_toggling_batching_survives_kill_9(tmp_path):
     with Engine(directory, maintenance=False) as engine:
         for item in committed:
             txn = tuple(item["txn"])
-            for topic, pos in item["produced"]:
+            for topic, _pos in item["produced"]:
                 buffer = engine.topic(topic, create=False).buffer
                 assert not buffer.is_aborted(txn) and txn not in buffer.ongoing
             for topic, sub, pos in item["acked"]:
@@ -163,8 +163,8 @@ def test_stats_from_a_second_process_while_the_workload_runs(tmp_path):
         proc.terminate()
         proc.wait(timeout=60)
     sequences = [[s[str(i)]["leastSigBits"] for i in range(4)] for s, _ in seen]
-    for earlier, later in zip(sequences, sequences[1:]):
-        assert all(b >= a for a, b in zip(earlier, later))  # the live engine only moves forward
+    for earlier, later in zip(sequences, sequences[1:], strict=False):
+        assert all(b >= a for a, b in zip(earlier, later, strict=True))  # the live engine only moves forward
     assert sequences[-1] > sequences[0]
     for stats, ml in seen:
         assert all(v["state"] == "Ready" for v in stats.values())

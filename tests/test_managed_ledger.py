@@ -9,7 +9,7 @@ import pytest
 
 from txnadmin.engine.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from txnadmin.engine.position import Position
-from txnadmin.engine.storage import LedgerStorage
+from txnadmin.engine.storage import LedgerNotFoundError, LedgerStorage
 
 
 class Clock:
@@ -50,7 +50,7 @@ def test_min_rollover_time_is_respected_and_max_time_rolls(storage):
     clock = Clock()
     ml = ManagedLedgerFactory(storage).open("x", config(clock, min_ledger_rollover_time_ms=60_000,
                                                           max_ledger_rollover_time_ms=120_000))
-    for i in range(5):
+    for _i in range(5):
         ml.add_entry(b"x")
     assert len(ml.ledgers()) == 1  # full by count, but younger than the minimum
     clock.now += 60_000
@@ -105,7 +105,7 @@ def test_trimming_respects_the_slowest_cursor_and_never_the_open_ledger(storage)
     assert ml.trim() == [ps[3].ledger_id]
     # the third ledger is full but still the open one: it stays
     assert [l.ledger_id for l in ml.ledgers()] == [ps[8].ledger_id] == [ml.current_ledger_id]
-    with pytest.raises(Exception):
+    with pytest.raises(LedgerNotFoundError):  # trimmed: deleted from storage, not merely unreadable
         storage.ledger_metadata(ps[0].ledger_id)
 
 

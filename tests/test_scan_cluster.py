@@ -24,7 +24,7 @@ def _wait_port(port: int, proc, seconds: float = 60) -> None:
             return
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(f"spark process exited with {proc.returncode}")
+                raise RuntimeError(f"spark process exited with {proc.returncode}") from None
             time.sleep(0.2)
     raise TimeoutError(f"nothing listening on {port}")
 

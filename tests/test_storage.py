@@ -72,7 +72,7 @@ def test_missing_ledger_and_entry_are_named(st):
 
 def test_close_fixes_last_entry_and_refuses_adds(st):
     ledger = st.create_ledger({})
-    for i in range(3):
+    for _i in range(3):
         st.add_entry(ledger, b"abc")
     meta = st.close_ledger(ledger)
     assert (meta.state, meta.last_entry_id, meta.length) == ("CLOSED", 2, 9)
@@ -107,12 +107,31 @@ def test_async_callbacks_in_submission_order_on_one_thread(st):
     assert st.read_entry(a, 989) == b"entry 999"
 
 
+def test_a_failing_callback_is_logged_and_the_next_ones_still_run(st, caplog):
+    ledger = st.create_ledger({})
+    seen, done = [], threading.Event()
+
+    def boom(entry_id, error):
+        raise ValueError("caller bug")
+
+    def last(entry_id, error):
+        seen.append((entry_id, error))
+        done.set()
+
+    st.add_entry_async(ledger, b"first", boom)
+    st.add_entry_async(ledger, b"second", last)
+    assert done.wait(30) and seen == [(1, None)]
+    (logged,) = [r for r in caplog.records if r.name.startswith("txnadmin.engine.storage")]
+    assert logged.levelname == "ERROR" and f"callback of ledger {ledger} entry 0 failed" in logged.getMessage()
+    assert str(logged.exc_info[1]) == "caller bug"
+
+
 def test_concurrent_adders_share_fsyncs(st):
     ledgers = [st.create_ledger({}) for _ in range(20)]
     before = st.stats()
 
     def adder(ledger):
-        for i in range(40):
+        for _i in range(40):
             st.add_entry(ledger, os.urandom(64))
 
     threads = [threading.Thread(target=adder, args=(ledger,)) for ledger in ledgers]
@@ -355,7 +374,7 @@ def test_export_is_a_bookie_dump(tmp_path):
         tc = st.create_ledger({"application": "pulsar", "component": "managed-ledger",
                                "pulsar/managed-ledger": "pulsar/system/persistent/__transaction_log_0"})
         gone = st.create_ledger({})
-        for i in range(60):
+        for _i in range(60):
             st.add_entry(tc, b"\x0e\x01\x00\x01" + bytes(60))
             st.add_entry(gone, b"x" * 30)
         st.close_ledger(tc)
@@ -435,6 +454,9 @@ def test_a_failing_disk_fails_the_adds_and_stops_writes(tmp_path):
     assert ok == list(range(len(ok))) and 20 <= len(ok) < 60
     assert len(failed) == 60 - len(ok) and all("write failed" in error for error in failed)
     assert "failed earlier and takes no writes" in out["later"]
+    # the writer thread's failure reaches the log once (no logging configured: Python's last-resort stderr handler)
+    assert done.stderr.decode().count("write failed") == 1
+    assert "takes no more writes until it is reopened" in done.stderr.decode()
     # reopening recovers: acknowledged entries intact, whole records of the failed group kept (they are exactly
     # what was sent), the half-written record cut, appends continue
     with LedgerStorage.open(d) as st:

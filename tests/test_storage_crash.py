@@ -20,7 +20,7 @@ from txnadmin.engine.storage import EntryNotFoundError, LedgerStorage, entrylog
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from storage_crash_child import payload  # noqa: E402
+from storage_crash_child import payload
 
 RUNS = 22
 LOG_LIMIT = 96 * 1024  # small, so kills land during rotation too

@@ -14,7 +14,7 @@ from txnadmin.engine.storage import EngineLockedError, LedgerStorage, entrylog
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from storage_crash_child import payload  # noqa: E402
+from storage_crash_child import payload
 
 ROOT = HERE.parent
 

@@ -16,9 +16,9 @@ from txnadmin.engine import stats
 from txnadmin.engine.managed_ledger import ManagedLedgerFactory
 from txnadmin.engine.position import Position
 from txnadmin.engine.storage import LedgerStorage
+from txnadmin.engine.segmented_snapshot_processor import SegmentedSnapshotProcessor
 from txnadmin.engine.tb_snapshot import (
-    INDEXES_TOPIC, SEGMENTS_TOPIC, SNAPSHOT_TOPIC, SegmentedSnapshotProcessor, SnapshotService,
-    segment_capacity, segment_key,
+    INDEXES_TOPIC, SNAPSHOT_TOPIC, SnapshotService, segment_capacity, segment_key,
 )
 
 TOPIC = "persistent://public/default/payments"
@@ -239,8 +239,7 @@ def test_on_demand_abort_check_is_exact(factory):
     """Random aborts from several coordinators, checked at random message positions against the truth."""
     rng = random.Random(7)
     service = SnapshotService(factory, lambda: None)
-    processor = SegmentedSnapshotProcessor(TOPIC, service, lambda: 0, lambda: Position(0, 0), capacity=5,
-                                           on_demand=True, cache_segments=1)
+    processor = SegmentedSnapshotProcessor(TOPIC, service, lambda: 0, capacity=5, on_demand=True, cache_segments=1)
     truth: dict[tuple[int, int], tuple[Position, Position]] = {}  # txn → (first message, abort marker)
     entry = 0
     open_txns: dict[tuple[int, int], Position] = {}
@@ -252,7 +251,7 @@ def test_on_demand_abort_check_is_exact(factory):
             entry += 1
             marker = Position(3, entry)
             if rng.random() < 0.6:
-                processor.put_aborted(txn, marker)
+                processor.put_aborted(txn, marker, lambda: Position(0, 0))
                 truth[txn] = (first, marker)
         else:
             tc = rng.randrange(3)

@@ -41,8 +41,7 @@ def test_every_broker_is_asked_and_an_unreachable_one_must_be_vouched_for(tmp_pa
 
     from txnadmin.admin.local import LocalAdmin
     from txnadmin.admin.protocol import TargetUnreachableError
-    from txnadmin.procedures.downgrade import DowngradeError
-    from txnadmin.procedures.upgrade import check_versions
+    from txnadmin.procedures.upgrade import UpgradeError, check_versions
 
     from engine_helpers import open_engine
 
@@ -59,12 +58,42 @@ def test_every_broker_is_asked_and_an_unreachable_one_must_be_vouched_for(tmp_pa
 
     with open_engine(tmp_path / "e") as engine:
         admin = ThreeBrokers(engine)
-        with pytest.raises(DowngradeError, match="b3:8080.*--assume-version-ok") as err:
+        with pytest.raises(UpgradeError, match="b3:8080.*--assume-version-ok") as err:
             check_versions(admin, "2.11.0")
         assert err.value.exit_code == 3
-        with pytest.raises(DowngradeError, match="b2:8080 runs 2.10.4") as err:
+        with pytest.raises(UpgradeError, match="b2:8080 runs 2.10.4") as err:
             check_versions(admin, "2.11.0", ["b3:8080"])
         assert err.value.exit_code == 1
         admin.versions["b2:8080"] = "3.0.0"
         versions, checked = check_versions(admin, "2.11.0", ["b3:8080"])
         assert set(versions) == {"b1:8080", "b2:8080", "b3:8080"} and "b1:8080 runs 3.3.2" in checked
+
+
+def test_upgrade_failures_are_its_own_error_not_the_downgrades(tmp_path, monkeypatch):
+    import pytest
+
+    from txnadmin.admin.local import LocalAdmin
+    from txnadmin.procedures.downgrade import DowngradeError
+    from txnadmin.procedures.upgrade import UpgradeError, check_versions
+
+    from engine_helpers import open_engine
+
+    assert not issubclass(UpgradeError, DowngradeError) and not issubclass(DowngradeError, UpgradeError)
+
+    class NoBrokers(LocalAdmin):
+        def active_brokers(self, cluster):
+            return []
+
+    with open_engine(tmp_path / "e") as engine:
+        with pytest.raises(UpgradeError, match="brokers whose versions must be checked") as err:
+            check_versions(NoBrokers(engine), "2.11.0")
+        assert err.value.exit_code == 3
+    # through the CLI: one line naming the versions check, exit 3, nothing changed
+    d = _engine(tmp_path / "cli")
+    monkeypatch.setattr(LocalAdmin, "active_brokers", NoBrokers.active_brokers)
+    result = runner.invoke(app, ["upgrade", "--yes", "-u", f"local:{d}"], env={"TXNADMIN_HOME": str(tmp_path / "home")})
+    assert result.exit_code == 3, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and "versions must be checked" in result.stderr
+    from txnadmin.engine.config import read_dynamic
+
+    assert "transactionLogBatchedWriteEnabled" not in read_dynamic(d)  # refused before any flag was set

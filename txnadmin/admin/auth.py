@@ -294,7 +294,7 @@ def check_client_cert(cert: str, key: str) -> None:
                         f"({getattr(exc, 'reason', None) or exc})") from None
 
 
-def _oauth2(plugin: str, values: dict[str, str], settings: dict) -> OAuth2ClientCredentials:
+def _oauth2(plugin: Optional[str], values: dict[str, str], settings: dict) -> OAuth2ClientCredentials:
     kind = values.get("type", "client_credentials")
     if kind != "client_credentials":
         raise AuthError(f"authPlugin {plugin}: flow type {kind!r} is not supported (only client_credentials)")

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Optional
 
 from .._fs import atomic_write_text
+from ..names import coordinator_assign_partition
+from .discovery import discover_pending_ack_stores
 from .protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, NotFoundError, TransactionsAdmin
 
-TC_ASSIGN = "persistent://pulsar/system/transaction_coordinator_assign-partition-{}"
-PENDING_ACK_SUFFIX = "__transaction_pending_ack"
 DERIVATION = ("derived: a store batches when the flag was on at its last open; it counts as reopened since "
               "txnadmin's last change when its newest ledger was created after that change")
 
@@ -37,6 +37,11 @@ def _load_changes() -> dict:
         return {}
 
 
+def recorded_change(target: str, flag: str) -> Optional[dict]:
+    """The last change of ``flag`` txnadmin made on ``target`` ({enabled, previous, at}), or None if it made none."""
+    return _load_changes().get(target, {}).get(flag)
+
+
 def _save_change(target: str, flag: str, enabled: bool, previous: bool) -> None:
     changes = _load_changes()
     changes.setdefault(target, {})[flag] = {"enabled": enabled, "previous": previous, "at": int(time.time() * 1000)}
@@ -47,34 +52,15 @@ def _flag_value(admin: TransactionsAdmin, flag: str) -> bool:
     return str(admin.runtime_config().get(flag, "false")).lower() == "true"
 
 
-def pending_ack_stores(admin: TransactionsAdmin, concurrency: int = 16) -> list[str]:
-    namespaces = [ns for tenant in admin.list_tenants() for ns in admin.list_namespaces(tenant)]
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        lists = list(pool.map(lambda ns: admin.list_topics(ns, True), namespaces))
-    return sorted(t for topics in lists for t in topics if t.endswith(PENDING_ACK_SUFFIX))
-
-
-def origin_topics(admin: TransactionsAdmin, stores: list[str]) -> list[str]:
-    """Topics whose unload reopens the given stores (longest existing prefix of `<topic>-<sub>`)."""
-    out = set()
-    by_ns: dict[str, set[str]] = {}
-    for store in stores:
-        ns = store.split("://", 1)[1].rsplit("/", 1)[0]
-        if ns not in by_ns:
-            by_ns[ns] = {t for t in admin.list_topics(ns, False)}
-        base = store[: -len(PENDING_ACK_SUFFIX)]
-        for i in range(len(base) - 1, 0, -1):
-            if base[i] == "-" and base[:i] in by_ns[ns]:
-                out.add(base[:i])
-                break
-    return sorted(out)
-
-
 def reload_units(admin: TransactionsAdmin, component: str, concurrency: int = 16) -> list[str]:
-    """What `--reload` unloads: every coordinator's assign partition, or every topic with a pending-ack store."""
+    """What `--reload` unloads: every coordinator's assign partition, or every topic with a pending-ack store.
+
+    A store whose topic is no longer listed has nothing to unload (it reopens with its topic, if that comes back).
+    """
     if component == "tc":
-        return [TC_ASSIGN.format(c["id"]) for c in admin.list_coordinators()]
-    return origin_topics(admin, pending_ack_stores(admin, concurrency))
+        return [coordinator_assign_partition(c["id"]) for c in admin.list_coordinators()]
+    stores = discover_pending_ack_stores(admin, concurrency).values()
+    return sorted({s.topic for s in stores if s.origin_listed})
 
 
 def set_batch_log(admin: TransactionsAdmin, target: str, component: str, enable: bool, reload: bool = False,
@@ -128,24 +114,17 @@ def tc_batch_log_stat(admin: TransactionsAdmin, target: str, concurrency: int = 
 
 
 def pending_ack_batch_log_stat(admin: TransactionsAdmin, target: str, concurrency: int = 16) -> dict:
-    from ..procedures.downgrade import _resolve_store
-
     flag_now = _flag_value(admin, PENDING_ACK_BATCH_FLAG)
     change = _load_changes().get(target, {}).get(PENDING_ACK_BATCH_FLAG)
-    stores = pending_ack_stores(admin, concurrency)
-    topics_by_ns: dict[str, set[str]] = {}
+    stores = sorted(discover_pending_ack_stores(admin, concurrency).values(), key=lambda s: s.name)
 
-    def one(store: str) -> Optional[dict]:
-        ns = store.split("://", 1)[1].rsplit("/", 1)[0]
-        if ns not in topics_by_ns:
-            topics_by_ns[ns] = set(admin.list_topics(ns, False))
-        info = _resolve_store(admin, store, topics_by_ns[ns])
+    def one(store) -> Optional[dict]:
         try:
-            stats = admin.pending_ack_internal_stats(info["topic"], info["subscription"])
+            stats = admin.pending_ack_internal_stats(store.topic, store.subscription)
         except NotFoundError:
             return None
         batching, reopened = _store_batching(stats["pendingAckLogStats"]["managedLedgerInternalStats"], change, flag_now)
-        return {"topic": info["topic"], "subscription": info["subscription"], "batchLogEnabled": batching,
+        return {"topic": store.topic, "subscription": store.subscription, "batchLogEnabled": batching,
                 "reopenedSinceChange": reopened}
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import email.utils
 import ipaddress
 import json
+import math
 import re
 import ssl
 import threading
@@ -33,7 +34,8 @@ import httpx
 
 from .auth import Auth, AuthError, TokenAuth, auth_from, mask, register_secret, token_from_params
 from .protocol import (AdminError, BadReplyError, Json, NotAuthorizedError, NotFoundError, TargetUnreachableError,
-                       TxnId, is_transient)
+                       TxnId)
+from .protocol import is_transient as is_transient  # re-exported: callers of HttpAdmin classify failures with it
 
 V3 = "/admin/v3/transactions"
 MAX_REDIRECTS = 5
@@ -224,7 +226,7 @@ class HttpAdmin:
                  tls_hostname_verification: bool = False, transport: Optional[httpx.BaseTransport] = None,
                  retry_backoff: Optional[float] = None, auth: Optional[Auth] = None,
                  retry: RetryPolicy = DEFAULT_RETRY):
-        if not isinstance(timeout, (int, float)) or not timeout > 0 or timeout != timeout or timeout == float("inf"):
+        if not isinstance(timeout, (int, float)) or not timeout > 0 or not math.isfinite(timeout):
             raise TargetUnreachableError(f"--request-timeout {timeout}: must be a positive number of seconds")
         try:
             parsed = httpx.URL(base_url.rstrip("/"))
@@ -295,6 +297,12 @@ class HttpAdmin:
             for transport in self._transports.values():
                 transport.close()
             self._transports.clear()
+
+    def __enter__(self) -> "HttpAdmin":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # -- transport --------------------------------------------------------------------------
     def _headers(self, deadline: float) -> dict[str, str]:
@@ -386,7 +394,7 @@ class HttpAdmin:
             response.request = request
             try:
                 chunks, size = [], 0
-                for chunk in response.stream:
+                for chunk in response.stream:  # type: ignore[union-attr]  # a sync transport gives a sync stream
                     chunks.append(chunk)
                     size += len(chunk)
                     if size > MAX_BODY:
@@ -623,6 +631,9 @@ class HttpAdmin:
     def broker_runtime_config(self, broker: str) -> dict[str, str]:
         """Ask ``broker`` itself (same scheme, credentials and TLS as this admin): only it knows its values."""
         return self._at_broker(broker, lambda admin: admin.runtime_config())
+
+    def broker_metrics_text(self, broker: str) -> str:
+        return self._at_broker(broker, lambda admin: admin.metrics_text())
 
     def broker_version(self, broker: str) -> str:
         return self._at_broker(broker, lambda admin: next(iter(admin.broker_versions().values())))

@@ -2,34 +2,75 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import os
+import threading
 from pathlib import Path
 from typing import Optional
 
+from ..names import coordinator_of_assign_partition, normalize_topic
 from .protocol import AdminError, Json, NotFoundError, TargetUnreachableError, TxnId
 
-TC_ASSIGN_PREFIX = "persistent://pulsar/system/transaction_coordinator_assign-partition-"
+
+@functools.cache
+def _engine_statuses() -> tuple[tuple[type[BaseException], int], ...]:
+    """Each engine error and the status Pulsar's REST API answers the same condition with.
+
+    The first row that matches wins, so a subclass comes before its base. An exception not listed here is a bug
+    and goes on as it is: turning every KeyError into 404 and every ValueError into 412 hid bugs as answers.
+    Built on first use so an HTTP-only command never imports the engine."""
+    from ..engine.config import ConfigError
+    from ..engine.coordinator import CoordinatorError, CoordinatorNotReady, InvalidTxnStatus, TransactionNotFound
+    from ..engine.engine import EngineError, NotAcceptable, NotFound
+    from ..engine.pending_ack import PendingAckConflict, PendingAckNotAllowed
+    from ..engine.stats import NotReady
+    from ..engine.tb_snapshot import SnapshotError
+
+    return (
+        (TransactionNotFound, 404),  # CoordinatorException.TransactionNotFoundException
+        (InvalidTxnStatus, 409),  # InvalidTxnStatusException: Conflict
+        (CoordinatorNotReady, 503),  # a coordinator not loaded (yet): Service Unavailable
+        (CoordinatorError, 500),
+        (NotFound, 404),  # no such coordinator, topic, subscription or pending-ack store
+        (NotAcceptable, 406),  # scale-transactionCoordinators below the current count
+        (NotReady, 503),  # ServiceUnitNotReadyException: a pending-ack store still loading
+        (EngineError, 500),
+        (PendingAckConflict, 409),  # TransactionConflictException
+        (PendingAckNotAllowed, 405),  # NotAllowedException
+        (SnapshotError, 500),
+        (ConfigError, 412),  # POST /brokers/configuration: Invalid dynamic-config value
+    )
+
+
+def engine_error_status(exc: BaseException) -> Optional[int]:
+    """The status for an engine error (see :func:`_engine_statuses`), or None when it is not one."""
+    for kind, status in _engine_statuses():
+        if isinstance(exc, kind):
+            return status
+    return None
+
+
+def _topic_name(name: str) -> str:
+    """The full topic name. A name that does not parse is answered 412, as Pulsar's REST API answers an invalid
+    topic: the one ValueError the seam expects, mapped here rather than every ValueError everywhere."""
+    try:
+        return normalize_topic(name)
+    except ValueError as exc:
+        raise AdminError(str(exc), 412) from None
 
 
 def _admin_errors(fn):
-    """Engine exceptions become AdminError with the status Pulsar's REST API would answer."""
+    """Engine errors become AdminError with the status Pulsar's REST API would answer (404 as NotFoundError)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from ..engine.config import ConfigError
-
         try:
             return fn(*args, **kwargs)
         except AdminError:
             raise
-        except ConfigError as exc:
-            raise AdminError(str(exc), 412) from None
-        except (KeyError, LookupError) as exc:
-            raise NotFoundError(str(exc).strip("'\"")) from None
-        except ValueError as exc:
-            raise AdminError(str(exc), 412) from None
         except Exception as exc:
-            status = getattr(exc, "status", None)
+            status = engine_error_status(exc)
             if status is None:
                 raise
             if status == 404:
@@ -54,35 +95,111 @@ def _needs_coordinator(fn):
     return wrapper
 
 
-class LocalAdmin:
-    """Open an engine directory (or wrap a running :class:`Engine`) and answer admin calls from it."""
+def _writes(fn):
+    """A call that changes the engine: a read-only view of a stopped engine is first reopened for writing."""
 
-    def __init__(self, target, *, create: bool = False):
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        self._writable()
+        return fn(self, *args, **kwargs)
+
+    return wrapper
+
+
+class LocalAdmin:
+    """Open an engine directory (or wrap a running :class:`Engine`) and answer admin calls from it.
+
+    ``read_mostly`` (how the CLI opens a stopped engine's ``local:PATH``): the engine is opened as a read-only view,
+    so stats and `downgrade status` change nothing (no ledger rolled or trimmed, no metadata written, no store
+    reopened), and while it is open no engine process can start on the directory (a shared lock). The first call
+    that changes something (unload, abort, delete, scale) reopens the engine for writing, as a broker start would.
+    """
+
+    def __init__(self, target, *, create: bool = False, read_mostly: bool = False):
         from ..engine.engine import Engine
 
+        self._views: list = []
+        self._lock_fd: Optional[int] = None
+        self._upgrade = threading.Lock()
         if isinstance(target, Engine):
             self.engine = target
             self._owned = False
+            return
+        directory = Path(target)
+        if not create and not (directory / "metadata.db").exists():
+            raise TargetUnreachableError(
+                f"{directory}: no txnadmin engine here (create one with `txnadmin engine init {directory}`)"
+            )
+        self._directory = directory
+        self._owned = True
+        if read_mostly and not create:
+            self._hold_off_writers(directory)
+            self.engine = self._open(directory, read_only=True)
         else:
-            directory = Path(target)
-            if not create and not (directory / "metadata.db").exists():
-                raise TargetUnreachableError(
-                    f"{directory}: no txnadmin engine here (create one with `txnadmin engine init {directory}`)"
-                )
-            try:
-                self.engine = Engine(directory)
-            except Exception as exc:  # locked by another writer, unreadable files …
-                raise TargetUnreachableError(f"{directory}: {exc}") from None
-            self._owned = True
+            self.engine = self._open(directory, read_only=False)
+
+    @staticmethod
+    def _open(directory: Path, read_only: bool):
+        from ..engine.engine import Engine
+
+        try:
+            return Engine(directory, read_only=read_only)
+        except Exception as exc:  # locked by another writer, unreadable files …
+            raise TargetUnreachableError(f"{directory}: {exc}") from None
+
+    def _hold_off_writers(self, directory: Path) -> None:
+        """A shared lock on the writer's lock file: an engine process cannot start (and change what is being
+        judged) while this view is open, and one already running without a server is refused, not read mid-write."""
+        from ..engine.storage import LOCK_NAME
+
+        try:
+            fd = os.open(directory / LOCK_NAME, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # never opened by a writer: there is nothing it could be changing
+        except OSError as exc:
+            raise TargetUnreachableError(f"{directory}: cannot read {LOCK_NAME} ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise TargetUnreachableError(
+                f"{directory}: open for writing by process {holder}, which serves no admin API here (no "
+                "server.json): stop it, or run the engine with `txnadmin serve`/`engine run` so commands go "
+                "through it") from None
+        self._lock_fd = fd
+
+    def _release_writers(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor drops the shared lock
+            self._lock_fd = None
+
+    @property
+    def frozen(self) -> bool:
+        """True for the read-only view of a stopped engine: nothing it reports can change while it is open."""
+        return self._owned and self.engine.read_only
+
+    def _writable(self) -> None:
+        if not self.engine.read_only or not self._owned:
+            return
+        with self._upgrade:
+            if self.engine.read_only:
+                self._release_writers()
+                # The view stays open until close(): calls already reading from it finish on it.
+                self._views.append(self.engine)
+                self.engine = self._open(self._directory, read_only=False)
 
     def close(self) -> None:
-        if self._owned:
-            self.engine.close()
+        if self._owned:  # an Engine handed in belongs to its caller; the ones this admin opened are closed once
+            self._owned = False
+            for engine in [*self._views, self.engine]:
+                engine.close()
+            self._release_writers()
 
     def __enter__(self) -> "LocalAdmin":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     @property
@@ -110,35 +227,35 @@ class LocalAdmin:
     @_admin_errors
     @_needs_coordinator
     def pending_ack_internal_stats(self, topic: str, subscription: str, metadata: bool = False) -> Json:
-        return self._stats.pending_ack_internal_stats(self.engine, topic, subscription, metadata)
+        return self._stats.pending_ack_internal_stats(self.engine, _topic_name(topic), subscription, metadata)
 
     @_admin_errors
     def buffer_snapshot_internal_stats(self, topic: str, metadata: bool = False) -> Json:
         if not self.engine.config.transactionCoordinatorEnabled:
             # Pulsar skips the 503 here; with no coordinator a topic has no transaction buffer, so no snapshot
             raise NotFoundError("Transaction buffer Snapshot for the topic does not exist")
-        return self._stats.buffer_snapshot_internal_stats(self.engine, topic, metadata)
+        return self._stats.buffer_snapshot_internal_stats(self.engine, _topic_name(topic), metadata)
 
     @_admin_errors
     @_needs_coordinator
     def transaction_buffer_stats(self, topic: str, low_water_marks: bool = False, segment_stats: bool = False) -> Json:
-        return self._stats.transaction_buffer_stats(self.engine, topic, low_water_marks, segment_stats)
+        return self._stats.transaction_buffer_stats(self.engine, _topic_name(topic), low_water_marks, segment_stats)
 
     @_admin_errors
     @_needs_coordinator
     def pending_ack_stats(self, topic: str, subscription: str, low_water_marks: bool = False) -> Json:
-        return self._stats.pending_ack_stats(self.engine, topic, subscription, low_water_marks)
+        return self._stats.pending_ack_stats(self.engine, _topic_name(topic), subscription, low_water_marks)
 
     @_admin_errors
     @_needs_coordinator
     def transaction_in_buffer_stats(self, txn: TxnId, topic: str) -> Json:
-        return self._stats.transaction_in_buffer_stats(self.engine, (txn.most_bits, txn.least_bits), topic)
+        return self._stats.transaction_in_buffer_stats(self.engine, (txn.most_bits, txn.least_bits), _topic_name(topic))
 
     @_admin_errors
     @_needs_coordinator
     def transaction_in_pending_ack_stats(self, txn: TxnId, topic: str, subscription: str) -> Json:
         return self._stats.transaction_in_pending_ack_stats(
-            self.engine, (txn.most_bits, txn.least_bits), topic, subscription
+            self.engine, (txn.most_bits, txn.least_bits), _topic_name(topic), subscription
         )
 
     @_admin_errors
@@ -162,6 +279,7 @@ class LocalAdmin:
 
     @_admin_errors
     @_needs_coordinator
+    @_writes
     def scale_coordinators(self, replicas: int) -> None:
         if replicas <= 0:
             raise AdminError("Number of transaction coordinators must be more than 0", 406)
@@ -171,14 +289,15 @@ class LocalAdmin:
     @_needs_coordinator
     def position_stats_in_pending_ack(self, topic: str, subscription: str, ledger_id: int, entry_id: int,
                                       batch_index: Optional[int] = None) -> Json:
-        return self._stats.position_stats_in_pending_ack(self.engine, topic, subscription, ledger_id, entry_id,
-                                                         batch_index)
+        return self._stats.position_stats_in_pending_ack(self.engine, _topic_name(topic), subscription, ledger_id,
+                                                         entry_id, batch_index)
 
     @_admin_errors
     @_needs_coordinator
     def abort_transaction(self, txn: TxnId) -> None:
         if not 0 <= txn.most_bits <= 2**31 - 1:
             raise AdminError("mostSigBits out of bounds", 400)
+        self._writable()
         self.engine.abort((txn.most_bits, txn.least_bits))
 
     # -- brokers, namespaces, topics ----------------------------------------------------------
@@ -190,10 +309,8 @@ class LocalAdmin:
 
     @_admin_errors
     def runtime_config(self) -> dict[str, str]:
-        from ..engine.config import _render
-
         self.engine.apply_dynamic_config()
-        return {k: _render(v) for k, v in self.engine.config.to_dict().items()}
+        return self.engine.config.to_text()
 
     @_admin_errors
     def update_dynamic_config(self, name: str, value: str) -> None:
@@ -222,10 +339,12 @@ class LocalAdmin:
         return self._stats.topic_names(self.engine, namespace, include_system)
 
     @_admin_errors
+    @_writes
     def unload_topic(self, topic: str) -> None:
-        full = self._stats.canonical_topic(topic)
-        if full.startswith(TC_ASSIGN_PREFIX):
-            self.engine.reload_coordinator(int(full[len(TC_ASSIGN_PREFIX):]))
+        full = _topic_name(topic)
+        tc_id = coordinator_of_assign_partition(full)
+        if tc_id is not None:
+            self.engine.reload_coordinator(tc_id)
         else:
             self.engine.reload_topic(full)
 
@@ -234,12 +353,14 @@ class LocalAdmin:
         return {self.engine.config.engineBrokerServiceUrl.split("://")[-1]: self.engine.config.engineBrokerVersion}
 
     @_admin_errors
+    @_writes
     def delete_subscription(self, topic: str, subscription: str) -> None:
-        self.engine.delete_subscription(self._stats.canonical_topic(topic), subscription)
+        self.engine.delete_subscription(_topic_name(topic), subscription)
 
     @_admin_errors
+    @_writes
     def delete_topic(self, topic: str) -> None:
-        self.engine.delete_topic(self._stats.canonical_topic(topic))
+        self.engine.delete_topic(_topic_name(topic))
 
     # -- cluster identity and brokers ---------------------------------------------------------
     def _broker_id(self) -> str:
@@ -269,6 +390,12 @@ class LocalAdmin:
         return self.runtime_config()
 
     @_admin_errors
+    def broker_metrics_text(self, broker: str) -> str:
+        if broker != self._broker_id():
+            raise NotFoundError(f"Broker {broker} is not active in this engine")
+        return self.metrics_text()
+
+    @_admin_errors
     def broker_version(self, broker: str) -> str:
         if broker != self._broker_id():
             raise NotFoundError(f"Broker {broker} is not active in this engine")
@@ -277,7 +404,7 @@ class LocalAdmin:
     # -- what `txnadmin doctor` reads besides the above ---------------------------------------
     @_admin_errors
     def topic_internal_stats(self, topic: str) -> Json:
-        return self.engine.topic(topic, create=False).ledger.internal_stats()
+        return self.engine.topic(_topic_name(topic), create=False).ledger.internal_stats()
 
     @_admin_errors
     def broker_time_ms(self) -> Optional[int]:

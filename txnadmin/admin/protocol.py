@@ -6,7 +6,13 @@ server can serve the embedded engine over Pulsar's own paths. Implementations:
 ``LocalAdmin`` (the embedded engine) and ``HttpAdmin`` (a real cluster or ``txnadmin serve``).
 
 Errors: implementations raise :class:`AdminError` (or a subclass) carrying the HTTP-like status and
-Pulsar's reason text; nothing else escapes.
+Pulsar's reason text; nothing else escapes but bugs.
+
+Lifecycle: an admin holds resources (HTTP connections; the embedded engine's directory lock), released by
+``close()``; every admin is its own context manager, as httpx's clients and transports are::
+
+    with open_admin(target) as admin:
+        admin.list_coordinators()
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ class NotAuthorizedError(AdminError):
 class TargetUnreachableError(AdminError):
     """The target could not be reached at all (connection refused, DNS, TLS, engine dir missing)."""
 
+    before_send = False  # True when the request surely never left: HttpAdmin may then retry even a write
+
     def __init__(self, reason: str):
         super().__init__(reason, 0)
 
@@ -91,6 +99,16 @@ PENDING_ACK_BATCH_FLAG = "transactionPendingAckBatchedWriteEnabled"
 @runtime_checkable
 class TransactionsAdmin(Protocol):
     """What txnadmin needs from a Pulsar (REST path in brackets; base ``/admin/v3/transactions``)."""
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release what the admin holds (connections, a local engine's lock); calling it again does nothing."""
+
+    def __enter__(self) -> "TransactionsAdmin":
+        """``with admin:`` — returns the admin itself."""
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Closes the admin, whether the block ended normally or raised (the exception goes on)."""
 
     # -- pulsar-admin transactions ------------------------------------------------------------
     def list_coordinators(self) -> list[Json]:
@@ -200,3 +218,7 @@ class TransactionsAdmin(Protocol):
 
     def metrics_text(self) -> str:
         """[GET /metrics/] the broker's Prometheus exposition (text format 0.0.4)."""
+
+    def broker_metrics_text(self, broker: str) -> str:
+        """[GET http(s)://{broker}/metrics/] one named broker's exposition (its own counters: every broker has
+        its own batched writers)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from .protocol import TargetUnreachableError, TransactionsAdmin
 
@@ -59,7 +59,7 @@ class Target:
         return Path(self.url[len("local:"):]).expanduser()
 
     def describe(self) -> dict:
-        out = {"target": self.url, "source": self.source}
+        out: dict[str, Any] = {"target": self.url, "source": self.source}
         if self.auth_plugin:
             out["authPlugin"] = self.auth_plugin
             out["authParams"] = "****" if self.auth_params else None
@@ -175,7 +175,7 @@ def open_admin(target: Target) -> TransactionsAdmin:
         if server is None:
             from .local import LocalAdmin
 
-            return LocalAdmin(target.engine_dir)
+            return LocalAdmin(target.engine_dir, read_mostly=True)  # reads of a stopped engine change nothing
         url, token = server
         return _http_admin(url, token=token)
     return _http_admin(target.url, target=target)

@@ -274,10 +274,14 @@ def wait(
         _header(target, output)
     from ..procedures.downgrade import DowngradeError
 
+    # A stopped engine read through local: cannot change while we read it (no engine starts under the view):
+    # polling it for --timeout would only keep the operator from starting it. One poll, and say what to do.
+    frozen = bool(getattr(admin, "frozen", False))
     view = _LiveView(time.monotonic())
     try:
         with view:
-            report = do_wait(admin, state, timeout, interval, view.poll, on_retry=view.retry, target=target.url)
+            report = do_wait(admin, state, 0.0 if frozen else timeout, interval, view.poll, on_retry=view.retry,
+                             target=target.url)
     except KeyboardInterrupt:
         _interrupted(state)
     except DowngradeError as exc:
@@ -291,6 +295,10 @@ def wait(
             getattr(admin, "close", lambda: None)()
     _render_report(report, output, target)
     code = EXIT_OK if report.safe else EXIT_FAILURE
+    if frozen and not report.safe:
+        typer.echo(f"not waiting: the engine at {target.engine_dir} is stopped, so nothing rolls or trims until it "
+                   f"runs; start it (`txnadmin engine run {target.engine_dir}` or `txnadmin serve --engine-dir "
+                   f"{target.engine_dir}`) and run this command again: it then waits through the engine", err=True)
     if report.abandoned:
         _hard_exit(None, code)
     raise typer.Exit(code)

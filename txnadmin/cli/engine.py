@@ -43,8 +43,8 @@ def init(
         if coordinators is not None:
             values.setdefault("transactionCoordinatorCount", str(coordinators))
         config = init_engine(path, values, exist_ok)
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
+    except ConfigError as exc:  # refused before anything was written (init_engine validates first)
+        fail(f"{path}: {str(exc).strip()}; nothing was saved", EXIT_USAGE)
     except EngineDirError as exc:
         fail(str(exc), 1)
     typer.echo(f"engine ready at {path} ({config.transactionCoordinatorCount} coordinators)")

@@ -46,7 +46,7 @@ def _flag_metavar(display=TyperOption.display_type_rich):
     return display_type_rich
 
 
-TyperOption.display_type_rich = _flag_metavar()
+TyperOption.display_type_rich = _flag_metavar()  # type: ignore[method-assign]  # deliberate patch: Typer has no hook for it
 
 
 class GuardedGroup(TyperGroup):

@@ -40,7 +40,8 @@ def rehearse(
 
 def _checklist(result) -> None:
     status = result.status or {}
-    ok = lambda b: "[x]" if b else "[ ]"  # noqa: E731
+    def ok(b):
+        return "[x]" if b else "[ ]"
     typer.echo("")
     typer.echo("PIP-160 downgrade checklist")
     typer.echo(f"  {ok(status.get('flagsDisabled'))} batching disabled for coordinators and pending-ack stores")

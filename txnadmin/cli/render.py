@@ -76,7 +76,7 @@ def to_yaml(value) -> str:
     return yaml.safe_dump(value, sort_keys=False, allow_unicode=True, default_flow_style=False).rstrip("\n")
 
 
-def _human(key: str, value) -> str:
+def human_value(key: str, value) -> str:
     """Cell text: yes/no for booleans, ISO time and age for epoch-millisecond timestamps, '-' for null."""
     import time as _time
     from datetime import datetime, timezone
@@ -129,7 +129,7 @@ def render_table(value, title: "str | None" = None, console=None) -> None:
         for column in columns:
             table.add_column(column)
         for item in items:
-            table.add_row(*(_human(c, item.get(c)) for c in columns))
+            table.add_row(*(human_value(c, item.get(c)) for c in columns))
         return table
 
     def section(name: str, obj) -> None:
@@ -140,11 +140,11 @@ def render_table(value, title: "str | None" = None, console=None) -> None:
                 table = Table(title=name, title_justify="left")
                 table.add_column("value")
                 for item in obj:
-                    table.add_row(_human(name, item))
+                    table.add_row(human_value(name, item))
                 console.print(table)
             return
         if not isinstance(obj, dict):
-            console.print(f"{name}: {_human(name, obj)}" if name else _human(name, obj))
+            console.print(f"{name}: {human_value(name, obj)}" if name else human_value(name, obj))
             return
         if len(obj) > 1 and all(isinstance(v, dict) and v and _mostly_scalars(v) for v in obj.values()):
             # a map of like records (stats per coordinator, metadata per transaction): one row each
@@ -156,7 +156,7 @@ def render_table(value, title: "str | None" = None, console=None) -> None:
             table.add_column("field")
             table.add_column("value")
             for k, v in scalars.items():
-                table.add_row(str(k), _human(str(k), v))
+                table.add_row(str(k), human_value(str(k), v))
             console.print(table)
         for k, v in obj.items():
             if isinstance(v, (dict, list)) and v:

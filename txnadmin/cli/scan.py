@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -50,7 +50,7 @@ def scan(
 
     try:
         named = parse_txn_ledgers(txn_ledgers, ledger_id_format if ledger_id_format in ("long", "hex") else "long")
-        args = dict(ledgers_file=ledgers, fmt=fmt, engine=engine, master=master, report=report, progress=progress,
+        args: dict[str, Any] = dict(ledgers_file=ledgers, fmt=fmt, engine=engine, master=master, report=report, progress=progress,
                     txn_ledgers=named, ledger_id_format=ledger_id_format, verify_all_digests=verify_all)
         if bar:
             with bar:

@@ -7,14 +7,17 @@ pulsarctl), `-o table` a rich view. Exit codes are pulsar-admin's: 0 success, 1 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 
 import typer
 
-app = typer.Typer(help="Operations on transactions (pulsar-admin transactions).", no_args_is_help=True)
-
 from .confirm import DryRunOpt, YesOpt
 from .render import FORMATS, output_option
+
+if TYPE_CHECKING:
+    from ..admin.target import Target
+
+app = typer.Typer(help="Operations on transactions (pulsar-admin transactions).", no_args_is_help=True)
 
 Output = output_option(None, FORMATS, "json (always JSON), yaml, or table (for people); default: pulsar-admin's.")
 Topic = typer.Option(..., "--topic", "-t", help="Topic name (persistent://t/ns/x, t/ns/x or x).")
@@ -28,7 +31,7 @@ Metadata = typer.Option(False, "--metadata", "-m", help="Include ledger metadata
 LowWaterMark = typer.Option(False, "--low-water-mark", "-l", help="Include each coordinator's low water mark.")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     from ..admin.auth import mask
 
     typer.echo(mask(message), err=True)
@@ -278,10 +281,14 @@ def abort_transaction(ctx: typer.Context, most: Optional[int] = Most, least: Opt
 
 # -- PIP-160's proposed batch-log commands -----------------------------------------------------
 
-from .confirm import DryRunOpt, YesOpt  # noqa: E402  (option objects only; the helper is imported lazily)
+
+def _target(ctx: typer.Context) -> Target:
+    """The target `_run` resolved and acted on: commands name it when they report what they did."""
+    return ctx.obj["target"]
+
 
 def _target_url(ctx: typer.Context) -> str:
-    return (ctx.obj or {}).get("target").url
+    return _target(ctx).url
 
 
 def _set_batch(ctx, component: str, enable: Optional[bool], reload: bool, output: Optional[str],
@@ -369,7 +376,7 @@ def _txn_table(rows: list[dict], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .render import _human, age
+    from .render import age, human_value
 
     if not rows:
         typer.echo(title)
@@ -380,9 +387,9 @@ def _txn_table(rows: list[dict], title: str) -> None:
     for r in rows:
         timeout = r.get("timeoutMs")
         partitions = len(r.get("producedPartitions", [])) + len(r.get("ackedPartitions", []))
-        table.add_row(r["txnId"], r["status"] or "", _human("openTimestamp", r.get("openTimestamp")).split(" (")[0].removesuffix(" UTC"),
+        table.add_row(r["txnId"], r["status"] or "", human_value("openTimestamp", r.get("openTimestamp")).split(" (")[0].removesuffix(" UTC"),
                       age(r["ageMs"]), r.get("owner") or "-",
-                      "-" if not timeout else _human("timeoutAt", timeout) if timeout > 10**12 else age(timeout),
+                      "-" if not timeout else human_value("timeoutAt", timeout) if timeout > 10**12 else age(timeout),
                       str(partitions), "; ".join(r.get("reasons", [])) or "-")
     Console().print(table)
 
@@ -391,7 +398,7 @@ def _topic_filter(topic: Optional[str]):
     """--topic: a transaction touches a topic when it produced to it or acked on it (any partition of it)."""
     if topic is None:
         return None
-    from ..engine.topic import normalize_topic
+    from ..names import normalize_topic
 
     try:
         wanted = normalize_topic(topic)
@@ -423,7 +430,7 @@ def _target_flags(ctx: typer.Context) -> str:
     """The flags that name this target again, so a suggested command acts on the same cluster (never a secret)."""
     import shlex
 
-    target = (ctx.obj or {}).get("target")
+    target = _target(ctx)
     opts = ctx.find_root().obj or {}
     flags = []
     if opts.get("conf") and not opts.get("admin_url"):
@@ -477,12 +484,16 @@ def find_hanging(ctx: typer.Context,
     where = _target_url(ctx)
     title = f"{len(rows)} hanging of {open_count} open transactions on {where}"
     if not abort:
-        _print(rows, output or "table", table=lambda v: (_txn_table(v, title), _abort_hints(v)))
+        def table(v: list[dict]) -> None:
+            _txn_table(v, title)
+            _abort_hints(v)
+
+        _print(rows, output or "table", table=table)
         raise typer.Exit(1 if rows else 0)
     if not rows:
         _print([], output or "table", table=lambda v: typer.echo(f"{title}: nothing to abort"))
         raise typer.Exit(0)
-    target = (ctx.obj or {}).get("target")
+    target = _target(ctx)
     plan = Plan(f"abort {len(rows)} hanging transactions", f"{target.url} (from {target.source})",
                 [f"abort {r['txnId']}: {'; '.join(r['reasons'])}" for r in rows], {"transactions": len(rows)})
     try:

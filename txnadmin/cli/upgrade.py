@@ -34,8 +34,7 @@ def upgrade(
     Shows its plan and asks first (--yes to skip, --dry-run to only print it). Exit 0 when every store reports
     enabled, 1 when not (or brokers are too old), 2 without confirmation, 3 when the target is unreadable.
     """
-    from ..procedures.downgrade import DowngradeError
-    from ..procedures.upgrade import check_versions, upgrade as run
+    from ..procedures.upgrade import UpgradeError, check_versions, upgrade as run
 
     thresholds = {}
     for suffix, value in (("MaxRecords", max_records), ("MaxSize", max_size), ("MaxDelayInMillis", max_delay_ms)):
@@ -58,7 +57,7 @@ def upgrade(
                        yes=yes, dry_run=dry_run, output=output):
             return
         result = run(admin, target.url, min_version, not no_reload, thresholds, assume)
-    except DowngradeError as exc:
+    except UpgradeError as exc:
         fail(str(exc), exc.exit_code)
     finally:
         getattr(admin, "close", lambda: None)()

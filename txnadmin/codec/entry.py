@@ -216,7 +216,7 @@ def _has_unknown_fields(msg: Message, only_known_numbers: bool) -> bool:
     unknown = UnknownFieldSet(msg)
     if only_known_numbers:
         declared = msg.DESCRIPTOR.fields_by_number
-        if any(field.field_number in declared for field in unknown):
+        if any(unknown[i].field_number in declared for i in range(len(unknown))):  # indexed: the stubs lack __iter__
             return True
     elif len(unknown):
         return True

@@ -18,6 +18,7 @@ from typing import Callable, Optional, Protocol
 
 from ..codec import encode_batched_serialized
 from .completion import Completion
+from .config import check_batched_write
 from .position import Position
 from .writer_metrics import BufferedWriterMetrics
 
@@ -27,11 +28,8 @@ Callback = Callable[["TxnPosition | None", "BaseException | None"], None]
 
 
 class Appender(Protocol):
-    def add_entry_async(self, payload: bytes, callback: Callable[[Optional[Position], Optional[BaseException]], None]) -> None: ...
-
-
-class ConfigError(ValueError):
-    pass
+    # Returns object: whatever an appender returns is ignored, the callback is the answer.
+    def add_entry_async(self, payload: bytes, callback: Callable[[Optional[Position], Optional[BaseException]], None]) -> object: ...
 
 
 class WriterClosedError(Exception):
@@ -48,14 +46,8 @@ class BufferedWriterConfig:
     key_prefix: str = "transactionLogBatchedWrite"
 
     def validate(self) -> None:
-        """Pulsar's TransactionBatchedWriteValidator: only checked while batching is enabled."""
-        if not self.enabled:
-            return
-        for suffix, value, minimum in (("MaxRecords", self.max_records, 10), ("MaxSize", self.max_size, 131072),
-                                       ("MaxDelayInMillis", self.max_delay_ms, 1)):
-            if value < minimum:
-                raise ConfigError(f"Configuration field '{self.key_prefix}{suffix}' value must be greater than or "
-                                  f"equal to {minimum}")
+        """The engine configuration's own rule (config.check_batched_write), naming this writer's keys."""
+        check_batched_write(self.key_prefix, self.enabled, self.max_records, self.max_size, self.max_delay_ms)
 
 
 @dataclass(frozen=True)
@@ -266,7 +258,13 @@ class BufferedWriter:
                 else:
                     _safe(pending.callback, TxnPosition(pos.ledger_id, pos.entry_id, count, index), None)
 
-        self.ledger.add_entry_async(payload, done)
+        try:
+            self.ledger.add_entry_async(payload, done)
+        except Exception as exc:
+            # The batch has left the buffer, and on the timer thread nobody would see the raise: every record's
+            # caller learns of the failure through its callback instead of waiting for one that never comes.
+            log.exception("%s: writing a batch of %d records failed (%s flush)", self.name, count, trigger)
+            done(None, exc)
 
     def _fail_buffer(self, exc: BaseException) -> None:
         batch, self._buffer, self._bytes = self._buffer, [], 0

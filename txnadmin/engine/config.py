@@ -20,14 +20,33 @@ DYNAMIC_FILE = "dynamic-config.json"
 
 
 class ConfigError(ValueError):
-    """A bad configuration value; the message names the key and what is wrong."""
+    """A bad configuration value; the message names the key and what is wrong.
+
+    The engine's only configuration error: the buffered writer raises it too, so every caller catches one class."""
+
+
+# Pulsar's TransactionBatchedWriteValidator: the lowest threshold each batched writer accepts, checked only while
+# that writer's batching is on (a disabled writer never reads its thresholds).
+BATCHED_WRITE_PREFIXES = ("transactionLogBatchedWrite", "transactionPendingAckBatchedWrite")
+BATCHED_WRITE_MINIMUMS = (("MaxRecords", 10), ("MaxSize", 131072), ("MaxDelayInMillis", 1))
+
+
+def check_batched_write(prefix: str, enabled: bool, max_records: float, max_size: float, max_delay_ms: float) -> None:
+    """The one batching rule, for the engine's configuration and for each writer's: ConfigError naming
+    ``prefix`` + the threshold's name (``transactionPendingAckBatchedWriteMaxSize``) when a threshold is too low."""
+    if not enabled:
+        return
+    for (suffix, minimum), value in zip(BATCHED_WRITE_MINIMUMS, (max_records, max_size, max_delay_ms), strict=True):
+        if value < minimum:
+            raise ConfigError(f"Configuration field '{prefix}{suffix}' value must be greater than or equal to "
+                              f"{minimum}")
 
 
 @dataclass
 class EngineConfig:
     # -- broker.conf names ---------------------------------------------------------------------
     transactionCoordinatorEnabled: bool = True
-    clusterName: str = "standalone"  # the `cluster` label on every metric (Pulsar standalone's default name)
+    clusterName: str = "standalone"  # the `cluster` label on every metric and what GET /admin/v2/clusters answers
     transactionCoordinatorCount: int = 16  # engine: how many TCs `engine init` creates (Pulsar: transaction_coordinator_assign partitions)
     transactionLogBatchedWriteEnabled: bool = False
     transactionLogBatchedWriteMaxRecords: int = 512
@@ -55,7 +74,6 @@ class EngineConfig:
     engineTimeoutCheckIntervalMillis: int = 100
     engineBrokerServiceUrl: str = "pulsar://127.0.0.1:6650"
     engineBrokerVersion: str = "3.3.2"
-    clusterName: str = "standalone"  # broker.conf's clusterName: what GET /admin/v2/clusters answers
     engineTransactionMetaPersistMaxTotal: int = 100_000  # PIP-255 memory bound across all clients of one TC
     engineTransactionBufferSegmentsOnDemand: bool = True  # segmented snapshots: load segments when needed, not all at recovery
     engineTransactionBufferSegmentCacheSize: int = 4  # sealed segments kept in memory per topic (on-demand loading)
@@ -89,8 +107,20 @@ class EngineConfig:
             raise ConfigError(f"{key}: {raw!r} is not a valid {kind}") from None
         setattr(self, key, value)
 
+    def validate(self) -> None:
+        """Everything a set of values must satisfy together (one key at a time is checked by :meth:`set`).
+
+        Run before a configuration is saved or applied, so a bad one is refused whole and nothing is written."""
+        for prefix in BATCHED_WRITE_PREFIXES:
+            check_batched_write(prefix, *(getattr(self, prefix + name) for name in
+                                          ("Enabled", "MaxRecords", "MaxSize", "MaxDelayInMillis")))
+
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.names()}
+
+    def to_text(self) -> dict[str, str]:
+        """Every key with its value as broker.conf spells it (``true``, not ``True``)."""
+        return {name: _render(value) for name, value in self.to_dict().items()}
 
     @classmethod
     def load(cls, directory: Path) -> "EngineConfig":
@@ -123,7 +153,7 @@ class EngineConfig:
             if key in self.DYNAMIC_KEYS:
                 self.set(key, value)
 
-    def ledger_rollover(self) -> dict[str, float]:
+    def ledger_rollover(self) -> dict[str, Any]:  # ManagedLedgerConfig's keyword arguments
         return {
             "max_entries_per_ledger": self.managedLedgerMaxEntriesPerLedger,
             "min_ledger_rollover_time_ms": self.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,
@@ -183,20 +213,11 @@ def update_dynamic(directory: Path, name: str, value: str | None) -> dict[str, s
         probe.set(name, value)
         probe.apply_dynamic(values)
         probe.set(name, value)
-        validate_batching(probe)
+        try:
+            probe.validate()
+        except ConfigError as exc:  # worded as Pulsar's 412 answer to POST /brokers/configuration
+            raise ConfigError(f" Invalid dynamic-config value: {exc}") from None
         values[name] = _render(getattr(probe, name))
     write_dynamic(directory, values)
     return values
 
-
-def validate_batching(config: EngineConfig) -> None:
-    """Pulsar's TransactionBatchedWriteValidator: thresholds are checked only while batching is on."""
-    for prefix in ("transactionLogBatchedWrite", "transactionPendingAckBatchedWrite"):
-        if not getattr(config, prefix + "Enabled"):
-            continue
-        for suffix, minimum in (("MaxRecords", 10), ("MaxSize", 131072), ("MaxDelayInMillis", 1)):
-            key = prefix + suffix
-            if getattr(config, key) < minimum:
-                raise ConfigError(
-                    f" Invalid dynamic-config value: Configuration field '{key}' value must be greater than or equal to {minimum}"
-                )

@@ -25,21 +25,19 @@ TERMINAL = (COMMITTED, ABORTED)
 
 
 class CoordinatorError(Exception):
-    """Base of the coordinator's errors; ``status`` is the HTTP status the admin API answers with."""
-
-    status = 500
+    """Base of the coordinator's errors (Pulsar's CoordinatorException); the admin layer maps them to HTTP."""
 
 
 class TransactionNotFound(CoordinatorError):
-    status = 404
+    """No such transaction in this coordinator."""
 
 
 class InvalidTxnStatus(CoordinatorError):
-    status = 409
+    """A status change the transaction's current status does not allow."""
 
 
 class CoordinatorNotReady(CoordinatorError):
-    status = 503
+    """The coordinator is not loaded (yet)."""
 
 
 def can_transition(current: int, new: int) -> bool:
@@ -109,8 +107,8 @@ class TransactionCoordinator:
             for item in self.log.replay():
                 rec, pos = item.record, item.position
                 seq = rec.txnid_least_bits
-                if rec.HasField("max_local_txn_id") and rec.max_local_txn_id > self.log.max_local_txn_id:
-                    self.log._max_local_txn_id = rec.max_local_txn_id
+                if rec.HasField("max_local_txn_id"):
+                    self.log.raise_max_local_txn_id(rec.max_local_txn_id)
                 if rec.metadata_op == TxnOp.NEW:
                     self.txns[seq] = TxnMeta(
                         self.tc_id, seq, OPEN, rec.start_time, rec.timeout_ms,
@@ -146,7 +144,7 @@ class TransactionCoordinator:
         if self.state != "Ready":
             raise CoordinatorNotReady(f"Transaction coordinator {self.tc_id} is not ready (state {self.state})")
 
-    def _record(self, op: int, seq: int, **fields) -> TransactionMetadataEntry:
+    def _record(self, op: TxnOp, seq: int, **fields) -> TransactionMetadataEntry:
         return TransactionMetadataEntry(
             metadata_op=op, txnid_most_bits=self.tc_id, txnid_least_bits=seq,
             last_modification_time=self.clock_ms(), max_local_txn_id=self.log.max_local_txn_id, **fields,
@@ -180,11 +178,11 @@ class TransactionCoordinator:
         subs = [Subscription(topic=t, subscription=s) for t, s in subscriptions]
         self._add(seq, TxnOp.ADD_SUBSCRIPTION, subscriptions=subs)
 
-    def _add(self, seq: int, op: int, **fields) -> None:
+    def _add(self, seq: int, op: TxnOp, **fields) -> None:
         with self.get(seq).lock:
             self._add_locked(seq, op, **fields)
 
-    def _add_locked(self, seq: int, op: int, **fields) -> None:
+    def _add_locked(self, seq: int, op: TxnOp, **fields) -> None:
         with self._lock:
             self._ready()
             meta = self.get(seq)

@@ -26,7 +26,7 @@ def _signed(word: int) -> int:
 
 def and_ack_sets(a: list[int], b: list[int]) -> list[int]:
     """Bitwise AND of two long[] ack sets, trailing zero words dropped (1 = not yet deleted)."""
-    out = [_signed(x & y) for x, y in zip(a, b)]
+    out = [_signed(x & y) for x, y in zip(a, b, strict=False)]  # words past the shorter set AND to 0
     while out and out[-1] == 0:
         out.pop()
     return out
@@ -65,7 +65,7 @@ class ManagedCursor:
         """Make a snapshot durable. Called without the cursor lock, so concurrent acks of one cursor share one
         group commit instead of queueing behind each other's sync; the version keeps an older snapshot from
         overwriting a newer one."""
-        self.ledger._persist_cursor(self, *snapshot)
+        self.ledger.persist_cursor(self, *snapshot)
 
     # -- queries ---------------------------------------------------------------------------
     @property

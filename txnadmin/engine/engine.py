@@ -9,12 +9,14 @@ applies dynamic configuration and rolls/trims ledgers in a maintenance thread.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 from typing import Callable
 
+from ..names import normalize_topic, pending_ack_topic
 from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig, read_dynamic
 from .coordinator import (
@@ -22,33 +24,43 @@ from .coordinator import (
     CoordinatorError, InvalidTxnStatus, TransactionCoordinator, TransactionNotFound, TxnMeta,
 )
 from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from .pending_ack import PendingAckStore, pending_ack_topic
+from .pending_ack import PendingAckStore
 from .pending_ack_metrics import PendingAckMetrics
 from .position import Position
-from .preserver import ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver
+from .preserver import (
+    ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver, preserver_log_name,
+)
 from .snapshot_metrics import SnapshotMetrics
 from .storage import LedgerStorage
-from .tb_snapshot import SnapshotService, make_processor
-from .topic import Topic, normalize_topic
+from .aborted_txn_processor import AbortedTxnProcessor
+from .segmented_snapshot_processor import SegmentedSnapshotProcessor
+from .single_snapshot_processor import SingleSnapshotProcessor
+from .tb_snapshot import SnapshotService, segment_capacity
+from .topic import Topic
 from .transaction_log import TransactionLog
 from .writer_metrics import BufferedWriterMetrics
+
+log = logging.getLogger(__name__)
 
 META_COORDINATORS = "engine/coordinators"
 META_TOPICS = "engine/topics/"
 META_PENDING_ACK = "engine/pending-ack/"
 META_ENGINE_ID = "engine/id"  # persistent identity: a downgrade checklist refuses another engine's
+# The recoverStartTime/recoverEndTime of each coordinator's and store's last open, durable before the component
+# takes writes: a stopped engine read later reports the open that wrote its ledgers (what `downgrade` compares).
+META_OPENED = "engine/opened/"
 
 
 class EngineError(Exception):
-    status = 500
+    """Base of the engine's own errors; the admin layer (admin/local.py) maps each to an HTTP status."""
 
 
 class NotFound(EngineError):
-    status = 404
+    """No such coordinator, topic, subscription or store."""
 
 
 class NotAcceptable(EngineError):
-    status = 406
+    """A request the engine refuses as it stands (e.g. scaling coordinators down)."""
 
 
 def _now_ms() -> int:
@@ -62,6 +74,7 @@ def writer_config(config: EngineConfig, component: str) -> BufferedWriterConfig:
         max_records=getattr(config, prefix + "MaxRecords"),
         max_size=getattr(config, prefix + "MaxSize"),
         max_delay_ms=getattr(config, prefix + "MaxDelayInMillis"),
+        key_prefix=prefix,  # so a pending-ack writer's error names the pending-ack key, not the coordinator's
     )
 
 
@@ -93,6 +106,9 @@ class Engine:
         self.tp_metrics = PendingAckMetrics(self.registry)
         self._lock = threading.RLock()
         self.coordinators: dict[int, TransactionCoordinator] = {}
+        # per coordinator, what its recovery left COMMITTING/ABORTING: driven to the end once every topic and
+        # pending-ack store is open too (_finish_recovered)
+        self._pending_end: dict[int, list[TxnMeta]] = {}
         self.preservers: dict[int, TransactionPreserver] = {}
         self._last_expiry_check = 0
         self.topics: dict[str, Topic] = {}
@@ -100,13 +116,20 @@ class Engine:
                                          shared_reader=self.config.engineTransactionBufferSharedSnapshotReader,
                                          metrics=SnapshotMetrics(self.registry))
         self.stores: dict[tuple[str, str], PendingAckStore] = {}
-        self._opened_at: dict[tuple, int] = {}  # last recoverStartTime per store (see _distinct_open)
+        self._opened_at: dict[str, int] = {}  # last recoverStartTime per store (see _distinct_open)
+        self._persisted_opens = {key[len(META_OPENED):]: json.loads(self.storage.meta_get(key) or b"{}")
+                                 for key in self.storage.meta_list(META_OPENED)}
+        self._unsaved_opens: dict[str, bytes] = {}
+        self._opening = True  # while the constructor opens everything, opens are saved in one commit at the end
         self._next_tc = 0
         self._dynamic_seen = read_dynamic(self.directory)
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
+        # Read-only (a stopped engine read for stats): every component is a view replayed from storage, which
+        # takes no writes at all; nothing rolls, trims, recovers a pending end or records an open.
+        self._open_all()
+        self._opening = False
         if not read_only:
-            self._open_all()
             if maintenance:
                 self._maintenance = threading.Thread(target=self._maintain, name="engine-maintenance", daemon=True)
                 self._maintenance.start()
@@ -131,23 +154,64 @@ class Engine:
 
     # -- opening ----------------------------------------------------------------------------
     def _open_all(self) -> None:
-        if self.storage.meta_get(META_COORDINATORS) is None:
+        if self.storage.meta_get(META_COORDINATORS) is None and not self.read_only:
             self.storage.meta_put(META_COORDINATORS, str(self.config.transactionCoordinatorCount).encode())
         for tc_id in range(self.coordinator_count()):
-            self._open_coordinator(tc_id)
+            self._viewing(self._open_coordinator, tc_id)
         for key in self.storage.meta_list(META_TOPICS):
-            self._open_topic(json.loads(self.storage.meta_get(key))["topic"])
+            if (raw := self.storage.meta_get(key)) is not None:  # None: deleted since listed
+                self._viewing(self._open_topic, json.loads(raw)["topic"])
         for key in self.storage.meta_list(META_PENDING_ACK):
-            info = json.loads(self.storage.meta_get(key))
-            self._open_store(info["topic"], info["subscription"])
-        for tc_id in list(self.coordinators):
-            self._finish_recovered(tc_id)
+            if (raw := self.storage.meta_get(key)) is not None:
+                info = json.loads(raw)
+                self._viewing(self._open_store, info["topic"], info["subscription"])
+        self._save_opens()  # before any component takes a write (the constructor has not returned yet)
+        if not self.read_only:
+            for tc_id in list(self.coordinators):
+                self._finish_recovered(tc_id)
+
+    def _viewing(self, open_fn, *args) -> None:
+        """Open one component; read-only, one whose managed ledger is missing is left unloaded (its stats answer
+        404, which `downgrade` treats as "not loaded", never as done)."""
+        if not self.read_only:
+            open_fn(*args)
+            return
+        from .storage import LedgerNotFoundError
+
+        try:
+            open_fn(*args)
+        except LedgerNotFoundError:
+            pass
+
+    def _opened(self, key: str, component) -> None:
+        """Set the component's recoverStartTime: a new distinct value when writable (saved durably before it
+        takes writes), the last open's saved value when read-only (0, i.e. no evidence, if none was saved)."""
+        saved = self._persisted_opens.get(key, {})
+        if self.read_only:
+            component.recover_start_time = int(saved.get("recoverStartTime", 0))
+            component.recover_end_time = int(saved.get("recoverEndTime", 0))
+            return
+        if key not in self._opened_at and saved.get("recoverStartTime"):
+            self._opened_at[key] = int(saved["recoverStartTime"])  # stay distinct across restarts too
+        component.recover_start_time = self._distinct_open(key, component.recover_start_time)
+        component.recover_end_time = max(component.recover_end_time, component.recover_start_time)
+        value = {"recoverStartTime": component.recover_start_time, "recoverEndTime": component.recover_end_time}
+        self._persisted_opens[key] = value
+        self._unsaved_opens[META_OPENED + key] = json.dumps(value).encode()
+        if not self._opening:
+            self._save_opens()
+
+    def _save_opens(self) -> None:
+        if self._unsaved_opens and not self.read_only:
+            items, self._unsaved_opens = self._unsaved_opens, {}
+            self.storage.meta_put_many(items)
 
     def _open_coordinator(self, tc_id: int) -> TransactionCoordinator:
         wc = writer_config(self.config, "tc")
         log = TransactionLog(self.factory, tc_id, self.ml_config(), wc, self.tc_metrics)
         tc = TransactionCoordinator(tc_id, log, self.clock_ms)
-        if self.config.transactionMetaPersistCount > 0:
+        if self.config.transactionMetaPersistCount > 0 and not (self.read_only and not self.factory.exists(
+                preserver_log_name(tc_id))):
             old = self.preservers.pop(tc_id, None)
             if old:
                 old.close()
@@ -156,12 +220,12 @@ class Engine:
                 retention_ms=int(self.config.transactionMetaPersistTimeInHour * 3_600_000),
                 max_total=self.config.engineTransactionMetaPersistMaxTotal, clock_ms=self.clock_ms,
                 ml_config=self.ml_config())
-        tc.pending_end = tc.recover()
-        tc.recover_start_time = self._distinct_open(("tc", tc_id), tc.recover_start_time)
+        self._pending_end[tc_id] = tc.recover()
+        self._opened(f"tc/{tc_id}", tc)
         self.coordinators[tc_id] = tc
         return tc
 
-    def _distinct_open(self, key: tuple, started_ms: int) -> int:
+    def _distinct_open(self, key: str, started_ms: int) -> int:
         """Each reopen of a store shows a new recoverStartTime, even within one millisecond (or a frozen test
         clock): `downgrade` proves a reopen by that value changing, as it does on a real broker."""
         last = self._opened_at.get(key)
@@ -171,29 +235,39 @@ class Engine:
 
     def _finish_recovered(self, tc_id: int) -> None:
         tc = self.coordinators[tc_id]
-        for meta in getattr(tc, "pending_end", []):
+        for meta in self._pending_end.pop(tc_id, []):
             self._drive_end(tc, meta, commit=meta.status == COMMITTING)
-        tc.pending_end = []
 
     def _open_topic(self, name: str) -> Topic:
-        def processor(topic_name, snapshot_position):
-            return make_processor(self.config, self.snapshots, topic_name, self.clock_ms, snapshot_position)
-
-        topic = Topic(self.factory, name, self.ml_config(), processor,
+        name = normalize_topic(name)
+        topic = Topic(self.factory, name, self.ml_config(), self._aborted_txn_processor(name),
                       snapshot_every=self.config.transactionBufferSnapshotMaxTransactionCount,
                       snapshot_min_ms=self.config.transactionBufferSnapshotMinTimeInMillis)
         topic.recover(self.clock_ms)
         self.topics[topic.name] = topic
         return topic
 
+    def _aborted_txn_processor(self, topic: str) -> AbortedTxnProcessor:
+        """The processor ``transactionBufferSegmentedSnapshotEnabled`` selects (read when the topic opens)."""
+        config = self.config
+        if config.transactionBufferSegmentedSnapshotEnabled:
+            return SegmentedSnapshotProcessor(
+                topic, self.snapshots, self.clock_ms,
+                capacity=segment_capacity(config.transactionBufferSnapshotSegmentSize, topic),
+                on_demand=config.engineTransactionBufferSegmentsOnDemand,
+                cache_segments=config.engineTransactionBufferSegmentCacheSize)
+        return SingleSnapshotProcessor(topic, self.snapshots, self.clock_ms)
+
     def _open_store(self, topic: str, subscription: str) -> PendingAckStore:
         wc = writer_config(self.config, "pending-ack")
         store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag)
         topic_obj = self.topics.get(topic)
-        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do.
-        store.recover(self.clock_ms, topic_obj.subscription(subscription) if topic_obj else None)
-        store.recover_start_time = self._distinct_open(("pending-ack", topic, subscription), store.recover_start_time)
+        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view replays
+        # without it: re-applying a logged COMMIT to the subscription would be a write.
+        sub = topic_obj.subscription(subscription) if topic_obj and not self.read_only else None
+        store.recover(self.clock_ms, sub)
+        self._opened("pending-ack/" + store.store_topic, store)
         self.stores[(topic, subscription)] = store
         return store
 
@@ -402,7 +476,9 @@ class Engine:
         if store is not None:
             store.close()
             self.factory.delete(store.name)
-        self.storage.meta_delete(META_PENDING_ACK + pending_ack_topic(topic, subscription))
+        name = pending_ack_topic(topic, subscription)
+        self._persisted_opens.pop("pending-ack/" + name, None)
+        self.storage.meta_put_many({META_PENDING_ACK + name: None, META_OPENED + "pending-ack/" + name: None})
 
     def reload_topic(self, topic: str) -> None:
         """Unload a topic: its transaction buffer and pending-ack stores reopen (and re-read batch flags)."""
@@ -499,14 +575,24 @@ class Engine:
     def _maintain(self) -> None:
         interval = self.config.engineTimeoutCheckIntervalMillis / 1000
         ticks = 0
+        failing: str | None = None  # the failure being repeated, logged once (the loop ticks ten times a second)
         while not self._stop.wait(interval):
             ticks += 1
             try:
                 # Timeouts every tick (Pulsar: a 100 ms wheel); the ledger sweep about once a second, since
                 # it visits every managed ledger and an engine may hold tens of thousands.
                 self.maintenance_tick(sweep_ledgers=ticks % max(1, round(1 / interval)) == 0)
-            except Exception:  # keep the broker loop alive; the next tick retries
-                pass
+            except Exception as exc:  # keep the broker loop alive; the next tick retries
+                if repr(exc) != failing:
+                    log.exception("%s: engine maintenance failed (timeouts, snapshots, ledger rollover and trim "
+                                  "wait for the next tick, which retries)", self.directory)
+                    failing = repr(exc)
+                else:
+                    log.debug("%s: engine maintenance failed again: %r", self.directory, exc)
+            else:
+                if failing is not None:
+                    log.info("%s: engine maintenance works again", self.directory)
+                    failing = None
 
     def close(self) -> None:
         self._stop.set()

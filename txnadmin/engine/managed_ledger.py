@@ -13,8 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Iterator, Optional
-from urllib.parse import quote
+from typing import Any, Callable, Iterator, Optional
 
 from .completion import Completion
 from .cursor import ManagedCursor, dumps_state
@@ -22,13 +21,6 @@ from .position import Position
 from .storage import LedgerNotFoundError, LedgerStorage
 
 ROOT = "managed-ledgers/"
-
-
-def managed_ledger_name(topic: str) -> str:
-    """persistent://t/ns/x → t/ns/persistent/<x URL-encoded> (Pulsar's persistence naming)."""
-    rest = topic.split("://", 1)[1]
-    tenant, namespace, local = rest.split("/", 2)
-    return f"{tenant}/{namespace}/persistent/{quote(local, safe='')}"
 
 
 def _wall_ms() -> float:
@@ -87,7 +79,10 @@ class ManagedLedger:
             self._recover_last_ledger()
         for key in self.storage.meta_list(self._key() + "/cursors/"):
             cname = key.rsplit("/", 1)[1]
-            state = json.loads(self.storage.meta_get(key))
+            raw = self.storage.meta_get(key)
+            if raw is None:  # deleted since listed
+                continue
+            state = json.loads(raw)
             self._cursors[cname] = ManagedCursor(self, cname, Position(-1, -1), state)
         if not read_only:
             self._start_ledger()
@@ -117,14 +112,17 @@ class ManagedLedger:
         info = {"ledgers": [l.__dict__ for l in self._ledgers], "properties": self._properties}
         self.storage.meta_put(self._key(), json.dumps(info, separators=(",", ":")).encode())
 
-    def _persist_cursor(self, cursor: ManagedCursor, state: bytes | None = None, version: int | None = None) -> None:
+    def persist_cursor(self, cursor: ManagedCursor, state: bytes | None = None, version: int | None = None) -> None:
+        """Store a cursor's state under this ledger's metadata: a snapshot the cursor took (``state`` and its
+        ``version``, committed without waiting for the disk; the version keeps an older snapshot from overwriting a
+        newer one), or, without them, the cursor's current state, synced."""
         if self.read_only:
             raise RuntimeError(f"managed ledger {self.name} is open read-only")
         key = f"{self._key()}/cursors/{cursor.name}"
         if state is None:
             self.storage.meta_put(key, dumps_state(cursor))
         else:
-            self.storage.meta_put_many({key: state}, {key: version}, sync=False)
+            self.storage.meta_put_many({key: state}, {key: version} if version is not None else None, sync=False)
 
     def _recover_last_ledger(self) -> None:
         """After a restart the last ledger may still be OPEN in storage: close it; drop it if empty."""
@@ -333,7 +331,7 @@ class ManagedLedger:
                 # A new cursor starts at the end, as in Pulsar.
                 cursor = ManagedCursor(self, name, self.last_confirmed_entry)
                 self._cursors[name] = cursor
-                self._persist_cursor(cursor)
+                self.persist_cursor(cursor)
             return cursor
 
     def cursors(self) -> dict[str, ManagedCursor]:
@@ -403,7 +401,7 @@ class ManagedLedger:
             ledgers = []
             for info in self._ledgers:
                 is_current = info is current
-                item = {"ledgerId": info.ledger_id, "entries": 0 if is_current else info.entries,
+                item: dict[str, Any] = {"ledgerId": info.ledger_id, "entries": 0 if is_current else info.entries,
                         "size": 0 if is_current else info.size, "offloaded": False, "underReplicated": False}
                 if include_ledger_metadata:
                     try:
@@ -451,7 +449,8 @@ class ManagedLedgerFactory:
         self.storage = storage
 
     def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
-        return ManagedLedger(self, name, config or ManagedLedgerConfig())
+        # On read-only storage (a stopped engine read for stats) every managed ledger is a view: no new ledger.
+        return ManagedLedger(self, name, config or ManagedLedgerConfig(), read_only=self.storage.read_only)
 
     def open_read_only(self, name: str) -> ManagedLedger:
         """A view for stats and reads, e.g. from a second process while the writer runs."""
@@ -475,6 +474,6 @@ class ManagedLedgerFactory:
                 self.storage.delete_ledger(info["ledger_id"])
             except LedgerNotFoundError:
                 pass
-        updates = {k: None for k in self.storage.meta_list(ROOT + name + "/cursors/")}
+        updates: dict[str, bytes | None] = {k: None for k in self.storage.meta_list(ROOT + name + "/cursors/")}
         updates[ROOT + name] = None
         self.storage.meta_put_many(updates)

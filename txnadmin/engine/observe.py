@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..names import is_transaction_ledger
 from .engine import Engine
 from .storage import LedgerNotFoundError
 
@@ -23,10 +24,6 @@ def engine_summary(engine: Engine) -> dict:
         "tcLedgersMin": min(ledger_counts, default=0),
         "tcLedgersMax": max(ledger_counts, default=0),
     }
-
-
-def is_transaction_ledger(managed_ledger: str) -> bool:
-    return "/__transaction_log_" in managed_ledger or managed_ledger.endswith("__transaction_pending_ack")
 
 
 def batched_census(storage) -> dict[int, dict]:

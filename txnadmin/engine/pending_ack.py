@@ -11,35 +11,26 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 from ..codec import AckType, EntryDecodeError, PendingAckMetadata, PendingAckMetadataEntry, PendingAckOp, decode_entry
 from .completion import Completion
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
-from .managed_ledger import ManagedCursor, ManagedLedgerFactory, managed_ledger_name
+from ..names import managed_ledger_name, pending_ack_topic
+from .managed_ledger import ManagedCursor, ManagedLedgerFactory
 from .ackset import has_bit
 from .cursor import WORD_MASK
 from .position import Position
 
 CURSOR_NAME = "__pending_ack_state"
-SUFFIX = "__transaction_pending_ack"
 
 
 class PendingAckConflict(Exception):
     """Pulsar's TransactionConflictException."""
 
-    status = 409
-
 
 class PendingAckNotAllowed(Exception):
     """Pulsar's NotAllowedException (e.g. a cumulative ack of several positions)."""
-
-    status = 405
-
-
-def pending_ack_topic(topic: str, subscription: str) -> str:
-    """persistent://t/ns/<topic>-<sub>__transaction_pending_ack (origin = the partition for partitioned topics)."""
-    return f"{topic}-{subscription}{SUFFIX}"
 
 
 def _acked_bits(ack_set: list[int] | None, batch_size: int) -> int:
@@ -248,6 +239,7 @@ class PendingAckStore:
             if ack_set is None or held.ack_set is None:
                 self._held.pop(pos, None)
                 continue
+            assert width is not None  # _apply_ack stores an ack set with its batch width, always
             mine = _acked_bits(ack_set, width)
             rest = _acked_bits(held.ack_set, width) & ~mine
             if rest:
@@ -309,7 +301,8 @@ class PendingAckStore:
                 except EntryDecodeError:
                     continue
                 acked: list[Position] = []
-                for rec in decoded.records:
+                records = cast(list[PendingAckMetadataEntry], decoded.records)  # the "pending-ack" kind's type
+                for rec in records:
                     txn = (rec.txnid_most_bits, rec.txnid_least_bits)
                     if rec.pending_ack_op == PendingAckOp.ACK:
                         items = [(Position(m.ledgerId, m.entryId), list(m.ack_set) or None,
@@ -330,7 +323,7 @@ class PendingAckStore:
                         if acks is not None and rec.pending_ack_op == PendingAckOp.COMMIT \
                                 and subscription_cursor is not None:
                             _apply_to_subscription(acks, subscription_cursor)
-                acked_records = sum(1 for r in decoded.records if r.pending_ack_op == PendingAckOp.ACK)
+                acked_records = sum(1 for r in records if r.pending_ack_op == PendingAckOp.ACK)
                 self._note_logged(TxnPosition(pos.ledger_id, pos.entry_id, 1, 0), acked_records, acked)
             self.state = "Ready"
             self.recover_end_time = clock_ms()
@@ -373,7 +366,7 @@ class PendingAckStore:
         return str(current[1]) if first is None else f"{current[1]}:{first - 1}"
 
     def stats(self, low_water_marks: dict[int, int] | None = None) -> dict:
-        out = {"state": self.state}
+        out: dict[str, Any] = {"state": self.state}
         if low_water_marks is not None:
             out["lowWaterMarks"] = {str(k): v for k, v in low_water_marks.items()}
         out.update({"ongoingTxnSize": len(self._txns), "recoverStartTime": self.recover_start_time,

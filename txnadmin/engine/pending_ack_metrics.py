@@ -16,14 +16,16 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import SummaryMetricFamily
 from prometheus_client.samples import Sample
 
+from ..names import namespace_of
+
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 WINDOW = 1024  # observations kept per subscription for the quantiles
 
 
 def _namespace(topic: str) -> str:
     try:
-        return topic.split("://", 1)[1].rsplit("/", 1)[0]
-    except IndexError:
+        return namespace_of(topic)
+    except ValueError:
         return "unknown"
 
 

@@ -16,15 +16,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from ..names import preserver_log_name
 from .keyed_log import KeyedLog
 from .managed_ledger import ManagedLedgerFactory
 
 COMMITTED = "COMMITTED"
 ABORTED = "ABORTED"
-
-
-def preserver_log_name(tc_id: int) -> str:
-    return f"pulsar/system/persistent/__terminated_txn_state_{tc_id}"
 
 
 @dataclass(frozen=True)
@@ -48,9 +45,9 @@ class TransactionPreserver:
         self._lock = threading.Lock()
         self._log = KeyedLog(factory, preserver_log_name(tc_id), ml_config, compact_every=500)
         # client → OrderedDict[(most, least)] = Preserved, oldest first
-        self._by_client: dict[str, OrderedDict] = {}
+        self._by_client: dict[str, OrderedDict[tuple[int, int], Preserved]] = {}
         for client, value in self._log.items():
-            entries = OrderedDict()
+            entries: OrderedDict[tuple[int, int], Preserved] = OrderedDict()
             for item in value.get("txnMetas", []):
                 txn = tuple(item["txnId"])
                 entries[txn] = Preserved(txn, item["status"], item["endTime"], client)
@@ -104,7 +101,8 @@ class TransactionPreserver:
         with self._lock:
             clients = [client_name] if client_name else list(self._by_client)
             for client in clients:
-                found = self._by_client.get(client, {}).get(txn)
+                entries = self._by_client.get(client)
+                found = entries.get(txn) if entries is not None else None
                 if found is not None:
                     return found
         return None

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..names import (
+    SYSTEM_NAMESPACE, coordinator_assign_partition, namespace_of, topic_in, transaction_log_topic,
+)
 from .coordinator import TxnMeta
 from .engine import Engine, EngineError, NotFound
 from .position import Position
-from .topic import normalize_topic
 
 
 class NotReady(EngineError):
-    status = 503
+    """Pulsar's ServiceUnitNotReadyException: asked before the component finished loading."""
 
 
 def coordinators_list(engine: Engine) -> list[dict]:
@@ -140,27 +142,22 @@ def position_stats_in_pending_ack(engine: Engine, topic: str, sub: str, ledger_i
 
 def topic_names(engine: Engine, namespace: str, include_system: bool) -> list[str]:
     """Topics of a namespace as `namespaces topics` lists them (system topics only when asked)."""
-    names = [t for t in engine.topics if t.split("://", 1)[1].rsplit("/", 1)[0] == namespace]
+    names = [t for t in engine.topics if namespace_of(t) == namespace]
     if include_system:
-        names += [s.store_topic for s in engine.stores.values()
-                  if s.store_topic.split("://", 1)[1].rsplit("/", 1)[0] == namespace]
-        from .tb_snapshot import SNAPSHOT_SYSTEM_TOPICS, system_topic
+        names += [s.store_topic for s in engine.stores.values() if namespace_of(s.store_topic) == namespace]
+        from .tb_snapshot import SNAPSHOT_SYSTEM_TOPICS
 
-        names += [system_topic(namespace, local) for local in SNAPSHOT_SYSTEM_TOPICS
+        names += [topic_in(namespace, local) for local in SNAPSHOT_SYSTEM_TOPICS
                   if engine.snapshots.exists(namespace, local)]
-        if namespace == "pulsar/system":
-            names += [f"persistent://pulsar/system/__transaction_log_{i}" for i in sorted(engine.coordinators)]
-            names += [f"persistent://pulsar/system/transaction_coordinator_assign-partition-{i}"
-                      for i in sorted(engine.coordinators)]
+        if namespace == SYSTEM_NAMESPACE:
+            names += [transaction_log_topic(i) for i in sorted(engine.coordinators)]
+            names += [coordinator_assign_partition(i) for i in sorted(engine.coordinators)]
     return sorted(names)
 
 
 def namespaces(engine: Engine) -> list[str]:
-    found = {t.split("://", 1)[1].rsplit("/", 1)[0] for t in engine.topics}
-    found |= {s.store_topic.split("://", 1)[1].rsplit("/", 1)[0] for s in engine.stores.values()}
-    found.add("pulsar/system")
+    found = {namespace_of(t) for t in engine.topics}
+    found |= {namespace_of(s.store_topic) for s in engine.stores.values()}
+    found.add(SYSTEM_NAMESPACE)
     return sorted(found)
 
-
-def canonical_topic(name: str) -> str:
-    return normalize_topic(name)

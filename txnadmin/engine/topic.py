@@ -16,8 +16,10 @@ from typing import Callable, Optional
 
 import google_crc32c
 
+from .aborted_txn_processor import AbortedTxnProcessor
 from .completion import Completion
-from .managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory, managed_ledger_name
+from ..names import managed_ledger_name, normalize_topic
+from .managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
 from .position import Position
 
 MESSAGE_MAGIC = b"\x0e\x01"
@@ -42,18 +44,6 @@ def decode_message(entry: bytes) -> tuple[dict, bytes]:
     return json.loads(body[4 : 4 + size]), body[4 + size :]
 
 
-def normalize_topic(name: str) -> str:
-    """``x`` → persistent://public/default/x; ``t/ns/x`` → persistent://t/ns/x (pulsar-admin's rules)."""
-    if "://" in name:
-        return name
-    parts = name.split("/")
-    if len(parts) == 1:
-        return f"persistent://public/default/{name}"
-    if len(parts) == 3:
-        return f"persistent://{name}"
-    raise ValueError(f"Invalid short topic name '{name}', it should be in the format of <tenant>/<namespace>/<topic> or <topic>")
-
-
 @dataclass
 class Message:
     position: Position
@@ -64,15 +54,17 @@ class Message:
 class TransactionBuffer:
     """Per topic: ongoing transactions, the max read position, and the aborted set (via its processor).
 
-    ``processor`` (set right after construction) is a single or segmented snapshot processor
-    (:mod:`.tb_snapshot`). A snapshot is taken after ``snapshot_every`` markers, or by
+    ``processor`` keeps the aborted set and its snapshots (:mod:`.aborted_txn_processor`); the buffer tells
+    it where a snapshot may say replay resumes (:meth:`snapshot_position`). A snapshot is taken after
+    ``snapshot_every`` markers, or by
     :meth:`maybe_snapshot` once ``snapshot_min_ms`` passed with changes pending (Pulsar's
     ``transactionBufferSnapshotMaxTransactionCount`` and ``transactionBufferSnapshotMinTimeInMillis``).
     """
 
-    def __init__(self, ledger: ManagedLedger, snapshot_every: int = 1000, snapshot_min_ms: int = 5000):
+    def __init__(self, ledger: ManagedLedger, processor: AbortedTxnProcessor, snapshot_every: int = 1000,
+                 snapshot_min_ms: int = 5000):
         self.ledger = ledger
-        self.processor = None  # set by the topic: the processor needs this buffer's snapshot_position
+        self.processor = processor
         self.snapshot_every = snapshot_every
         self.snapshot_min_ms = snapshot_min_ms
         self.ongoing: dict[tuple[int, int], Position] = {}
@@ -106,7 +98,7 @@ class TransactionBuffer:
             # messages were all trimmed.) Recording it twice would double-count it in a segment.
             return
         if not commit:
-            self.processor.put_aborted(txn, pos)
+            self.processor.put_aborted(txn, pos, self.snapshot_position)
         if self.state == "Ready":
             self.changes += 1
             if self.changes >= self.snapshot_every:
@@ -116,7 +108,7 @@ class TransactionBuffer:
         return self.processor.is_aborted(txn, position)
 
     def take_snapshot(self) -> None:
-        self.processor.take_snapshot()
+        self.processor.take_snapshot(self.snapshot_position)
         self.changes = 0
 
     def maybe_snapshot(self, now_ms: int) -> bool:
@@ -130,7 +122,7 @@ class TransactionBuffer:
 
     def trim_expired(self) -> int:
         """Forget aborted transactions whose marker's ledger has been trimmed away."""
-        return self.processor.trim_expired(self.first_live_ledger())
+        return self.processor.trim_expired(self.first_live_ledger(), self.snapshot_position)
 
     def stats(self, low_water_marks: dict[int, int] | None = None, segment_stats: bool = False) -> dict:
         out = {"state": self.state, "maxReadPosition": str(self.max_read_position()),
@@ -147,13 +139,12 @@ class TransactionBuffer:
 
 
 class Topic:
-    def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config, make_processor,
+    def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config, processor: AbortedTxnProcessor,
                  snapshot_every: int = 1000, snapshot_min_ms: int = 5000):
-        """``make_processor(topic_name, snapshot_position)`` builds the aborted-txn processor."""
+        """``processor`` keeps this topic's aborted transactions (made for its full name)."""
         self.name = normalize_topic(name)
         self.ledger = factory.open(managed_ledger_name(self.name), ml_config)
-        self.buffer = TransactionBuffer(self.ledger, snapshot_every, snapshot_min_ms)
-        self.buffer.processor = make_processor(self.name, self.buffer.snapshot_position)
+        self.buffer = TransactionBuffer(self.ledger, processor, snapshot_every, snapshot_min_ms)
         self._lock = threading.RLock()
         self._dispatch: dict[str, Position] = {}
 
@@ -179,6 +170,7 @@ class Topic:
 
         def wait() -> Position:
             done.result(what=f"{self.name}: add")
+            assert pos is not None  # a refused add fails its completion, so result() raised
             return pos
 
         return wait
@@ -281,7 +273,7 @@ class Topic:
                 buffer.on_marker(txn, meta["marker"] == COMMIT_MARKER, pos)
             else:
                 buffer.on_message(txn, pos)
-        buffer.processor.finish_recovery()
+        buffer.processor.finish_recovery(buffer.snapshot_position)
         buffer.state = "Ready"
         buffer.recover_end_time = clock_ms()
 

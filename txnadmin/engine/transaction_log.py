@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, cast
 
 from ..codec import EntryDecodeError, TransactionMetadataEntry, decode_entry
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
+from ..names import transaction_log_name
 from .managed_ledger import ManagedLedger, ManagedLedgerFactory
 from .ackset import has_bit
 
 CURSOR_NAME = "transaction.subscription"
 MAX_LOCAL_TXN_ID = "max_local_txn_id"
-
-
-def transaction_log_name(tc_id: int) -> str:
-    return f"pulsar/system/persistent/__transaction_log_{tc_id}"
-
-
-def transaction_log_topic(tc_id: int) -> str:
-    return f"persistent://pulsar/system/__transaction_log_{tc_id}"
 
 
 @dataclass(frozen=True)
@@ -62,8 +55,9 @@ class TransactionLog:
         if last is not None and last.entry_id >= 0:
             try:
                 decoded = decode_entry(self.ledger.read_entry(last), "txn-log")
-                if decoded.records[-1].HasField("max_local_txn_id"):
-                    value = max(value, decoded.records[-1].max_local_txn_id)
+                newest = cast(TransactionMetadataEntry, decoded.records[-1])  # the "txn-log" kind's type
+                if newest.HasField("max_local_txn_id"):
+                    value = max(value, newest.max_local_txn_id)
             except (EntryDecodeError, LookupError):
                 pass
         self._max_local_txn_id = value
@@ -77,6 +71,11 @@ class TransactionLog:
     @property
     def max_local_txn_id(self) -> int:
         return self._max_local_txn_id
+
+    def raise_max_local_txn_id(self, seen: int) -> None:
+        """A replayed record names an id: never hand it out again (the sequence only grows)."""
+        with self._lock:
+            self._max_local_txn_id = max(self._max_local_txn_id, seen)
 
     # -- writing -----------------------------------------------------------------------------
     def append(self, record: TransactionMetadataEntry,
@@ -110,14 +109,15 @@ class TransactionLog:
             except EntryDecodeError:
                 # Pulsar skips what it cannot deserialize; we do the same and keep going.
                 continue
-            size = len(decoded.records)
+            records = cast(list[TransactionMetadataEntry], decoded.records)  # the "txn-log" kind's type
+            size = len(records)
             if size == 0:
                 continue
             if size == 1 and not decoded.batched:
-                yield ReplayedRecord(decoded.records[0], TxnPosition(pos.ledger_id, pos.entry_id, 1, 0))
+                yield ReplayedRecord(records[0], TxnPosition(pos.ledger_id, pos.entry_id, 1, 0))
                 continue
             remaining = self.cursor.deleted_batch_indexes(pos)
-            for index, record in enumerate(decoded.records):
+            for index, record in enumerate(records):
                 if remaining is not None and not has_bit(remaining, index):
                     continue  # this record of the batch was already deleted
                 yield ReplayedRecord(record, TxnPosition(pos.ledger_id, pos.entry_id, size, index))

@@ -92,9 +92,9 @@ def run_workload(engine: Engine, spec: WorkloadSpec, stop: Optional[threading.Ev
     lock = threading.Lock()
     topics = spec.topic_names()
     subs = spec.subscription_names()
-    for t in topics:
+    for name in topics:
         for s in subs:
-            engine.subscribe(t, s)
+            engine.subscribe(name, s)
     limiter = _RateLimiter(spec.rate)
     deadline = time.monotonic() + spec.duration_s if spec.duration_s > 0 else float("inf")
     start = time.monotonic()
@@ -137,7 +137,7 @@ def _one_transaction(engine, spec, rng, topics, subs, stats, lock, on_commit) ->
         # As a client application does: a failed step aborts the transaction instead of leaving it open (holding
         # its log records and acks) until its timeout. A coordinator being reloaded answers "not ready" until it
         # has recovered; Pulsar's client retries then, and so does this, for up to two seconds.
-        for attempt in range(20):
+        for _attempt in range(20):
             try:
                 engine.abort(txn)
                 break

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from prometheus_client.parser import text_string_to_metric_families
 
 DEFAULTS = {"MaxRecords": 512, "MaxSize": 4 * 1024 * 1024, "MaxDelayInMillis": 1}
-COMPONENTS = {
+COMPONENTS: dict[str, dict[str, Any]] = {
     "transaction coordinator log": {
         "implemented": "pulsar_txn_tc_bufferedwriter",
         "pip": {"records": "pulsar_txn_tc_log_records_count_per_entry",

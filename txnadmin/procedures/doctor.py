@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
-from urllib.parse import unquote
 
 from ..admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin, TxnId,
 )
-from .downgrade import PENDING_ACK_SUFFIX, TC_ASSIGN
+from ..names import (
+    SYSTEM_NAMESPACE, TC_ASSIGN_TOPIC, coordinator_assign_partition, is_pending_ack_store, pending_ack_readings,
+)
 
 SEVERITIES = ("info", "unknown", "warning", "critical")
 EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNREADABLE = 0, 1, 3
@@ -45,7 +46,7 @@ DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 # One aborted transaction in a Single snapshot: four Avro longs (txn id most/least, marker ledger/entry) as
 # zig-zag varints, about 16 bytes for real ids. An estimate, and the evidence says so.
 BYTES_PER_ABORT = 16
-TC_SYSTEM_NAMESPACE = "pulsar/system"
+TC_SYSTEM_NAMESPACE = SYSTEM_NAMESPACE
 ENDING_STATES = ("COMMITTING", "ABORTING")
 READY_STATES = {"Ready", "NoSnapshot"}  # NoSnapshot: a ready buffer that has not needed a snapshot yet
 
@@ -260,15 +261,6 @@ def _survey_coordinators(admin: TransactionsAdmin, s: Survey, concurrency: int) 
                 s.coordinator_errors[tc_id] = error
 
 
-def _resolve(store: str, plain: set[str]) -> tuple[Optional[str], Optional[str], list[tuple[str, str]]]:
-    """`<topic>-<sub>__transaction_pending_ack` → (topic, sub, other candidates); the longest existing topic wins."""
-    base = store[: -len(PENDING_ACK_SUFFIX)]
-    candidates = [(base[:i], base[i + 1:]) for i in range(len(base) - 1, 0, -1) if base[i] == "-" and base[:i] in plain]
-    if not candidates:
-        return None, None, []
-    return candidates[0][0], candidates[0][1], candidates[1:]
-
-
 def _names(value: Any) -> set[str]:
     """A topic listing as Pulsar sends it: a list of strings; anything else is a malformed answer."""
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
@@ -280,7 +272,7 @@ def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progre
     tenants = _read(s, "namespaces", admin.list_tenants)
     if tenants is None:
         return
-    namespaces = []
+    namespaces: list[str] = []
     for tenant in tenants:
         namespaces += _read(s, f"namespaces of {tenant}", admin.list_namespaces, tenant) or []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
@@ -290,12 +282,13 @@ def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progre
             s.topics[ns] = _names(topics)
     plain: list[str] = []
     stores: list[Store] = []
-    for ns, topics in s.topics.items():
+    for topics in s.topics.values():
         ns_plain = {t for t in topics if not _is_system(t)}
         plain += sorted(ns_plain)
-        for name in sorted(t for t in topics if t.endswith(PENDING_ACK_SUFFIX)):
-            topic, sub, others = _resolve(name, ns_plain)
-            stores.append(Store(name, topic, sub, others=others))
+        for name in sorted(t for t in topics if is_pending_ack_store(t)):
+            readings = pending_ack_readings(name, ns_plain)
+            topic, sub = readings[0] if readings else (None, None)
+            stores.append(Store(name, topic, sub, others=readings[1:]))
     total = len(plain) + len(stores)
     done = 0
 
@@ -308,13 +301,11 @@ def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progre
             return topic, None, exc
 
     def pending(store: Store):
-        if store.topic is None:
+        if store.topic is None or store.subscription is None:  # _resolve found no split: both are None
             return store
         # The name's split is a guess when topic or subscription holds '-', and Pulsar 5 URL-encodes the subscription
         # in the name (PR #25727): on a 404, try the other readings before calling the store a leftover.
-        readings = [(store.topic, store.subscription)]
-        readings += [(t, unquote(sub)) for t, sub in readings if unquote(sub) != sub] + store.others
-        readings += [(t, unquote(sub)) for t, sub in store.others if unquote(sub) != sub]
+        readings = [(store.topic, store.subscription)] + store.others
         for topic, sub in readings:
             try:
                 store.stats = admin.pending_ack_stats(topic, sub)
@@ -347,7 +338,7 @@ def _survey_topics(admin: TransactionsAdmin, s: Survey, concurrency: int, progre
 
 def _is_system(topic: str) -> bool:
     local = topic.rsplit("/", 1)[-1]
-    return local.startswith("__") or local.endswith(PENDING_ACK_SUFFIX) or topic.startswith(
+    return local.startswith("__") or is_pending_ack_store(local) or topic.startswith(
         ("persistent://pulsar/system/", "pulsar/system/"))
 
 
@@ -416,7 +407,7 @@ def check_coordinators(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Fin
                                                            "status": exc.status, "reason": exc.reason},
                                "the coordinator does not answer: transactions assigned to it cannot begin or end",
                                f"unload its partition so another broker loads it: `pulsar-admin topics unload "
-                               f"{TC_ASSIGN.format(tc_id)}`; check that broker's log for the coordinator's recovery",
+                               f"{coordinator_assign_partition(tc_id)}`; check that broker's log for the coordinator's recovery",
                                [_ref(18923)]))
             continue
         stats = s.coordinator_stats.get(tc_id, {})
@@ -424,7 +415,7 @@ def check_coordinators(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Fin
         if state != "Ready" and state != "Initializing":  # Initializing is judged by the recovery check
             out.append(Finding(name, "critical", subject, {"state": state, "stats": stats},
                                f"the coordinator is {state}, not Ready: transactions assigned to it fail",
-                               f"`pulsar-admin topics unload {TC_ASSIGN.format(tc_id)}` to reload it; if it stays so, "
+                               f"`pulsar-admin topics unload {coordinator_assign_partition(tc_id)}` to reload it; if it stays so, "
                                "read the owning broker's log", [_ref(18923)]))
     system = s.topics.get(TC_SYSTEM_NAMESPACE)
     if system is None and "coordinators" not in s.errors and ids:
@@ -437,7 +428,7 @@ def check_coordinators(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Fin
             out.append(_unknown(name, "transaction_coordinator_assign", f"listing {TC_SYSTEM_NAMESPACE}: {reason}",
                                 "grant the doctor's role access to pulsar/system, or run it as a super-user"))
     if system is not None and ids:
-        prefix = TC_ASSIGN.format("")
+        prefix = coordinator_assign_partition("")
         partitions = sorted(int(x[len(prefix):]) for x in system if x.startswith(prefix) and x[len(prefix):].isdigit())
         if partitions != list(range(len(ids))) or partitions != ids:
             out.append(Finding(name, "warning", "transaction_coordinator_assign",
@@ -445,7 +436,7 @@ def check_coordinators(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Fin
                                "each partition of transaction_coordinator_assign hosts the coordinator of the same id; "
                                "a partition without a coordinator (or the reverse) means transactions routed there fail",
                                "compare `pulsar-admin topics get-partitioned-topic-metadata "
-                               "persistent://pulsar/system/transaction_coordinator_assign` with `pulsar-admin "
+                               f"{TC_ASSIGN_TOPIC}` with `pulsar-admin "
                                "transactions coordinators-list`; grow with `pulsar-admin transactions "
                                "scale-transactionCoordinators -r N`", [_ref(17513)]))
     return out
@@ -507,7 +498,7 @@ def check_stuck(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
                     f"{status} for at least {_age(ending_for)}: the coordinator cannot deliver the end to every "
                     "topic and subscription, which stay blocked (max read position held, acks pending)",
                     f"unload the coordinator so it recovers and drives the end again: `pulsar-admin topics unload "
-                    f"{TC_ASSIGN.format(txn.most_bits)}`; upgrade to a release with PR #23551",
+                    f"{coordinator_assign_partition(txn.most_bits)}`; upgrade to a release with PR #23551",
                     [_ref(23550), _ref(23551)]))
     for tc_id, (_, evidence) in sorted(oldest.items()):
         if any(f.subject == evidence["txnId"] for f in out):
@@ -581,7 +572,7 @@ def check_max_read_position(admin: TransactionsAdmin, s: Survey, t: dict) -> lis
             f"{_age(age)} old) is ongoing; every message after it, transactional or not, waits",
             (f"abort it: `txnadmin transactions abort-transaction -m {txn.most_bits} -l {txn.least_bits}` "
              "(or `txnadmin doctor --fix` once it is past its timeout)" if meta.get("status") == "OPEN" else
-             f"unload its coordinator so it drives the end again: `pulsar-admin topics unload {TC_ASSIGN.format(txn.most_bits)}`")
+             f"unload its coordinator so it drives the end again: `pulsar-admin topics unload {coordinator_assign_partition(txn.most_bits)}`")
             + "; lower the client's transaction timeout if long transactions are not intended",
             [_ref(19200), _ref(22943), _ref(26234)]))
     return out
@@ -624,7 +615,7 @@ def check_recovery(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding
             out.append(Finding(name, _recovery_severity(ev), f"coordinator {tc_id}", ev,
                                "the coordinator's log replay has not finished: every transaction on it fails until it does",
                                f"read the owning broker's log for the replay error; unload "
-                               f"`{TC_ASSIGN.format(tc_id)}` to retry", [_ref(18923)]))
+                               f"`{coordinator_assign_partition(tc_id)}` to retry", [_ref(18923)]))
     for topic, stats in sorted(s.buffers.items()):
         ev = _recovering(stats, s.now_ms, t["recovery"])
         if ev:
@@ -762,10 +753,10 @@ def _metrics(admin: TransactionsAdmin, s: Survey) -> tuple[Optional[str], str]:
 
 def _pending_ack_batching(admin: TransactionsAdmin, s: Survey, flags: dict) -> list[Finding]:
     """Judged as `downgrade` judges it: only a flag change txnadmin recorded tells which stores reopened since."""
-    from ..admin.batchlog import _load_changes, pending_ack_batch_log_stat
+    from ..admin.batchlog import pending_ack_batch_log_stat, recorded_change
 
     name = "batched-log"
-    if not _load_changes().get(s.target, {}).get(PENDING_ACK_BATCH_FLAG):
+    if not recorded_change(s.target, PENDING_ACK_BATCH_FLAG):
         return [Finding(name, "info", "pending-ack stores", {PENDING_ACK_BATCH_FLAG: flags[PENDING_ACK_BATCH_FLAG],
                                                              "recordedChange": None},
                         "txnadmin recorded no change of the flag on this target, so every store is taken to follow "
@@ -791,7 +782,7 @@ def check_leftovers(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Findin
     why = ("a pending-ack store outlives its subscription: its managed ledger keeps ledgers (and bookie space) and "
            "it shows up in every store listing, including a downgrade's")
     for store in s.stores:
-        gone = None
+        gone: Optional[dict[str, Any]] = None
         if store.topic is None:
             gone = {"store": store.name, "missing": "topic"}
         elif isinstance(store.error, NotFoundError):
@@ -824,7 +815,7 @@ def _idle_stores(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
     text, _ = _metrics(admin, s)
     if not text:
         return []
-    active: dict[tuple[str, str], float] = {}
+    active: dict[tuple[Optional[str], Optional[str]], float] = {}
     started = None
     try:
         for family in text_string_to_metric_families(text):

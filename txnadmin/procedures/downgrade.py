@@ -33,13 +33,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..admin.discovery import discover_pending_ack_stores
 from ..admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin, is_transient,
 )
+from ..names import coordinator_assign_partition, is_pending_ack_store, transaction_log_local_name
 from .state import load_state, new_state, save_state
 
-PENDING_ACK_SUFFIX = "__transaction_pending_ack"
-TC_ASSIGN = "persistent://pulsar/system/transaction_coordinator_assign-partition-{}"
 TC_CURSOR = "transaction.subscription"
 Progress = Optional[Callable[[int, int], None]]
 FLAG_PROPAGATION_S = 10.0  # dynamic config reaches brokers through a metadata watch: allow it this long
@@ -65,6 +65,7 @@ class DowngradeError(Exception):
         super().__init__(message)
         self.exit_code = exit_code
         self.transient = transient  # worth retrying within `wait --timeout` (connection lost, 502/504, 503+Retry-After)
+        self.abandoned = False  # wait timed out with a poll still hanging (its threads are left behind)
 
 
 @dataclass
@@ -227,16 +228,28 @@ def flags_disabled(admin: TransactionsAdmin) -> tuple[bool, list[str]]:
     return not enabled, enabled
 
 
-def batched_flushes(admin: TransactionsAdmin) -> Optional[float]:
-    """The answering broker's batched-writer flush count (coordinators + pending-ack stores), from /metrics.
+def batched_flushes(admin: TransactionsAdmin, brokers: list[str]) -> dict[str, float]:
+    """Each active broker's batched-writer flush count (coordinators + pending-ack stores), from its /metrics.
 
-    None when /metrics is not reachable or carries no such counters: this is extra evidence where available,
-    never a reason to say safe. With batching off a store writes plainly and never counts a flush.
+    Every broker is asked, not only the answering one: a store that still batches may live on any of them. A
+    broker whose /metrics is not reachable or carries no such counters is left out: this is extra evidence where
+    available, never a reason to say safe. With batching off a store writes plainly and never counts a flush.
     """
-    try:
-        text = admin.metrics_text()
-    except (AdminError, AttributeError):
-        return None
+    def one(broker: str) -> tuple[str, Optional[float]]:
+        try:
+            # the only active broker is the one answering (its id may not be an address we can reach)
+            text = admin.metrics_text() if len(brokers) == 1 else admin.broker_metrics_text(broker)
+        except (AdminError, AttributeError):
+            return broker, None
+        return broker, _flush_total(text)
+
+    if not brokers:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(brokers))) as pool:
+        return {b: total for b, total in pool.map(one, brokers) if total is not None}
+
+
+def _flush_total(text: str) -> Optional[float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     total, seen = 0.0, False
@@ -269,46 +282,10 @@ def confirm_flags_off(admin: TransactionsAdmin, brokers: list[str], wait_s: floa
 
 # -- discovery ----------------------------------------------------------------------------------
 
-def discover_pending_ack_stores(admin: TransactionsAdmin, concurrency: int = 16) -> dict[str, dict]:
-    """Every `…__transaction_pending_ack` topic in every namespace, resolved to (origin topic, subscription)."""
-    namespaces = [ns for tenant in _call(admin.list_tenants) for ns in _call(admin.list_namespaces, tenant)]
-
-    def scan(ns: str) -> dict[str, dict]:
-        topics = _call(admin.list_topics, ns, True)
-        plain = {t for t in topics if not t.endswith(PENDING_ACK_SUFFIX)}
-        found = {}
-        for store in topics:
-            if store.endswith(PENDING_ACK_SUFFIX):
-                found[store] = _resolve_store(admin, store, plain)
-        return found
-
-    stores: dict[str, dict] = {}
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for part in pool.map(scan, namespaces):
-            stores.update(part)
-    return stores
-
-
-def _resolve_store(admin: TransactionsAdmin, store: str, topics: set[str]) -> dict:
-    """Split `<topic>-<sub>__transaction_pending_ack`; names with '-' are ambiguous, so ask the target."""
-    base = store[: -len(PENDING_ACK_SUFFIX)]
-    candidates = [(base[:i], base[i + 1:]) for i in range(len(base)) if base[i] == "-" and base[:i] in topics]
-    candidates.sort(key=lambda c: -len(c[0]))
-    for topic, sub in candidates:
-        try:
-            _call(admin.pending_ack_internal_stats, topic, sub)
-            return {"topic": topic, "subscription": sub}
-        except NotFoundError:
-            continue
-    if candidates:
-        topic, sub = candidates[0]
-        return {"topic": topic, "subscription": sub, "unresolved": True}
-    cut = base.rfind("-")
-    return {"topic": base[:cut], "subscription": base[cut + 1:], "unresolved": True}
-
-
-def _namespace(topic: str) -> str:
-    return topic.split("://", 1)[1].rsplit("/", 1)[0]
+def _pending_ack_stores(admin: TransactionsAdmin, concurrency: int) -> dict[str, dict]:
+    """Every pending-ack store of the target, as the checklist records it: store name → origin topic, subscription."""
+    found = _call(discover_pending_ack_stores, admin, concurrency)
+    return {name: {"topic": s.topic, "subscription": s.subscription} for name, s in found.items()}
 
 
 # -- plan ---------------------------------------------------------------------------------------
@@ -316,7 +293,7 @@ def _namespace(topic: str) -> str:
 def plan(admin: TransactionsAdmin, concurrency: int = 16) -> dict[str, Any]:
     """What `start` would touch: counts for the confirmation (nothing is changed)."""
     coordinators = _call(admin.list_coordinators)
-    stores = discover_pending_ack_stores(admin, concurrency)
+    stores = _pending_ack_stores(admin, concurrency)
     return {"coordinators": len(coordinators), "pendingAckStores": len(stores),
             "topics": len({info["topic"] for info in stores.values()})}
 
@@ -408,7 +385,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
         state["phase"] = "disabled"
     save_state(state_path, state)
 
-    stores = discover_pending_ack_stores(admin, concurrency)
+    stores = _pending_ack_stores(admin, concurrency)
     logs = [_Log(admin, "coordinator", str(c["id"]), {}) for c in coordinators]
     logs += [_Log(admin, "pending-ack", store, info) for store, info in stores.items()]
     recorded = {**{("coordinator", k): v for k, v in state["coordinators"].items()},
@@ -426,10 +403,10 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
             return False  # deleted or not loaded: status decides from the listing
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        todo = [log for log, need in zip(logs, pool.map(needs_record, logs)) if need]
+        todo = [log for log, need in zip(logs, pool.map(needs_record, logs), strict=True) if need]
     by_unit: dict[str, list[_Log]] = {}
     for log in todo:
-        unit = TC_ASSIGN.format(log.key) if log.component == "coordinator" else log.info["topic"]
+        unit = coordinator_assign_partition(log.key) if log.component == "coordinator" else log.info["topic"]
         by_unit.setdefault(unit, []).append(log)
     total, done = len(by_unit), 0
     this_run: list[tuple[str, str]] = []
@@ -487,7 +464,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
     state["phase"] = "recorded"
     state["recordedAt"] = _now_ms()
     state["rerecorded"] = len(this_run)
-    state["batchedFlushes"] = batched_flushes(admin)  # the baseline status compares against
+    state["batchedFlushesByBroker"] = batched_flushes(admin, brokers)  # the baselines status compares against
     save_state(state_path, state)
     return state
 
@@ -525,7 +502,7 @@ REOPENED_HINT = "run `txnadmin downgrade start` again: it re-records exactly the
 def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path,
               state: dict) -> tuple[Optional[LogStatus], Optional[list[int]], Optional[int]]:
     """(a verdict already reached, or None; the ledgers; a newly confirmed newest ledger to remember)."""
-    name = log.key if log.component == "pending-ack" else f"__transaction_log_{log.key}"
+    name = log.key if log.component == "pending-ack" else transaction_log_local_name(log.key)
     extra = ({"topic": log.info["topic"], "subscription": log.info["subscription"]} if log.component == "pending-ack"
              else {"coordinatorId": int(log.key)})
     last = rec.get("lastBatchedLedgerId")
@@ -578,8 +555,8 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
     last = rec["lastBatchedLedgerId"]
     tc_id = int(log.key)
     oldest = min(ids)
-    status = LogStatus("coordinator", f"__transaction_log_{tc_id}", last, oldest, last is None or oldest > last, "",
-                       extra={"coordinatorId": tc_id}, kind=KIND_DONE)
+    status = LogStatus("coordinator", transaction_log_local_name(tc_id), last, oldest, last is None or oldest > last,
+                       "", extra={"coordinatorId": tc_id}, kind=KIND_DONE)
     if status.done:
         status.reason = f"oldest live ledger {oldest} is newer than LastBatched {last}"
         return status
@@ -652,9 +629,9 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                    for t in topics}
     unrecorded = [LogStatus("pending-ack", name, None, None, False, "created since recording: it may have opened "
                             "while batching was on", REOPENED_HINT, kind=KIND_UNRECORDED)
-                  for name in sorted(listing) if name.endswith(PENDING_ACK_SUFFIX)
+                  for name in sorted(listing) if is_pending_ack_store(name)
                   and name not in state["pendingAckStores"]]
-    unrecorded += [LogStatus("coordinator", f"__transaction_log_{c['id']}", None, None, False, "created since "
+    unrecorded += [LogStatus("coordinator", transaction_log_local_name(c["id"]), None, None, False, "created since "
                              "recording (coordinators scaled up)", REOPENED_HINT, extra={"coordinatorId": int(c["id"])},
                              kind=KIND_UNRECORDED)
                    for c in _call(admin.list_coordinators) if str(c["id"]) not in state["coordinators"]]
@@ -667,6 +644,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         verdict, ids, confirmed = _evidence(log, rec, listed(), state_path, state)
         if verdict is not None:
             return verdict, confirmed
+        assert ids is not None  # _evidence gives the ledgers whenever it reaches no verdict
         if log.component == "coordinator":
             return _coordinator_status(admin, log, rec, ids), confirmed
         return _store_status(log, rec, ids), confirmed
@@ -674,7 +652,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     logs: list[LogStatus] = []
     changed = False
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for (log, rec), (result, confirmed) in zip(jobs, pool.map(one, jobs)):
+        for (_log, rec), (result, confirmed) in zip(jobs, pool.map(one, jobs), strict=True):
             logs.append(result)
             if confirmed is not None and confirmed != rec.get("confirmedLedger"):
                 rec["confirmedLedger"] = confirmed
@@ -682,18 +660,25 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
             if progress:
                 progress(len(logs), len(jobs))
     logs += unrecorded
-    flushes = batched_flushes(admin)
-    baseline = state.get("batchedFlushes")
-    if flushes is not None and baseline is not None and flushes < baseline:
-        state["batchedFlushes"] = flushes  # counters restarted with their broker (its stores reopened: see above)
+    baselines = state.get("batchedFlushesByBroker")
+    if baselines is None:  # a checklist recorded before every broker was read: its one value was the answering one's
+        legacy = state.get("batchedFlushes")
+        baselines = {brokers[0]: legacy} if legacy is not None and len(brokers) == 1 else {}
+        state["batchedFlushesByBroker"] = baselines
         changed = True
-    elif flushes is not None and baseline is not None and flushes > baseline:
-        broker = brokers[0] if len(brokers) == 1 else "the answering broker"
-        logs.append(LogStatus("broker", broker, None, None, False,
-                              f"batched-writer flushes grew from {baseline:g} to {flushes:g} since recording "
-                              "(pulsar_txn_*_bufferedwriter_flush_trigger_*): something still batches",
-                              "find the store that still batches (a broker.conf override?), then run `txnadmin "
-                              "downgrade start` again", kind=KIND_STILL_FLUSHING))
+    for broker, flushes in sorted(batched_flushes(admin, brokers).items()):
+        baseline = baselines.get(broker)
+        if baseline is None or flushes < baseline:
+            # First seen (a broker that joined since recording: its reopened stores are caught above), or its
+            # counters restarted with it: from here on, any growth counts.
+            baselines[broker] = flushes
+            changed = True
+        elif flushes > baseline:
+            logs.append(LogStatus("broker", broker, None, None, False,
+                                  f"batched-writer flushes on broker {broker} grew from {baseline:g} to {flushes:g} "
+                                  "since recording (pulsar_txn_*_bufferedwriter_flush_trigger_*): something there "
+                                  "still batches", "find the store that still batches on that broker (a broker.conf "
+                                  "override?), then run `txnadmin downgrade start` again", kind=KIND_STILL_FLUSHING))
     if changed:
         save_state(state_path, state)
     verification = state.get("verification")
@@ -760,7 +745,7 @@ def _timed_out(last: Optional[Report], error: Optional[str], timeout_s: float, a
     if last is None:
         exc = DowngradeError(f"no answer from the target within --timeout {timeout_s:g} s"
                              + (f" (last error: {error})" if error else ""), 3)
-        exc.abandoned = abandoned  # type: ignore[attr-defined]
+        exc.abandoned = abandoned
         raise exc
     last.transient_error = error
     last.abandoned = abandoned

@@ -91,7 +91,7 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
         step("procedure verdict", safe=report.safe)
         stop.set()
         worker.join(timeout=30)
-        result.workload = holder.get("stats").to_json() if holder.get("stats") else None
+        result.workload = stats.to_json() if (stats := holder.get("stats")) else None
         dump = directory / "dump"
         engine.storage.export(dump)
         step("ledgers dumped", path=str(dump))

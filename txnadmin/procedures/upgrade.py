@@ -13,7 +13,7 @@ from typing import Optional
 
 from ..admin.batchlog import pending_ack_batch_log_stat, set_batch_log, tc_batch_log_stat
 from ..admin.protocol import AdminError, TransactionsAdmin
-from .downgrade import DowngradeError
+from .downgrade import DowngradeError, active_brokers, target_identity
 
 MIN_VERSION = "2.11.0"
 WATCH = [
@@ -22,6 +22,16 @@ WATCH = [
     "pulsar_txn_pending_ack_store_bufferedwriter_* (the same for pending-ack stores)",
     "txnadmin metrics <broker>/metrics for shares and a tuning recommendation",
 ]
+
+
+class UpgradeError(Exception):
+    """The upgrade cannot go on; ``exit_code`` 1 (brokers too old) or 3 (the target or a broker cannot be read).
+
+    Its own type, not the downgrade's: a script catching one procedure's failure must not catch the other's."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -60,10 +70,11 @@ def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION,
     A broker that cannot be asked directly (e.g. behind a proxy) stops it with exit 3 unless the operator vouches for
     it by name (``assume_ok``). Runs before anything is asked or changed.
     """
-    from .downgrade import active_brokers, target_identity
-
     assume = set(assume_ok or [])
-    brokers = active_brokers(admin, target_identity(admin, ""))
+    try:
+        brokers = active_brokers(admin, target_identity(admin, ""))
+    except DowngradeError as exc:  # the broker discovery is shared with the downgrade; its failure is ours here
+        raise UpgradeError(f"cannot list the brokers whose versions must be checked: {exc}", exc.exit_code) from None
     versions: dict[str, str] = {}
     unreachable: list[str] = []
     for broker in brokers:
@@ -74,21 +85,21 @@ def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION,
                 versions[broker] = admin.broker_version(broker)
         except AdminError as exc:
             if exc.status in (401, 403):
-                raise DowngradeError(f"cannot read broker versions: {exc.reason}", 3) from None
+                raise UpgradeError(f"cannot read broker versions: {exc.reason}", 3) from None
             if broker in assume:
                 versions[broker] = "assumed ok (--assume-version-ok)"
             else:
                 unreachable.append(f"{broker} ({exc.reason})")
     if unreachable:
-        raise DowngradeError("cannot ask these brokers their version directly: " + ", ".join(unreachable)
+        raise UpgradeError("cannot ask these brokers their version directly: " + ", ".join(unreachable)
                              + "; check them yourself and name them with --assume-version-ok BROKER,...", 3)
     floor = parse_version(min_version)
     old = {b: v for b, v in versions.items() if b not in assume and parse_version(v) < floor}
-    checked = (f"asked every active broker (GET /admin/v2/brokers/version on each): "
+    checked = ("asked every active broker (GET /admin/v2/brokers/version on each): "
                + ", ".join(f"{b} runs {v}" for b, v in sorted(versions.items()))
                + f"; every version must be >= {min_version}, the first release whose brokers read batched entries")
     if old:
-        raise DowngradeError("brokers too old to read batched entries: "
+        raise UpgradeError("brokers too old to read batched entries: "
                              + ", ".join(f"{b} runs {v}" for b, v in sorted(old.items()))
                              + f" (need >= {min_version}); finish the rolling upgrade first", 1)
     return versions, checked

@@ -53,7 +53,8 @@ def _unknown_numbers(messages) -> set[int]:
 
     out: set[int] = set()
     for msg in messages:
-        out.update(f.field_number for f in UnknownFieldSet(msg))
+        unknown = UnknownFieldSet(msg)
+        out.update(unknown[i].field_number for i in range(len(unknown)))  # indexed: the stubs lack __iter__
         for fd, value in msg.ListFields():
             if fd.message_type is not None:
                 out |= _unknown_numbers(value if fd.is_repeated else [value])

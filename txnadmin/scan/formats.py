@@ -80,6 +80,15 @@ def as_plan(plan) -> ReadPlan:
     return plan if isinstance(plan, ReadPlan) else ReadPlan(frozenset(plan or ()))
 
 
+@dataclass
+class ScanInput:
+    """One file to scan and the format it was detected (or named) as; the Spark job ships these to its workers."""
+
+    path: str
+    format: str
+    size: int
+
+
 @dataclass(frozen=True)
 class DumpFormat:
     name: str
@@ -448,7 +457,7 @@ def _make_hex_reader(kind: str) -> Reader:
                 continue
             item, ledger, entry = got
             size = _size(item)
-            if size == -1:
+            if size == -1 and item.size is not None:  # -1: a size was printed but is not a number
                 yield Finding(path, item.offset, ledger, entry, UNREADABLE,
                               f"entry size {item.size[:30].decode('ascii', 'replace')!r} is not a size", "")
                 continue
@@ -496,6 +505,7 @@ def _entries_to_judge(path: str, plan: ReadPlan) -> Iterator[Union[Finding, tupl
         if bad is not None:
             yield bad
             continue
+        assert ledger is not None and entry is not None  # _ids gives both ids whenever it gives no finding
         if entry < 0 or ledger in plan.skip:
             continue
         yield item, ledger, entry

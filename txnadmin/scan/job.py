@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from .formats import REGISTRY, Finding, ReadPlan, detect
+from .formats import REGISTRY, Finding, ReadPlan, ScanInput, detect
 from .ledgers import LiveLedger, read_ledger_list
 from .tally import LedgerTally, RangeSet, Tally
 
@@ -24,13 +24,6 @@ class ScanInputError(Exception):
 
 class ScanUsageError(ScanInputError):
     """A flag's value is wrong (exit 2, not 3)."""
-
-
-@dataclass
-class ScanInput:
-    path: str
-    format: str
-    size: int
 
 
 @dataclass
@@ -149,6 +142,7 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
         t = tally.ledgers.get(lid) or LedgerTally()
         info = live.get(lid) if live is not None else None
         is_live = None if live is None else info is not None
+        txn: Optional[bool]
         if lid in judged:
             txn = True
         elif live is not None and info is not None:
@@ -327,7 +321,7 @@ class _ReportWriter:
         self.tmp = self.path.with_name(f".{self.path.name}.tmp")
         self.parquet = self.path.suffix == ".parquet"
         if self.parquet:
-            self.rows = {c: [] for c in self.COLUMNS}
+            self.rows: dict[str, list] = {c: [] for c in self.COLUMNS}
         else:
             self.fh = open(self.tmp, "w")
 

@@ -15,14 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..names import is_transaction_ledger
 from . import digests
 
 LEDGER_ID = re.compile(r"ledgerID:\s*(\S+)")
 METADATA = re.compile(r"LedgerMetadata\{(.*)\}\s*$")
-# Both pending-ack naming schemes end in the suffix: 4.x `<topic>-<sub>__transaction_pending_ack` and Pulsar 5.0's
-# URL-encoded subscription; the managed-ledger name URL-encodes the whole local name again (`%2F`, `%252F`).
-TC_LOG = re.compile(r"^pulsar/system/persistent/__transaction_log_\d+$")
-PENDING_ACK_SUFFIX = "__transaction_pending_ack"  # the copy #18 will fold into one helper; scan stays off engine
 
 
 class LedgerListError(ValueError):
@@ -45,7 +42,7 @@ class LiveLedger:
         """TC-log or pending-ack *data* ledgers; cursor ledgers hold PositionInfo, not records."""
         if self.cursor is not None or not self.managed_ledger:
             return False
-        return bool(TC_LOG.match(self.managed_ledger)) or self.managed_ledger.endswith(PENDING_ACK_SUFFIX)
+        return is_transaction_ledger(self.managed_ledger)
 
     @property
     def closed(self) -> bool:

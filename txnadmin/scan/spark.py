@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .formats import REGISTRY, ReadPlan
-from .job import ScanInput
+from .formats import REGISTRY, ReadPlan, ScanInput
 from .tally import Tally
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import itertools
 import json
+import logging
 import os
 import queue
 import shutil
@@ -23,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal, Mapping, overload
 
 from . import _integrity, entrylog
 from ._errors import (
@@ -36,6 +37,8 @@ from ._errors import (
     StorageReadOnlyError,
 )
 from ._metadata import LedgerMetadata
+
+log = logging.getLogger(__name__)
 
 AddCallback = Callable[[int | None, BaseException | None], None]
 
@@ -196,7 +199,7 @@ class LedgerStorage:
         self._index_queue: list[_IndexJob | None] = []  # None: the writer has stopped
         self._index_pushed = 0
         self._index_done = 0
-        self._callbacks: queue.SimpleQueue | None = None
+        self._callbacks: queue.SimpleQueue = queue.SimpleQueue()  # replaced by a fresh one at each open()
         self._callback_thread: threading.Thread | None = None
         self._stats = {"entriesWritten": 0, "bytesWritten": 0, "syncs": 0, "metadataCommits": 0}
         # metadata group commit (meta_put_many): one caller commits everything queued, the others wait for it
@@ -318,6 +321,7 @@ class LedgerStorage:
         def __enter__(self) -> sqlite3.Connection:
             self.storage._db_lock.acquire()
             db = self.storage._db
+            assert db is not None, "storage is closed"  # set by open() until close()
             try:
                 # only when it changes: every statement under the lock is a trip back for the GIL
                 if self.storage._db_synchronous != self.full:
@@ -331,6 +335,7 @@ class LedgerStorage:
 
         def __exit__(self, exc_type, exc, tb) -> None:
             db = self.storage._db
+            assert db is not None, "storage is closed"  # __enter__ found it open and holds the lock
             try:
                 if exc_type is None:
                     try:
@@ -357,9 +362,11 @@ class LedgerStorage:
         for path in self._log_dir.iterdir():
             if path.name.endswith(COMPACTING_SUFFIX):
                 path.unlink()  # an interrupted compaction's output; its source is still indexed
+        db = self._db
+        assert db is not None  # recovery runs inside open(), after the connection is made
         known = {row[0]: (bool(row[1]), row[2]) for row in
-                 self._db.execute("SELECT log_id, finished, data_end FROM logs")}
-        next_log_id = self._db.execute("SELECT value FROM counters WHERE name = ?", (_COUNTER_LOG,)).fetchone()[0]
+                 db.execute("SELECT log_id, finished, data_end FROM logs")}
+        next_log_id = db.execute("SELECT value FROM counters WHERE name = ?", (_COUNTER_LOG,)).fetchone()[0]
         for path in self._log_dir.iterdir():
             log_id = entrylog.parse_log_file_name(path.name)
             if log_id is not None and log_id not in known:
@@ -383,6 +390,7 @@ class LedgerStorage:
     def _current_from_disk(self, log_id: int) -> _CurrentLog:
         fd = os.open(self._log_dir / entrylog.log_file_name(log_id), os.O_RDWR)
         position = os.fstat(fd).st_size
+        assert self._db is not None  # recovery runs inside open(), after the connection is made
         usage = dict(self._db.execute("SELECT ledger_id, bytes FROM log_usage WHERE log_id = ?", (log_id,)))
         return _CurrentLog(log_id, fd, position, usage)
 
@@ -414,15 +422,20 @@ class LedgerStorage:
                 # crashed after the header was filled in but before the log was marked finished
                 _pwrite_all(fd, entrylog.encode_header(), 0)
             scan = entrylog.scan_records(fd, indexed_end, size)
-            rows, usage, ledger_ends = [], {}, {}
+            rows = []
+            usage: dict[int, int] = {}
+            ledger_ends: dict[int, tuple[int, int]] = {}
+            assert self._db is not None  # recovery runs inside open(), after the connection is made
             live = {row[0]: (row[1], row[2], row[3]) for row in
                     self._db.execute("SELECT ledger_id, state, last_entry_id, length FROM ledgers")}
             for loc in scan.records:
                 usage[loc.ledger_id] = usage.get(loc.ledger_id, 0) + loc.size + 4
                 info = live.get(loc.ledger_id)
-                expected = ledger_ends.get(loc.ledger_id, (info[1] if info else None, None))[0]
-                if info is None or info[0] != "OPEN" or loc.entry_id != expected + 1:
+                if info is None or info[0] != "OPEN":
                     continue  # a deleted ledger's bytes: garbage, not data
+                expected = ledger_ends[loc.ledger_id][0] if loc.ledger_id in ledger_ends else info[1]
+                if loc.entry_id != expected + 1:
+                    continue  # not the next entry of a live ledger: garbage too
                 stored = entrylog.decode_stored_entry(os.pread(fd, loc.size, loc.offset + 4))
                 rows.append((loc.ledger_id, loc.entry_id, log_id, loc.offset, loc.size))
                 ledger_ends[loc.ledger_id] = (loc.entry_id, stored.ledger_length)
@@ -477,6 +490,11 @@ class LedgerStorage:
         os.fsync(fd)
         _pwrite_all(fd, entrylog.encode_header(position, len(usage))[:entrylog.LEDGERS_MAP_OFFSET_POSITION + 12], 0)
         os.fsync(fd)
+
+    @overload
+    def _finish_log(self, current: _CurrentLog, *, start_next: Literal[True]) -> _CurrentLog: ...
+    @overload
+    def _finish_log(self, current: _CurrentLog, *, start_next: bool = False) -> _CurrentLog | None: ...
 
     def _finish_log(self, current: _CurrentLog, *, start_next: bool = False) -> _CurrentLog | None:
         """Write the ledgers map of ``current``; mark it finished; optionally start the next log."""
@@ -702,6 +720,7 @@ class LedgerStorage:
                         job = self._write_batch(batch)
                 except BaseException as exc:  # any failure here leaves the tail unknown: stop taking writes
                     job = _IndexJob(batch, error=StorageError(f"{self.directory}: write failed ({exc})"))
+                    log.error("%s; this storage takes no more writes until it is reopened", job.error, exc_info=exc)
             if job.error is not None:
                 with self._cond:
                     self._failed = self._failed or job.error
@@ -745,6 +764,7 @@ class LedgerStorage:
                                 self._commit_index(db, job)
                     except BaseException as exc:
                         error = StorageError(f"{self.directory}: index commit failed ({exc})")
+                        log.error("%s; this storage takes no more writes until it is reopened", error, exc_info=exc)
                         with self._cond:
                             self._failed = self._failed or error
                 if error is not None:
@@ -793,7 +813,8 @@ class LedgerStorage:
     def _write_batch(self, batch: list[_PendingAdd]) -> _IndexJob:
         """Write and fsync; return what the indexer commits. Rotation happens between records so no file grows
         far past the limit; a log is finished only once everything written to it is indexed."""
-        current = self._current
+        assert self._current is not None  # a writable storage always has a current log until close()
+        current: _CurrentLog = self._current
         job = _IndexJob(batch, current.log_id, current.position)
         chunk: list[bytes] = []
         chunk_start = current.position
@@ -845,9 +866,8 @@ class LedgerStorage:
                     else:
                         add.callback(add.entry_id, None)
                 except BaseException:  # a failing callback must not stop the ones after it
-                    import traceback
-
-                    traceback.print_exc()
+                    log.exception("%s: the callback of ledger %d entry %d failed; the callbacks after it still run",
+                                  self.directory, add.ledger_id, add.entry_id)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -917,6 +937,7 @@ class LedgerStorage:
             live = {row[0] for row in self._reader_db().execute("SELECT ledger_id FROM ledgers")}
             with self._io_lock:
                 current = self._current
+                assert current is not None  # _check_writable: open and writable, so a current log exists
                 if any(ledger not in live for ledger in current.usage):
                     self._drain_index()  # the log's last groups indexed before it is marked finished
                     self._current = self._finish_log(current, start_next=True)
@@ -954,7 +975,8 @@ class LedgerStorage:
             out = os.open(tmp_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 position = entrylog.HEADER_SIZE
-                moves, usage, parts = [], {}, [entrylog.encode_header()]
+                moves, parts = [], [entrylog.encode_header()]
+                usage: dict[int, int] = {}
                 for loc in keep:
                     record = os.pread(fd, loc.size + 4, loc.offset)
                     parts.append(record)
@@ -1089,7 +1111,7 @@ class LedgerStorage:
         """A number larger than every one handed out before, for :meth:`meta_put_many`'s ``versions``."""
         return next(self._meta_version_counter)
 
-    def meta_put_many(self, items: dict[str, bytes | None], versions: dict[str, int] | None = None,
+    def meta_put_many(self, items: Mapping[str, bytes | None], versions: dict[str, int] | None = None,
                       sync: bool = True) -> None:
         """Set (or, with None, delete) several keys in one durable transaction; returns once they are durable.
 
@@ -1110,7 +1132,7 @@ class LedgerStorage:
                 raise StorageError(f"metadata key {key!r}: must be a non-empty string")
             if value is not None and not isinstance(value, (bytes, bytearray, memoryview)):
                 raise StorageError(f"metadata key {key}: value must be bytes, not {type(value).__name__}")
-        items = {k: (None if v is None else bytes(v)) for k, v in items.items()}
+        items = {k: (None if v is None else bytes(v)) for k, v in items.items()}  # a copy callers cannot change
         with self._meta_cond:
             self._meta_tickets += 1
             ticket = self._meta_tickets
@@ -1124,7 +1146,7 @@ class LedgerStorage:
                 return
             self._meta_leader = True
             batch, self._meta_queue = self._meta_queue, []
-        error: BaseException | None = None
+        error = None
         try:
             self._commit_meta(batch)
         except BaseException as exc:
@@ -1199,10 +1221,12 @@ class LedgerStorage:
                 self._stopping = True
                 self._cond.notify_all()
             self._writer.join()
-            self._indexer.join()
+            if self._indexer is not None:  # started with the writer
+                self._indexer.join()
             self._callbacks.put(None)
-            if self._callback_thread is not threading.current_thread():
-                self._callback_thread.join()
+            callback_thread = self._callback_thread  # started with the writer
+            if callback_thread is not None and callback_thread is not threading.current_thread():
+                callback_thread.join()
         self._release()
 
     def _release(self) -> None:

@@ -1,0 +1,176 @@
+"""The cases of issue #14 that were only tested in-process, now driven through the CLI against real engine servers
+(`txnadmin serve`, and `engine run` reached as `local:PATH`): a store reopened by someone else, a rollover between
+recording and reload, a store listed but not loaded, and batched-writer flush counters on every broker.
+
+Where a real cluster varies in ways one engine cannot (several brokers behind one admin URL, a slow unload, a
+broker that has not loaded a topic), a loopback front door (tests/http_front.py) forwards to the real server and
+changes only that. Every "safe" is checked against the entry-log files once the engine has stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from txnadmin.admin.http import HttpAdmin
+from txnadmin.admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG
+
+from engine_helpers import live_batched_entries_in
+from http_front import brokers_are, front
+from test_cli_downgrade import _engine as _batching_engine, _load, _running
+from test_cli_downgrade_serve import TOKEN, _engine as _loaded_engine, _serve, cli
+
+U_STORE = "persistent://public/default/u-s__transaction_pending_ack"
+REOPENED = "reopened since recording"
+
+
+def _report(result) -> dict:
+    assert "Traceback" not in result.stderr, result.stderr
+    return json.loads(result.stdout)
+
+
+def _waiting_for(report: dict, kind: str) -> set[str]:
+    return {c["name"] for c in report["components"] if c.get("waitingFor") == kind}
+
+
+def _server(d):
+    info = json.loads((d / "server.json").read_text())
+    return info["url"], info["token"]
+
+
+# -- a store reopened by someone else ------------------------------------------------------------------------
+
+def test_a_store_reopened_by_someone_else_through_serve(tmp_path):
+    d = _loaded_engine(tmp_path)
+    state = str(tmp_path / "s.json")
+    with _serve(tmp_path, d) as (url, _):
+        assert cli(url, "downgrade", "start", "--yes", "--state", state).returncode == 0
+        # Someone else unloads a topic (a bundle move, a broker restart): its store reopens, flags off or not.
+        HttpAdmin(url, token=TOKEN).unload_topic("persistent://public/default/u")
+        polled = cli(url, "downgrade", "status", "--state", state, "-o", "json")
+        report = _report(polled)
+        assert polled.returncode == 1 and report["safe"] is False
+        assert _waiting_for(report, REOPENED) == {U_STORE}  # exactly that store, nothing else
+        again = cli(url, "downgrade", "start", "--yes", "--state", state, "-o", "json")
+        assert again.returncode == 0 and _report(again)["recordedThisRun"] == 1
+        assert _waiting_for(_report(cli(url, "downgrade", "status", "--state", state, "-o", "json")), REOPENED) == set()
+
+
+def test_a_store_reopened_by_someone_else_through_local_engine_run(tmp_path):
+    d = _batching_engine(tmp_path)
+    _load(d)
+    state = str(tmp_path / "s.json")
+    with _running(d):
+        assert cli(f"local:{d}", "downgrade", "start", "--yes", "--state", state).returncode == 0
+        url, token = _server(d)
+        HttpAdmin(url, token=token).unload_topic("persistent://public/default/txn-topic-0")
+        polled = cli(f"local:{d}", "downgrade", "status", "--state", state, "-o", "json")
+        report = _report(polled)
+        reopened = _waiting_for(report, REOPENED)
+        assert polled.returncode == 1 and reopened
+        assert all(name.startswith("persistent://public/default/txn-topic-0-") for name in reopened)
+        again = cli(f"local:{d}", "downgrade", "start", "--yes", "--state", state, "-o", "json")
+        assert _report(again)["recordedThisRun"] == len(reopened)
+        done = cli(f"local:{d}", "downgrade", "wait", "--state", state, "--timeout", "90", "--interval", "0.5",
+                   "-o", "json", timeout=240)
+        assert done.returncode == 0 and _report(done)["safe"] is True, done.stderr
+    assert live_batched_entries_in(d) == []
+
+
+# -- a rollover between recording and reload -----------------------------------------------------------------
+
+def test_a_rollover_between_recording_and_a_slow_reload_moves_last_batched_up(tmp_path):
+    """Under traffic, each coordinator's unload is held at the broker's door until its log (still batching, not
+    reopened) has rolled over: LastBatched must cover the ledgers that existed just before the reload."""
+    d = _batching_engine(tmp_path)
+    _load(d)
+    state = tmp_path / "s.json"
+    with _running(d):
+        url, token = _server(d)
+        admin = HttpAdmin(url, token=token)
+        seen: dict[int, tuple[int, int]] = {}
+
+        def newest(tc: int) -> int:
+            stats = admin.coordinator_internal_stats(tc)
+            return max(int(l["ledgerId"]) for l in stats["transactionLogStats"]["managedLedgerInternalStats"]["ledgers"])
+
+        def slow_unload(method: str, path: str) -> None:
+            if method != "PUT" or not path.endswith("/unload"):
+                return
+            tc = re.search(r"transaction_coordinator_assign-partition-(\d+)/unload", path)
+            if not tc:
+                return
+            first = now = newest(int(tc.group(1)))
+            deadline = time.monotonic() + 20  # within the CLI's request timeout; traffic rolls a log in well under
+            while now == first and time.monotonic() < deadline:
+                time.sleep(0.2)
+                now = newest(int(tc.group(1)))
+            seen[int(tc.group(1))] = (first, now)
+
+        with front(url, token) as door:
+            door.before_forward.append(slow_unload)
+            started = cli(door.url, "downgrade", "start", "--yes", "--state", str(state), "-o", "json")
+            assert started.returncode == 0, started.stderr
+            checklist = json.loads(state.read_text())
+            assert set(seen) == {0, 1}
+            assert all(after > first for first, after in seen.values()), seen  # the logs did roll meanwhile
+            for tc, (_, just_before_reload) in seen.items():
+                assert checklist["coordinators"][str(tc)]["lastBatchedLedgerId"] >= just_before_reload
+            done = cli(door.url, "downgrade", "wait", "--state", str(state), "--timeout", "90", "--interval", "0.5",
+                       "-o", "json", timeout=240)
+            assert done.returncode == 0 and _report(done)["safe"] is True, done.stderr
+    assert live_batched_entries_in(d) == []
+
+
+# -- a store listed but not loaded ---------------------------------------------------------------------------
+
+def test_a_listed_but_unloaded_store_keeps_waiting_until_it_is_really_gone(tmp_path):
+    d = _loaded_engine(tmp_path)
+    state = str(tmp_path / "s.json")
+    with _serve(tmp_path, d) as (url, _), front(url, TOKEN) as door:
+        assert cli(door.url, "downgrade", "start", "--yes", "--state", state).returncode == 0
+
+        def not_loaded(method: str, path: str):
+            if re.search(r"/pendingAck(Internal)?Stats/public/default/u/", path):
+                return 404, json.dumps({"reason": "Topic not found"})
+            return None
+
+        door.intercepts.append(not_loaded)
+        for _ in range(2):  # never turns into "deleted" while the listing still shows it
+            polled = cli(door.url, "downgrade", "status", "--state", state, "-o", "json")
+            report = _report(polled)
+            assert polled.returncode == 1 and report["safe"] is False
+            assert _waiting_for(report, "store not loaded") == {U_STORE}
+        HttpAdmin(url, token=TOKEN).delete_subscription("persistent://public/default/u", "s")
+        report = _report(cli(door.url, "downgrade", "status", "--state", state, "-o", "json"))
+        gone = [c for c in report["components"] if c["name"] == U_STORE]
+        assert gone[0]["done"] and "deleted" in gone[0]["reason"]
+
+
+# -- /metrics on every broker --------------------------------------------------------------------------------
+
+def test_flush_counters_growing_on_another_broker_are_caught(tmp_path):
+    """Two brokers behind one admin URL: A (`txnadmin serve`) answers, B (`engine run`) only shows up in the
+    broker list. B's flags read off, but its stores opened while batching was on and still batch: only B's own
+    /metrics shows it, and status must read it."""
+    (tmp_path / "a").mkdir()
+    a = _loaded_engine(tmp_path / "a")
+    b = _batching_engine(tmp_path / "b")
+    state = str(tmp_path / "s.json")
+    with _serve(tmp_path / "a", a) as (url_a, _), _running(b):
+        url_b, token_b = _server(b)
+        admin_b = HttpAdmin(url_b, token=token_b)
+        for flag in (TC_BATCH_FLAG, PENDING_ACK_BATCH_FLAG):
+            admin_b.update_dynamic_config(flag, "false")  # read at the next open only: B's stores keep batching
+        with front(url_a, TOKEN) as door_a, front(url_b, token_b) as door_b:
+            door_a.intercepts.append(brokers_are(door_a, door_a.netloc, door_b.netloc))
+            started = cli(door_a.url, "downgrade", "start", "--yes", "--state", state, "-o", "json")
+            assert started.returncode == 0, started.stderr
+            time.sleep(1.5)  # B's traffic goes on
+            polled = cli(door_a.url, "downgrade", "status", "--state", state, "-o", "json")
+            report = _report(polled)
+            assert polled.returncode == 1 and report["safe"] is False
+            assert sorted(report["brokersChecked"]) == sorted([door_a.netloc, door_b.netloc])
+            assert _waiting_for(report, "batched writer still flushing") == {door_b.netloc}
+            assert any(p.startswith("/metrics") for _, p in door_b.seen)

@@ -1,0 +1,132 @@
+"""Reading a STOPPED engine through `local:PATH` changes nothing, and its verdict stays honest (issue #14, item 9).
+
+Before, every `local:` read opened the engine for writing: each store reopened (so `downgrade status` said
+"reopened since recording" about an engine nobody had touched), ledgers were rolled and metadata written. Now a
+stopped engine is read as a view: the directory's bytes are checked to be identical after every reading command,
+and every "safe" is checked against the entry-log files read byte by byte (engine_helpers.live_batched_entries_in).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from typer.testing import CliRunner
+
+from txnadmin.cli.main import app
+from txnadmin.engine.config import update_dynamic
+
+from engine_helpers import directory_fingerprint, live_batched_entries_in
+from test_cli_downgrade import TXNADMIN, _engine, _load, _running
+
+runner = CliRunner()
+REOPENED = "reopened since recording"
+T = "persistent://public/default/txn-topic-0"  # what `engine run` produces to and acks on (sub-0)
+
+
+def _safe_and_stopped(tmp_path):
+    """An engine that `downgrade start` + `wait` proved safe under traffic, then stopped."""
+    d = _engine(tmp_path)
+    _load(d)  # batched entries in every log before the downgrade
+    assert live_batched_entries_in(d)
+    state = tmp_path / "s.json"
+    with _running(d):
+        assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state",
+                                   str(state)]).exit_code == 0
+        done = runner.invoke(app, ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state), "--timeout", "90",
+                                   "--interval", "0.5", "-o", "json"])
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.stdout)["safe"] is True
+    assert not (d / "server.json").exists()  # stopped: local: reads go to the directory itself
+    return d, state
+
+
+def _status(d, state):
+    result = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state), "-o", "json"])
+    assert result.exit_code in (0, 1), result.output
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_reading_a_stopped_engine_changes_no_byte_and_keeps_the_proven_verdict(tmp_path):
+    d, state = _safe_and_stopped(tmp_path)
+    before = directory_fingerprint(d)
+    code, report = _status(d, state)
+    # Nobody reopened a store since the wait proved it: the verdict still holds, and the entry logs agree.
+    assert code == 0 and report["safe"] is True, report["waitingByReason"]
+    assert live_batched_entries_in(d) == []
+    waited = runner.invoke(app, ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state), "--timeout", "5",
+                                 "-o", "json"])
+    assert waited.exit_code == 0 and json.loads(waited.stdout)["safe"] is True
+    for args in (["coordinators-list"], ["coordinator-stats"], ["coordinator-internal-stats", "-c", "0"],
+                 ["pending-ack-stats", "-t", T, "-s", "sub-0"], ["pending-ack-internal-stats", "-t", T, "-s", "sub-0"],
+                 ["transaction-buffer-stats", "-t", T], ["slow-transactions", "-t", "0"]):
+        read = runner.invoke(app, ["-u", f"local:{d}", "transactions", *args])
+        assert read.exit_code == 0, (args, read.output)
+    assert runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state)]).exit_code == 0
+    # Byte for byte: no ledger rolled or trimmed, no metadata (cursor, store open, engine id) written.
+    assert directory_fingerprint(d) == before
+
+
+def test_a_reopen_while_stopped_and_reading_is_still_caught(tmp_path):
+    """The view reports each store's last open as saved by the process that wrote its ledgers: an engine run in
+    between with batching switched on (and off again before anyone looks) is seen as a reopen, never as safe."""
+    d, state = _safe_and_stopped(tmp_path)
+    update_dynamic(d, "transactionPendingAckBatchedWriteEnabled", "true")
+    update_dynamic(d, "transactionLogBatchedWriteEnabled", "true")
+    _load(d)  # a short run of the engine, batching again
+    update_dynamic(d, "transactionPendingAckBatchedWriteEnabled", "false")
+    update_dynamic(d, "transactionLogBatchedWriteEnabled", "false")
+    before = directory_fingerprint(d)
+    code, report = _status(d, state)
+    assert code == 1 and report["safe"] is False
+    reopened = {c["name"] for c in report["components"] if c.get("waitingFor") == "reopened since recording"}
+    assert {"__transaction_log_0", "__transaction_log_1", f"{T}-sub-0__transaction_pending_ack"} <= reopened
+    assert directory_fingerprint(d) == before
+
+
+def test_no_engine_starts_under_an_open_view_and_a_writer_without_server_is_refused(tmp_path):
+    d, state = _safe_and_stopped(tmp_path)
+    from txnadmin.admin.local import LocalAdmin
+
+    # While a view is open (a `downgrade wait` polling), an engine cannot start underneath it and change what it
+    # judges; once the view is closed it can.
+    view = LocalAdmin(d, read_mostly=True)
+    try:
+        blocked = runner.invoke(app, ["engine", "run", str(d), "--duration", "0.5", "--rate", "0", "-o", "json"])
+        assert blocked.exit_code != 0 and "Traceback" not in blocked.output
+    finally:
+        view.close()
+    assert runner.invoke(app, ["engine", "run", str(d), "--duration", "0.5", "--rate", "0", "-o",
+                               "json"]).exit_code == 0
+    # A writer that serves no admin API (no server.json): refused with one line, not read mid-write.
+    holder = subprocess.Popen(TXNADMIN[:1] + ["-c", "import sys; from txnadmin.engine.engine import Engine; "
+                                              f"e = Engine({str(d)!r}, maintenance=False); print('open', flush=True); "
+                                              "sys.stdin.readline(); e.close()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        refused = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state)])
+        assert refused.exit_code == 3, refused.output
+        assert f"process {holder.pid}" in refused.stderr and "serve" in refused.stderr
+        assert "Traceback" not in refused.output
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+
+
+def test_start_on_a_stopped_engine_opens_it_for_writing_and_status_then_sees_no_reopen(tmp_path):
+    d = _engine(tmp_path)
+    _load(d)
+    state = tmp_path / "s.json"
+    started = runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state", str(state), "-o",
+                                  "json"])
+    assert started.exit_code == 0, started.output
+    # The reloads happened in a writer open that saved each store's reopen; the stopped engine read afterwards
+    # shows exactly those opens, so nothing counts as reopened since recording, and nothing is safe yet either:
+    # the batched ledgers are still there.
+    before = directory_fingerprint(d)
+    code, report = _status(d, state)
+    assert code == 1 and report["safe"] is False and REOPENED not in report["waitingByReason"]
+    assert live_batched_entries_in(d)
+    assert directory_fingerprint(d) == before
+

@@ -1,0 +1,144 @@
+"""Pulsar's names for what txnadmin touches: topics, managed ledgers and the transaction system topics.
+
+This is the role Pulsar's ``TopicName`` and ``SystemTopicNames`` play, and it sits below every other layer:
+it imports nothing from txnadmin (only the standard library), so the engine, the scan, the admin backends and
+the procedures all spell a name the same way and disagree on none. Names here are strings, as Pulsar's
+admin API and BookKeeper's metadata carry them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Optional
+from urllib.parse import quote, quote_plus, unquote_plus
+
+SYSTEM_NAMESPACE = "pulsar/system"
+PENDING_ACK_SUFFIX = "__transaction_pending_ack"
+TC_ASSIGN_TOPIC = f"persistent://{SYSTEM_NAMESPACE}/transaction_coordinator_assign"
+_TC_ASSIGN_PARTITION = f"{TC_ASSIGN_TOPIC}-partition-"
+_TC_LOG_LOCAL = "__transaction_log_"
+_TC_LOG_LEDGER = re.compile(rf"^{SYSTEM_NAMESPACE}/persistent/{_TC_LOG_LOCAL}\d+$")
+
+
+# -- topics -------------------------------------------------------------------------------------
+
+def normalize_topic(name: str) -> str:
+    """``x`` → persistent://public/default/x; ``t/ns/x`` → persistent://t/ns/x (pulsar-admin's rules)."""
+    if "://" in name:
+        return name
+    parts = name.split("/")
+    if len(parts) == 1:
+        return f"persistent://public/default/{name}"
+    if len(parts) == 3:
+        return f"persistent://{name}"
+    raise ValueError(f"Invalid short topic name '{name}', it should be in the format of <tenant>/<namespace>/<topic> or <topic>")
+
+
+def namespace_of(topic: str) -> str:
+    """persistent://t/ns/x → t/ns. A name without a domain is not a full topic name (ValueError)."""
+    domain, sep, rest = topic.partition("://")
+    if not sep:
+        raise ValueError(f"'{topic}' is not a full topic name (expected persistent://tenant/namespace/topic)")
+    return rest.rsplit("/", 1)[0]
+
+
+def topic_in(namespace: str, local: str) -> str:
+    """The persistent topic ``local`` of ``namespace`` (t/ns)."""
+    return f"persistent://{namespace}/{local}"
+
+
+def managed_ledger_name(topic: str) -> str:
+    """persistent://t/ns/x → t/ns/persistent/<x URL-encoded> (Pulsar's persistence naming)."""
+    rest = topic.split("://", 1)[1]
+    tenant, namespace, local = rest.split("/", 2)
+    return f"{tenant}/{namespace}/persistent/{quote(local, safe='')}"
+
+
+# -- transaction coordinators -------------------------------------------------------------------
+
+def coordinator_assign_partition(tc_id: int | str) -> str:
+    """The partition of transaction_coordinator_assign whose owner hosts coordinator ``tc_id`` (unload = reload)."""
+    return f"{_TC_ASSIGN_PARTITION}{tc_id}"
+
+
+def coordinator_of_assign_partition(topic: str) -> Optional[int]:
+    """The coordinator id a transaction_coordinator_assign partition stands for; None for any other topic."""
+    if not topic.startswith(_TC_ASSIGN_PARTITION):
+        return None
+    return int(topic[len(_TC_ASSIGN_PARTITION):])
+
+
+def transaction_log_topic(tc_id: int | str) -> str:
+    return topic_in(SYSTEM_NAMESPACE, f"{_TC_LOG_LOCAL}{tc_id}")
+
+
+def transaction_log_local_name(tc_id: int | str) -> str:
+    """``__transaction_log_<id>``: how status lines name a coordinator's log."""
+    return f"{_TC_LOG_LOCAL}{tc_id}"
+
+
+def transaction_log_name(tc_id: int | str) -> str:
+    """The managed ledger of coordinator ``tc_id``'s transaction log."""
+    return managed_ledger_name(transaction_log_topic(tc_id))
+
+
+def preserver_log_name(tc_id: int | str) -> str:
+    """The managed ledger of coordinator ``tc_id``'s terminated-transaction preserver (PIP-255)."""
+    return f"{SYSTEM_NAMESPACE}/persistent/__terminated_txn_state_{tc_id}"
+
+
+# -- pending-ack stores -------------------------------------------------------------------------
+
+def encode_subscription(subscription: str) -> str:
+    """Pulsar's ``Codec.encode`` (Java's URLEncoder): space → ``+``; only letters, digits and ``.-*_`` kept."""
+    return quote_plus(subscription, safe="*").replace("~", "%7E")
+
+
+def decode_subscription(text: str) -> str:
+    """Pulsar's ``Codec.decode`` (Java's URLDecoder): ``%XX`` and ``+`` → the characters they stand for."""
+    return unquote_plus(text)
+
+
+def pending_ack_topic(topic: str, subscription: str, encoded: bool = False) -> str:
+    """``<topic>-<sub>__transaction_pending_ack``, the store of a transactional subscription.
+
+    ``topic`` is the partition for partitioned topics. Pulsar up to 4.x appends the subscription as it is; Pulsar 5.0
+    (PR #25727, also in 4.2) URL-encodes it first (``encoded``), so a subscription holding ``/`` names a valid topic.
+    """
+    return f"{topic}-{encode_subscription(subscription) if encoded else subscription}{PENDING_ACK_SUFFIX}"
+
+
+def is_pending_ack_store(name: str) -> bool:
+    """A pending-ack store's topic or managed-ledger name (both end in the suffix, encoded or not)."""
+    return name.endswith(PENDING_ACK_SUFFIX)
+
+
+def pending_ack_readings(store: str, topics: Iterable[str]) -> list[tuple[str, str]]:
+    """Every (origin topic, subscription) the store name can stand for, given the topics that exist.
+
+    The name does not say where the topic ends: both may hold ``-``. Each ``-`` whose prefix is an existing topic is a
+    reading, longest topic first (the likeliest). A subscription that reads differently once decoded (Pulsar 5.0
+    encodes it) is read both ways, as written first. Only the target can tell which reading is its store.
+    """
+    existing = topics if isinstance(topics, (set, frozenset, dict)) else set(topics)
+    base = store[: -len(PENDING_ACK_SUFFIX)] if is_pending_ack_store(store) else store
+    out: list[tuple[str, str]] = []
+    for i in range(len(base) - 1, 0, -1):
+        if base[i] == "-" and base[:i] in existing:
+            topic, sub = base[:i], base[i + 1:]
+            out.append((topic, sub))
+            if decode_subscription(sub) != sub:
+                out.append((topic, decode_subscription(sub)))
+    return out
+
+
+# -- ledgers ------------------------------------------------------------------------------------
+
+def is_transaction_ledger(managed_ledger: str) -> bool:
+    """Does this managed ledger hold transaction records (batched entries may live here)?
+
+    A coordinator's transaction log (``pulsar/system/persistent/__transaction_log_<id>``, exactly) or any pending-ack
+    store (the URL-encoded local name keeps the suffix as it is, in both naming schemes). Cursor ledgers of these hold
+    cursor positions, not records: callers tell them apart by the ledger's own cursor metadata.
+    """
+    return bool(_TC_LOG_LEDGER.match(managed_ledger)) or is_pending_ack_store(managed_ledger)
