@@ -29,6 +29,7 @@ from txnadmin.codec import TransactionMetadataEntry, TxnOp
 from txnadmin.engine.buffered_writer import BufferedWriter, BufferedWriterConfig
 from txnadmin.engine.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from txnadmin.engine.storage import LedgerStorage
+from txnadmin.names import transaction_log_name
 
 
 def record(seq: int) -> bytes:
@@ -40,7 +41,7 @@ def record(seq: int) -> bytes:
 def run(batched: bool, appenders: int, seconds: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         storage = LedgerStorage.open(tmp)
-        ml = ManagedLedgerFactory(storage).open("pulsar/system/persistent/__transaction_log_0",
+        ml = ManagedLedgerFactory(storage).open(transaction_log_name(0),
                                                 ManagedLedgerConfig(max_entries_per_ledger=10**9))
         config = BufferedWriterConfig(enabled=batched, max_records=512, max_size=4 * 1024 * 1024, max_delay_ms=1)
         writer = BufferedWriter(ml, config, name="bench")

@@ -130,3 +130,61 @@ def test_start_on_a_stopped_engine_opens_it_for_writing_and_status_then_sees_no_
     assert live_batched_entries_in(d)
     assert directory_fingerprint(d) == before
 
+
+
+def test_a_store_the_view_cannot_open_is_listed_not_loaded_never_deleted(tmp_path):
+    """Absence of evidence is not "deleted": a store whose log the read-only view cannot open (here its managed
+    ledger's record is gone) stays in the listing, answers 404, and keeps the verdict from being safe."""
+    from txnadmin.engine.storage import LedgerStorage
+
+    d, state = _safe_and_stopped(tmp_path)
+    store = f"{T}-sub-0__transaction_pending_ack"
+    with LedgerStorage.open(d) as storage:
+        storage.meta_delete("managed-ledgers/public/default/persistent/txn-topic-0-sub-0__transaction_pending_ack")
+    code, report = _status(d, state)
+    assert code == 1 and report["safe"] is False
+    comp = [c for c in report["components"] if c["name"] == store][0]
+    assert not comp["done"] and comp["waitingFor"] == "store not loaded", comp
+    listed = runner.invoke(app, ["-u", f"local:{d}", "transactions", "pending-ack-stats", "-t", T, "-s", "sub-0"])
+    assert listed.exit_code == 1 and "not loaded" in listed.stderr
+
+
+def _logical_metadata(d) -> list[str]:
+    """metadata.db's content as SQL, read from a copy (with its write-ahead log) so reading it changes nothing."""
+    import shutil
+    import sqlite3
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("metadata.db", "metadata.db-wal", "metadata.db-shm"):
+            if (d / name).exists():
+                shutil.copy(d / name, f"{tmp}/{name}")
+        conn = sqlite3.connect(f"{tmp}/metadata.db")
+        try:
+            return list(conn.iterdump())
+        finally:
+            conn.close()
+
+
+def test_after_a_crash_reading_changes_no_metadata_and_no_entry_log(tmp_path):
+    import signal
+    import time
+
+    d = _engine(tmp_path)
+    proc = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "100", "-o", "json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        if (d / "server.json").exists():
+            break
+        time.sleep(0.05)
+    time.sleep(2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (d / "server.json").unlink(missing_ok=True)  # what a killed server leaves behind (its pid is gone anyway)
+    logs_before = {k: v for k, v in directory_fingerprint(d).items() if k.startswith("ledgers")}
+    metadata_before = _logical_metadata(d)
+    for args in (["coordinator-stats"], ["coordinator-internal-stats", "-c", "1"], ["coordinators-list"]):
+        assert runner.invoke(app, ["-u", f"local:{d}", "transactions", *args]).exit_code == 0, args
+    # SQLite may fold its write-ahead log into metadata.db on the first read (bytes move); no metadata changes.
+    assert _logical_metadata(d) == metadata_before
+    assert {k: v for k, v in directory_fingerprint(d).items() if k.startswith("ledgers")} == logs_before

@@ -98,3 +98,21 @@ def test_validate_names_each_bad_key():
     with pytest.raises(ConfigError, match="'transactionPendingAckBatchedWriteMaxSize' value must be greater than or "
                                           "equal to 131072"):
         bad.validate()
+
+
+def test_save_never_writes_a_configuration_the_engine_cannot_open(tmp_path):
+    EngineConfig().save(tmp_path)
+    before = (tmp_path / config.CONF_FILE).read_bytes()
+    bad = EngineConfig(transactionLogBatchedWriteEnabled=True, transactionLogBatchedWriteMaxDelayInMillis=0)
+    with pytest.raises(ConfigError, match="transactionLogBatchedWriteMaxDelayInMillis"):
+        bad.save(tmp_path)
+    assert (tmp_path / config.CONF_FILE).read_bytes() == before
+
+
+@pytest.mark.parametrize("args", [["-c", "0"], ["-c", "-3"], ["--set", "transactionCoordinatorCount=0"]])
+def test_an_engine_needs_at_least_one_coordinator(tmp_path, args):
+    # Pulsar's initialize-transaction-coordinator-metadata refuses fewer than one; so does init, before writing
+    result = runner.invoke(app, ["engine", "init", str(tmp_path / "e"), *args])
+    assert result.exit_code == 2, result.output
+    assert "coordinators" in result.output or "transactionCoordinatorCount" in result.stderr
+    assert not (tmp_path / "e").exists()

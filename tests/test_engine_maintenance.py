@@ -1,4 +1,4 @@
-"""The engine's maintenance thread: a failing tick is logged (not swallowed), once per failure, and the loop lives on."""
+"""The engine's maintenance thread: a failing tick is logged (not swallowed), once per failure; the loop lives on."""
 
 from __future__ import annotations
 

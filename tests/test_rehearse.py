@@ -6,7 +6,9 @@ import json
 
 from typer.testing import CliRunner
 
+from txnadmin.admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG
 from txnadmin.cli.main import app
+from txnadmin.engine.config import read_dynamic
 
 
 def test_rehearsal_reaches_safe_and_all_three_agree(tmp_path):
@@ -15,7 +17,13 @@ def test_rehearsal_reaches_safe_and_all_three_agree(tmp_path):
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["safe"] is True
-    assert out["status"]["safe"] and out["status"]["flagsDisabled"]
+    # The procedure's own word is not the evidence: the engine's stored dynamic config must have both flags off, and
+    # the verdict must cover every log the procedure recorded, none still waiting.
+    dynamic = read_dynamic(tmp_path / "engine")
+    assert dynamic.get(TC_BATCH_FLAG) == "false" and dynamic.get(PENDING_ACK_BATCH_FLAG) == "false", dynamic
+    started = next(s for s in out["steps"] if s["step"] == "downgrade started")
+    assert out["status"]["safe"] and out["status"]["waiting"] == 0
+    assert out["status"]["logs"] >= started["coordinators"] + started["pendingAckStores"] > 0
     assert out["scan"]["verdict"] == "clean" and out["engineCensusLiveBatchedEntries"] == 0
     steps = [s["step"] for s in out["steps"]]
     assert steps[0] == "engine created" and steps[-1] == "verdict"

@@ -17,9 +17,8 @@ from txnadmin.engine.managed_ledger import ManagedLedgerFactory
 from txnadmin.engine.position import Position
 from txnadmin.engine.storage import LedgerStorage
 from txnadmin.engine.segmented_snapshot_processor import SegmentedSnapshotProcessor
-from txnadmin.engine.tb_snapshot import (
-    INDEXES_TOPIC, SNAPSHOT_TOPIC, SnapshotService, segment_capacity, segment_key,
-)
+from txnadmin.engine.tb_snapshot import SnapshotService, segment_capacity, segment_key
+from txnadmin.names import INDEXES_TOPIC, SNAPSHOT_TOPIC
 
 TOPIC = "persistent://public/default/payments"
 CAPACITY = 4

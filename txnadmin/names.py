@@ -17,6 +17,14 @@ PENDING_ACK_SUFFIX = "__transaction_pending_ack"
 TC_ASSIGN_TOPIC = f"persistent://{SYSTEM_NAMESPACE}/transaction_coordinator_assign"
 _TC_ASSIGN_PARTITION = f"{TC_ASSIGN_TOPIC}-partition-"
 _TC_LOG_LOCAL = "__transaction_log_"
+TC_LOG_CURSOR = "transaction.subscription"  # the cursor a coordinator keeps on its log (MLTransactionLogImpl)
+PENDING_ACK_CURSOR = "__pending_ack_state"  # the cursor a pending-ack store keeps on its log (MLPendingAckStore)
+# Transaction-buffer snapshot topics, one each per namespace (PIP-196): the single processor's, then the segmented
+# processor's segments and indexes.
+SNAPSHOT_TOPIC = "__transaction_buffer_snapshot"
+SEGMENTS_TOPIC = "__transaction_buffer_snapshot_segments"
+INDEXES_TOPIC = "__transaction_buffer_snapshot_indexes"
+SNAPSHOT_SYSTEM_TOPICS = (SNAPSHOT_TOPIC, SEGMENTS_TOPIC, INDEXES_TOPIC)
 _TC_LOG_LEDGER = re.compile(rf"^{SYSTEM_NAMESPACE}/persistent/{_TC_LOG_LOCAL}\d+$")
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from .protocol import TransactionsAdmin
+from ..names import namespace_of
+from .protocol import NotFoundError, TransactionsAdmin, TxnId
 
 
 def open_transactions(admin: TransactionsAdmin, coordinator_id: Optional[int] = None,
@@ -15,8 +16,7 @@ def open_transactions(admin: TransactionsAdmin, coordinator_id: Optional[int] = 
     txns = admin.slow_transactions(0, coordinator_id)
     rows = []
     for txn_id, meta in txns.items():
-        most, least = txn_id.strip("()").split(",")
-        rows.append({"txnId": txn_id, "coordinatorId": int(most), "status": meta.get("status"),
+        rows.append({"txnId": txn_id, "coordinatorId": TxnId.parse(txn_id).most_bits, "status": meta.get("status"),
                      "openTimestamp": meta.get("openTimestamp"), "ageMs": now - int(meta.get("openTimestamp", now)),
                      "timeoutMs": meta.get("timeoutAt"), "owner": meta.get("owner"),
                      "producedPartitions": sorted(meta.get("producedPartitions", {})),
@@ -32,12 +32,14 @@ def find_hanging(admin: TransactionsAdmin, max_transaction_timeout_minutes: floa
     existing: dict[str, set[str]] = {}
 
     def exists(topic: str) -> bool:
-        ns = topic.split("://", 1)[1].rsplit("/", 1)[0]
+        ns = namespace_of(topic)
         if ns not in existing:
             try:
                 existing[ns] = set(admin.list_topics(ns, False))
-            except Exception:  # a namespace that is gone: none of its topics exist
+            except NotFoundError:  # the broker says the namespace is gone: none of its topics exist
                 existing[ns] = set()
+            # Any other failure propagates: a listing that failed proves nothing about the partitions, and
+            # calling them gone would make live transactions look hanging (and --abort abort them).
         return topic in existing[ns]
 
     out = []

@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Self
 from urllib.parse import quote, urlencode
 
 import httpx
@@ -298,7 +298,7 @@ class HttpAdmin:
                 transport.close()
             self._transports.clear()
 
-    def __enter__(self) -> "HttpAdmin":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

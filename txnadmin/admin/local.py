@@ -7,7 +7,7 @@ import functools
 import os
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Self
 
 from ..names import coordinator_of_assign_partition, normalize_topic
 from .protocol import AdminError, Json, NotFoundError, TargetUnreachableError, TxnId
@@ -43,6 +43,10 @@ def _engine_statuses() -> tuple[tuple[type[BaseException], int], ...]:
     )
 
 
+def _engine_error_types() -> tuple[type[BaseException], ...]:
+    return tuple(kind for kind, _ in _engine_statuses())
+
+
 def engine_error_status(exc: BaseException) -> Optional[int]:
     """The status for an engine error (see :func:`_engine_statuses`), or None when it is not one."""
     for kind, status in _engine_statuses():
@@ -67,11 +71,9 @@ def _admin_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except AdminError:
-            raise
-        except Exception as exc:
+        except _engine_error_types() as exc:  # an except clause is evaluated only once something was raised
             status = engine_error_status(exc)
-            if status is None:
+            if status is None:  # not reached: caught because a row matched; a bug goes on as it is
                 raise
             if status == 404:
                 raise NotFoundError(str(exc)) from None
@@ -134,7 +136,11 @@ class LocalAdmin:
         self._owned = True
         if read_mostly and not create:
             self._hold_off_writers(directory)
-            self.engine = self._open(directory, read_only=True)
+            try:
+                self.engine = self._open(directory, read_only=True)
+            except BaseException:
+                self._release_writers()  # a view that never opened must not keep `engine recover` out
+                raise
         else:
             self.engine = self._open(directory, read_only=False)
 
@@ -144,7 +150,7 @@ class LocalAdmin:
 
         try:
             return Engine(directory, read_only=read_only)
-        except Exception as exc:  # locked by another writer, unreadable files …
+        except Exception as exc:  # noqa: BLE001 — locked by another writer, unreadable files …: one line, named
             raise TargetUnreachableError(f"{directory}: {exc}") from None
 
     def _hold_off_writers(self, directory: Path) -> None:
@@ -196,7 +202,7 @@ class LocalAdmin:
                 engine.close()
             self._release_writers()
 
-    def __enter__(self) -> "LocalAdmin":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

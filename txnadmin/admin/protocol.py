@@ -18,7 +18,7 @@ Lifecycle: an admin holds resources (HTTP connections; the embedded engine's dir
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, Self, runtime_checkable
 
 Json = dict[str, Any]
 
@@ -104,7 +104,7 @@ class TransactionsAdmin(Protocol):
     def close(self) -> None:
         """Release what the admin holds (connections, a local engine's lock); calling it again does nothing."""
 
-    def __enter__(self) -> "TransactionsAdmin":
+    def __enter__(self) -> Self:
         """``with admin:`` — returns the admin itself."""
 
     def __exit__(self, *exc_info: object) -> None:

@@ -1,25 +1,40 @@
-"""Target options shared by commands that talk to a Pulsar or an engine."""
+"""Target options shared by commands that talk to a Pulsar or an engine, and the one way commands open a target."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, NoReturn, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from ..admin.protocol import TargetUnreachableError, TransactionsAdmin
+    from ..admin.target import Target
 
 AdminUrl = typer.Option(None, "--admin-url", "-u", help="http(s)://host:port or local:PATH (engine directory).")
 Conf = typer.Option(None, "--conf", help="A Pulsar client.conf (webServiceUrl, authPlugin, authParams, TLS).")
 
+OnError = Callable[["TargetUnreachableError"], NoReturn]
 
-def resolve_for(ctx: typer.Context, admin_url: Optional[str], conf: Optional[Path], require_named: str = ""):
-    """The target of this command (its -u/--conf, else the root options), without opening it.
+
+def own_command_errors(exc: "TargetUnreachableError") -> NoReturn:
+    """txnadmin's own commands: exit 2 on usage errors (``-u ""``, nothing named where a name is required),
+    3 when the target or a client.conf cannot be read or reached."""
+    from ..admin.target import TargetUsageError
+    from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail
+
+    fail(exc.reason, EXIT_USAGE if isinstance(exc, TargetUsageError) else EXIT_UNREADABLE)
+
+
+def resolve_for(ctx: typer.Context, admin_url: Optional[str] = None, conf: Optional[Path] = None,
+                require_named: str = "", on_error: OnError = own_command_errors) -> "Target":
+    """The target of this command without opening it: its own -u/--conf, else the root options.
 
     ``require_named`` (a command name such as "downgrade start") refuses the embedded default unless the
-    operator named it. Exit 2 on usage errors (``-u ""``, nothing named), 3 when a client.conf is unreadable.
+    operator named it. A target that cannot be resolved goes to ``on_error``, which ends the command.
     """
     from ..admin.protocol import TargetUnreachableError
-    from ..admin.target import TargetUsageError, require_named as _require, resolve_target
-    from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail
+    from ..admin.target import require_named as _require, resolve_target
 
     opts = ctx.find_root().obj or {}
     try:
@@ -29,20 +44,25 @@ def resolve_for(ctx: typer.Context, admin_url: Optional[str], conf: Optional[Pat
         if require_named:
             _require(target, require_named)
         return target
-    except TargetUsageError as exc:
-        fail(exc.reason, EXIT_USAGE)
     except TargetUnreachableError as exc:
-        fail(exc.reason, EXIT_UNREADABLE)
+        on_error(exc)
 
 
-def admin_for(ctx: typer.Context, admin_url: Optional[str], conf: Optional[Path], require_named: str = ""):
-    """Resolve and open the target; exit 2 on usage errors, 3 when unreachable. Returns (target, admin)."""
+def open_target(ctx: typer.Context, admin_url: Optional[str] = None, conf: Optional[Path] = None,
+                require_named: str = "", on_error: OnError = own_command_errors
+                ) -> tuple["Target", "TransactionsAdmin"]:
+    """Resolve and open this command's target: (target, admin).
+
+    The admin is entered as a context manager on the command's context (Click's ``with_resource``), so it is
+    closed when the command ends, however it ends (a result, an exit code, an error, Ctrl-C): a local engine's
+    lock and an HTTP admin's connections never outlive the command. ``on_error`` as for :func:`resolve_for`.
+    """
     from ..admin.protocol import TargetUnreachableError
     from ..admin.target import open_admin
-    from ._common import EXIT_UNREADABLE, fail
 
-    target = resolve_for(ctx, admin_url, conf, require_named)
+    target = resolve_for(ctx, admin_url, conf, require_named, on_error)
     try:
-        return target, open_admin(target)
+        admin = open_admin(target)
     except TargetUnreachableError as exc:
-        fail(exc.reason, EXIT_UNREADABLE)
+        on_error(exc)
+    return target, ctx.with_resource(admin)

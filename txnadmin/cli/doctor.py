@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
-from ._target import AdminUrl, Conf, admin_for
+from ._target import AdminUrl, Conf, open_target
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "unknown": "magenta", "info": "dim"}
 
@@ -57,7 +57,7 @@ def doctor(
     if bookie_dir is not None and not bookie_dir.is_dir():
         fail(f"--bookie-dir {bookie_dir}: not a directory", EXIT_UNREADABLE)
     # doctor judges a whole cluster and --fix aborts transactions: never on the embedded default unless named
-    target, admin = admin_for(ctx, admin_url, conf, require_named="doctor")
+    target, admin = open_target(ctx, admin_url, conf, require_named="doctor")  # closed when the command ends
     bar, progress = _progress(output)
     try:
         import contextlib
@@ -68,8 +68,6 @@ def doctor(
             report = _fix(admin, report, target, checks, thresholds, concurrency, bookie_dir, yes, dry_run, output)
     except proc.DoctorError as exc:
         fail(str(exc), exc.code)
-    finally:
-        getattr(admin, "close", lambda: None)()
     if output == "json":
         print_json(report.to_json(strict))
     else:

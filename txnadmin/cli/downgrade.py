@@ -10,14 +10,14 @@ import typer
 
 from .render import output_option
 from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
-from ..procedures.state import StateError
-from ._target import AdminUrl, Conf, admin_for
+from ..procedures.state import DEFAULT_STATE, StateError
+from ._target import AdminUrl, Conf, open_target
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
 
 app = typer.Typer(help="Guided PIP-160 downgrade: disable batching, record, wait until safe, verify.",
                   no_args_is_help=True)
 
-StateOpt = typer.Option(Path("txnadmin-downgrade.json"), "--state", help="The checklist file (JSON).")
+StateOpt = typer.Option(Path(DEFAULT_STATE), "--state", help="The checklist file (JSON).")
 OutputOpt = output_option("table")
 
 
@@ -45,15 +45,12 @@ def _progress(label: str):
 
 
 def _with_progress(label: str, admin, fn, *args, **kwargs):
-    """Run one procedure step with a progress bar for people, then release the target."""
+    """Run one procedure step with a progress bar for people."""
     import contextlib
 
     bar, progress = _progress(label)
-    try:
-        with bar or contextlib.nullcontext():
-            return _guard(fn, admin, *args, progress=progress, **kwargs)
-    finally:
-        getattr(admin, "close", lambda: None)()
+    with bar or contextlib.nullcontext():
+        return _guard(fn, admin, *args, progress=progress, **kwargs)
 
 
 EXIT_INTERRUPTED = 130
@@ -95,7 +92,7 @@ def start(
     """
     from ..procedures.downgrade import plan as do_plan, start as do_start
 
-    target, admin = admin_for(ctx, admin_url, conf, require_named="downgrade start")
+    target, admin = open_target(ctx, admin_url, conf, require_named="downgrade start")  # closed when the command ends
     try:
         _header(target, output) if not dry_run else None
         counts = _guard(do_plan, admin, concurrency)
@@ -119,8 +116,6 @@ def start(
             result = _guard(do_start, admin, state, target.url, not no_reload, concurrency, progress=progress)
     except KeyboardInterrupt:
         _interrupted(state)
-    finally:
-        getattr(admin, "close", lambda: None)()
     summary = {"target": _target_json(target), "state": str(state), "phase": result["phase"],
                "coordinators": len(result["coordinators"]), "pendingAckStores": len(result["pendingAckStores"]),
                "recordedThisRun": result.get("rerecorded", 0), "reloaded": result.get("reload", True),
@@ -177,7 +172,7 @@ def status(
     """Per log: LastBatched, OldestExists, done or why it waits. Exit 0 when safe, 1 when not yet, 3 cannot tell."""
     from ..procedures.downgrade import status as do_status
 
-    target, admin = admin_for(ctx, admin_url, conf, require_named="downgrade status")
+    target, admin = open_target(ctx, admin_url, conf, require_named="downgrade status")
     if output != "json":
         _header(target, output)
     try:
@@ -197,7 +192,6 @@ class _LiveView:
         self.started = started
         self.terminal = sys.stderr.isatty()
         self.last_line: Optional[str] = None
-        self.abandoned_pending = False
         self.live = None
         if self.terminal:
             from rich.console import Console
@@ -269,7 +263,7 @@ def wait(
 
     if interval <= 0 or timeout < 0:
         fail("--interval must be > 0 and --timeout >= 0", EXIT_USAGE)
-    target, admin = admin_for(ctx, admin_url, conf, require_named="downgrade wait")
+    target, admin = open_target(ctx, admin_url, conf, require_named="downgrade wait")
     if output != "json":
         _header(target, output)
     from ..procedures.downgrade import DowngradeError
@@ -290,9 +284,6 @@ def wait(
         fail(str(exc), exc.exit_code)
     except StateError as exc:
         fail(str(exc), EXIT_UNREADABLE)
-    finally:
-        if not view.abandoned_pending:
-            getattr(admin, "close", lambda: None)()
     _render_report(report, output, target)
     code = EXIT_OK if report.safe else EXIT_FAILURE
     if frozen and not report.safe:

@@ -29,7 +29,7 @@ def _dir(directory: Optional[Path]) -> Path:
 def init(
     directory: Optional[Path] = DirArg,
     coordinators: Optional[int] = typer.Option(
-        None, "--coordinators", "-c", help="Number of transaction coordinators of a new engine [default: 16]."),
+        None, "--coordinators", "-c", min=1, help="Number of transaction coordinators of a new engine [default: 16]."),
     settings: list[str] = typer.Option([], "--set", help="broker.conf-style key=value (repeatable)."),
     exist_ok: bool = typer.Option(False, "--exist-ok", help="Update the settings of an existing engine."),
 ) -> None:
@@ -102,7 +102,7 @@ def run(
         engine = Engine(require_engine(path))
     except EngineDirError as exc:
         fail(str(exc), EXIT_UNREADABLE)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 — any engine that cannot open is a one-line exit 3, not a traceback
         fail(f"{path}: {exc}", EXIT_UNREADABLE)
     typer.echo(f"engine run: {path} ({source})", err=True)
     spec = WorkloadSpec(rate=rate, concurrency=concurrency, duration_s=duration, topics=topics,
@@ -189,7 +189,7 @@ def _client_engine(directory: Optional[Path]):
         return Engine(require_engine(_dir(directory)), maintenance=False)
     except EngineDirError as exc:
         fail(str(exc), EXIT_UNREADABLE)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 — any engine that cannot open is a one-line exit 3, not a traceback
         fail(f"{_dir(directory)}: {exc}", EXIT_UNREADABLE)
 
 

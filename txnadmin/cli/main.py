@@ -68,7 +68,7 @@ class GuardedGroup(TyperGroup):
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
             raise  # the reader of stdout went away: main() ends quietly (141); not a failure to describe
-        except Exception as exc:  # noqa: BLE001 — this is the one place that may catch everything
+        except Exception as exc:  # this is the one place that may catch everything
             if _debug(ctx):
                 raise
             pulsar_style = ctx.invoked_subcommand in PULSAR_STYLE

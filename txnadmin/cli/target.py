@@ -11,12 +11,10 @@ from .render import FORMATS, output_option, to_yaml
 def target(ctx: typer.Context, output: str = output_option("table", FORMATS)) -> None:
     """Print the target in use and where it came from (flags > env > client.conf > embedded engine). Secrets masked."""
     from ..admin.protocol import TargetUnreachableError
-    from ..admin.target import resolve_target
+    from ._target import resolve_for
 
-    opts = ctx.find_root().obj or {}
+    t = resolve_for(ctx)  # exit 2 for `-u ""` (docs/exit-codes.md), 3 for an unreadable client.conf
     try:
-        t = resolve_target(opts.get("admin_url"), opts.get("conf"), opts.get("auth_plugin"), opts.get("auth_params"),
-                           opts.get("tls"))
         if not t.is_local:
             from ..admin.auth import auth_from
 

@@ -15,6 +15,7 @@ from .confirm import DryRunOpt, YesOpt
 from .render import FORMATS, output_option
 
 if TYPE_CHECKING:
+    from ..admin.protocol import TargetUnreachableError
     from ..admin.target import Target
 
 app = typer.Typer(help="Operations on transactions (pulsar-admin transactions).", no_args_is_help=True)
@@ -38,28 +39,30 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(1)
 
 
-def _run(ctx: typer.Context, call: Callable[[Any], Any]) -> Any:
-    """Resolve the target from the root options, make the call, turn every failure into pulsar-admin's form."""
-    from ..admin.protocol import AdminError, TargetUnreachableError
-    from ..admin.target import open_admin, resolve_target
+def _unreachable(exc: "TargetUnreachableError") -> NoReturn:
+    """pulsar-admin's answer when the target cannot be resolved or reached (exit 1, as every failure here)."""
+    _fail(f"{exc.reason}\n\nError connecting to Pulsar")
 
-    opts = (ctx.find_root().obj or {})
-    try:
-        target = resolve_target(opts.get("admin_url"), opts.get("conf"), opts.get("auth_plugin"),
-                                opts.get("auth_params"), opts.get("tls"))
-        admin = open_admin(target)
-    except TargetUnreachableError as exc:
-        _fail(f"{exc.reason}\n\nError connecting to Pulsar")
-    ctx.obj = {"target": target}
+
+def _run(ctx: typer.Context, call: Callable[[Any], Any]) -> Any:
+    """Make the call on the target of the root options, turn every failure into pulsar-admin's form.
+
+    The target is opened once per command (a command may make several calls) and closed when the command ends."""
+    from ..admin.protocol import AdminError, TargetUnreachableError
+    from ._target import open_target
+
+    opened = (ctx.obj or {}).get("admin")
+    if opened is None:
+        target, opened = open_target(ctx, on_error=_unreachable)
+        ctx.obj = {"target": target, "admin": opened}
+    target, admin = ctx.obj["target"], opened
     try:
         with waiting_notice(admin, target.url):
             return call(admin)
     except TargetUnreachableError as exc:
-        _fail(f"{exc.reason}\n\nError connecting to Pulsar")
+        _unreachable(exc)
     except AdminError as exc:
         _fail(f"{exc.reason}\n\nReason: {exc.reason}")
-    finally:
-        getattr(admin, "close", lambda: None)()
 
 
 def waiting_notice(admin: Any, where: str):
@@ -294,19 +297,14 @@ def _target_url(ctx: typer.Context) -> str:
 def _set_batch(ctx, component: str, enable: Optional[bool], reload: bool, output: Optional[str],
                yes: bool = False, dry_run: bool = False) -> None:
     from ..admin.batchlog import reload_units, set_batch_log
-    from ..admin.protocol import TargetUnreachableError
-    from ..admin.target import require_named, resolve_target
+    from ._target import resolve_for
     from .confirm import Plan, confirm
 
     if enable is None:
         _fail("give --enable or --disable")
-    opts = ctx.find_root().obj or {}
     name = "set-txn-tc-batch-log" if component == "tc" else "set-txn-pending-ack-batch-log"
-    try:  # a cluster-wide change: never on a target the operator did not name
-        target = require_named(resolve_target(opts.get("admin_url"), opts.get("conf"), opts.get("auth_plugin"),
-                                              opts.get("auth_params"), opts.get("tls")), name)
-    except TargetUnreachableError as exc:
-        _fail(f"{exc.reason}\n\nError connecting to Pulsar")
+    # a cluster-wide change: never on a target the operator did not name
+    target = resolve_for(ctx, require_named=name, on_error=_unreachable)
     if reload or dry_run:
         units = _run(ctx, lambda a: reload_units(a, component)) if reload else []
         flag = "transactionLogBatchedWriteEnabled" if component == "tc" else "transactionPendingAckBatchedWriteEnabled"

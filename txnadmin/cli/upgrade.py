@@ -9,7 +9,7 @@ import typer
 
 from .render import output_option
 from ._common import EXIT_FAILURE, EXIT_OK, fail, print_json
-from ._target import AdminUrl, Conf, admin_for
+from ._target import AdminUrl, Conf, open_target
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
 
 
@@ -41,7 +41,7 @@ def upgrade(
         if value is not None:
             thresholds[f"transactionLogBatchedWrite{suffix}"] = str(value)
             thresholds[f"transactionPendingAckBatchedWrite{suffix}"] = str(value)
-    target, admin = admin_for(ctx, admin_url, conf, require_named="upgrade")
+    target, admin = open_target(ctx, admin_url, conf, require_named="upgrade")  # closed when the command ends
     try:
         if output != "json" and not dry_run:
             typer.echo(f"target: {target.label}")
@@ -59,8 +59,6 @@ def upgrade(
         result = run(admin, target.url, min_version, not no_reload, thresholds, assume)
     except UpgradeError as exc:
         fail(str(exc), exc.exit_code)
-    finally:
-        getattr(admin, "close", lambda: None)()
     if output == "json":
         print_json(dict(result.to_json(), target={"url": target.url, "source": target.source}))
     else:

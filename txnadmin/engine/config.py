@@ -111,6 +111,9 @@ class EngineConfig:
         """Everything a set of values must satisfy together (one key at a time is checked by :meth:`set`).
 
         Run before a configuration is saved or applied, so a bad one is refused whole and nothing is written."""
+        if self.transactionCoordinatorCount < 1:  # as initialize-transaction-coordinator-metadata refuses it
+            raise ConfigError("Configuration field 'transactionCoordinatorCount' value must be greater than or equal "
+                              f"to 1 (got {self.transactionCoordinatorCount})")
         for prefix in BATCHED_WRITE_PREFIXES:
             check_batched_write(prefix, *(getattr(self, prefix + name) for name in
                                           ("Enabled", "MaxRecords", "MaxSize", "MaxDelayInMillis")))
@@ -142,6 +145,9 @@ class EngineConfig:
         return config
 
     def save(self, directory: Path) -> Path:
+        """Write engine.conf atomically, after :meth:`validate`: a configuration the engine cannot open is never
+        written (ConfigError, the file left as it was)."""
+        self.validate()
         lines = ["# txnadmin engine configuration (broker.conf names; engine* keys are engine-only)"]
         lines += [f"{k}={_render(v)}" for k, v in self.to_dict().items()]
         path = Path(directory) / CONF_FILE

@@ -116,6 +116,9 @@ class Engine:
                                          shared_reader=self.config.engineTransactionBufferSharedSnapshotReader,
                                          metrics=SnapshotMetrics(self.registry))
         self.stores: dict[tuple[str, str], PendingAckStore] = {}
+        # Read-only: stores in the metadata whose log could not be opened. Still listed (as a broker lists a topic it
+        # has not loaded) with stats answering 404, so nobody takes them for deleted.
+        self.unopened_stores: set[tuple[str, str]] = set()
         self._opened_at: dict[str, int] = {}  # last recoverStartTime per store (see _distinct_open)
         self._persisted_opens = {key[len(META_OPENED):]: json.loads(self.storage.meta_get(key) or b"{}")
                                  for key in self.storage.meta_list(META_OPENED)}
@@ -164,24 +167,26 @@ class Engine:
         for key in self.storage.meta_list(META_PENDING_ACK):
             if (raw := self.storage.meta_get(key)) is not None:
                 info = json.loads(raw)
-                self._viewing(self._open_store, info["topic"], info["subscription"])
+                if not self._viewing(self._open_store, info["topic"], info["subscription"]):
+                    self.unopened_stores.add((info["topic"], info["subscription"]))
         self._save_opens()  # before any component takes a write (the constructor has not returned yet)
         if not self.read_only:
             for tc_id in list(self.coordinators):
                 self._finish_recovered(tc_id)
 
-    def _viewing(self, open_fn, *args) -> None:
-        """Open one component; read-only, one whose managed ledger is missing is left unloaded (its stats answer
-        404, which `downgrade` treats as "not loaded", never as done)."""
+    def _viewing(self, open_fn, *args) -> bool:
+        """Open one component (True if opened); read-only, one whose managed ledger is missing is left unloaded
+        (its stats answer 404, which `downgrade` treats as "not loaded", never as done)."""
         if not self.read_only:
             open_fn(*args)
-            return
+            return True
         from .storage import LedgerNotFoundError
 
         try:
             open_fn(*args)
         except LedgerNotFoundError:
-            pass
+            return False
+        return True
 
     def _opened(self, key: str, component) -> None:
         """Set the component's recoverStartTime: a new distinct value when writable (saved durably before it
@@ -263,10 +268,16 @@ class Engine:
         store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag)
         topic_obj = self.topics.get(topic)
-        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view replays
-        # without it: re-applying a logged COMMIT to the subscription would be a write.
-        sub = topic_obj.subscription(subscription) if topic_obj and not self.read_only else None
-        store.recover(self.clock_ms, sub)
+        # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view judges by
+        # the subscription's existing cursor too (or the view would report acks the subscription already has), but
+        # neither creates the cursor nor re-applies a logged COMMIT to it: both would be writes.
+        if topic_obj is None:
+            sub = None
+        elif self.read_only:
+            sub = topic_obj.ledger.cursors().get(subscription)
+        else:
+            sub = topic_obj.subscription(subscription)
+        store.recover(self.clock_ms, sub, apply_commits=not self.read_only)
         self._opened("pending-ack/" + store.store_topic, store)
         self.stores[(topic, subscription)] = store
         return store
@@ -420,7 +431,7 @@ class Engine:
         for t, sub, started, finish in waits:
             try:
                 finish()
-            except BaseException as exc:  # wait for the others too, then report the first failure
+            except BaseException as exc:  # noqa: BLE001 — wait for the others too, then raise the first failure
                 failure = failure or exc
                 if t is not None:
                     self.tp_metrics.record_end(t.name, sub, commit, False, time.perf_counter_ns() - started)

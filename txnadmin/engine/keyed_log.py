@@ -230,7 +230,7 @@ class PositionedLog:
             raise KeyError(f"{self.name}: entry {pos} was deleted")
         try:
             payload = self.ledger.read_entry(pos)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 — re-raised as the KeyError this method documents, cause named
             raise KeyError(f"{self.name}: cannot read entry {pos}: {exc}") from None
         return decode_record(payload)
 

@@ -22,8 +22,9 @@ def init_engine(directory: Path, settings: dict[str, str] | None = None, exist_o
     config = EngineConfig.load(directory) if directory.exists() else EngineConfig()
     for key, value in (settings or {}).items():
         config.set(key, value)
-    # Refuse a bad configuration whole before anything is written: saved first, it made the next `init` say an
-    # engine existed, and the error surfaced only when the writers opened.
+    # Refuse a bad configuration whole before anything is written, the directory included: saved first, it made
+    # the next `init` say an engine existed, and the error surfaced only when the writers opened. (save() checks
+    # again; this check runs before mkdir.)
     config.validate()
     directory.mkdir(parents=True, exist_ok=True)
     config.save(directory)

@@ -271,10 +271,7 @@ class ManagedLedger:
             current = self._ledgers[-1]
             meta = self.storage.close_ledger(current.ledger_id)
             current.entries, current.size = meta.entries, meta.length
-            if current.entries == 0 and len(self._ledgers) > 1:
-                self._ledgers.pop()
-                self.storage.delete_ledger(meta.ledger_id)
-            elif current.entries == 0:
+            if current.entries == 0:  # an empty ledger holds nothing to read: drop it rather than list it
                 self._ledgers.pop()
                 self.storage.delete_ledger(meta.ledger_id)
             self._start_ledger()

@@ -14,15 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, cast
 
 from ..codec import AckType, EntryDecodeError, PendingAckMetadata, PendingAckMetadataEntry, PendingAckOp, decode_entry
+from ..names import PENDING_ACK_CURSOR, managed_ledger_name, pending_ack_topic
 from .completion import Completion
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
-from ..names import managed_ledger_name, pending_ack_topic
 from .managed_ledger import ManagedCursor, ManagedLedgerFactory
 from .ackset import has_bit
 from .cursor import WORD_MASK
 from .position import Position
-
-CURSOR_NAME = "__pending_ack_state"
 
 
 class PendingAckConflict(Exception):
@@ -96,7 +94,7 @@ class PendingAckStore:
         self.store_topic = pending_ack_topic(topic, subscription)
         self.name = managed_ledger_name(self.store_topic)
         self.ledger = factory.open(self.name, ml_config)
-        self.cursor = self.ledger.open_cursor(CURSOR_NAME)
+        self.cursor = self.ledger.open_cursor(PENDING_ACK_CURSOR)
         self.writer = BufferedWriter(self.ledger, writer_config, metrics, name=self.name)
         self.writer_config = writer_config
         self.min_index_lag = min_index_lag
@@ -287,11 +285,12 @@ class PendingAckStore:
         return last
 
     # -- recovery ---------------------------------------------------------------------------
-    def recover(self, clock_ms, subscription_cursor: ManagedCursor | None = None) -> None:
+    def recover(self, clock_ms, subscription_cursor: ManagedCursor | None = None, apply_commits: bool = True) -> None:
         """Replay the log after its mark-delete. As Pulsar's handle*AckRecover, an ACK record that the
         subscription's own state already covers (a deleted position, an acknowledged batch index, a cumulative ack
         at or below the mark-delete) is skipped; a COMMIT found in the log is applied to the subscription again,
-        so a crash between the COMMIT record and the subscription update loses nothing."""
+        so a crash between the COMMIT record and the subscription update loses nothing. ``apply_commits`` False
+        (a read-only view) judges by the subscription but writes nothing to it."""
         with self._lock:
             self.state = "Initializing"
             self.recover_start_time = clock_ms()
@@ -321,7 +320,7 @@ class PendingAckStore:
                     else:
                         acks = self._release(txn)
                         if acks is not None and rec.pending_ack_op == PendingAckOp.COMMIT \
-                                and subscription_cursor is not None:
+                                and subscription_cursor is not None and apply_commits:
                             _apply_to_subscription(acks, subscription_cursor)
                 acked_records = sum(1 for r in records if r.pending_ack_op == PendingAckOp.ACK)
                 self._note_logged(TxnPosition(pos.ledger_id, pos.entry_id, 1, 0), acked_records, acked)

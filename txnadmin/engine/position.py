@@ -19,9 +19,3 @@ class Position:
         if not sep:
             raise ValueError(f"position {text!r}: expected LEDGER:ENTRY")
         return cls(int(ledger), int(entry))
-
-    def next_in_ledger(self) -> "Position":
-        return Position(self.ledger_id, self.entry_id + 1)
-
-
-EARLIEST = Position(-1, -1)

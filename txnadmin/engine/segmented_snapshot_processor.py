@@ -19,9 +19,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..names import INDEXES_TOPIC, SEGMENTS_TOPIC, SNAPSHOT_TOPIC
 from .aborted_txn_processor import SnapshotPosition, Txn
 from .position import Position
-from .tb_snapshot import INDEXES_TOPIC, SEGMENTS_TOPIC, SNAPSHOT_TOPIC, SnapshotError, SnapshotProcessorBase, segment_key
+from .tb_snapshot import SnapshotError, SnapshotProcessorBase, segment_key
 
 
 def _crash_point(name: str) -> None:

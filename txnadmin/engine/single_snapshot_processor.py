@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..names import SNAPSHOT_TOPIC
 from .aborted_txn_processor import SnapshotPosition, Txn
 from .position import Position
-from .tb_snapshot import SNAPSHOT_TOPIC, SnapshotProcessorBase
+from .tb_snapshot import SnapshotProcessorBase
 
 
 class SingleSnapshotProcessor(SnapshotProcessorBase):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Optional
 
 from ..names import (
-    SYSTEM_NAMESPACE, coordinator_assign_partition, namespace_of, topic_in, transaction_log_topic,
+    SNAPSHOT_SYSTEM_TOPICS, SYSTEM_NAMESPACE, coordinator_assign_partition, namespace_of, pending_ack_topic, topic_in,
+    transaction_log_topic,
 )
 from .coordinator import TxnMeta
 from .engine import Engine, EngineError, NotFound
@@ -72,6 +73,8 @@ def _store_or_none(engine: Engine, topic: str, sub: str):
     transaction (Pulsar's handle in state None); NotFound for an unknown topic or subscription."""
     t = engine.topic(topic, create=False)
     store = engine.stores.get((t.name, sub))
+    if (t.name, sub) in engine.unopened_stores:
+        raise NotFound(f"Pending ack store of {t.name} / {sub} is not loaded (its log could not be opened)")
     if store is None and sub not in t.ledger.cursors():
         raise NotFound(f"Subscription not found {sub} on {t.name}")
     return store
@@ -144,9 +147,9 @@ def topic_names(engine: Engine, namespace: str, include_system: bool) -> list[st
     """Topics of a namespace as `namespaces topics` lists them (system topics only when asked)."""
     names = [t for t in engine.topics if namespace_of(t) == namespace]
     if include_system:
-        names += [s.store_topic for s in engine.stores.values() if namespace_of(s.store_topic) == namespace]
-        from .tb_snapshot import SNAPSHOT_SYSTEM_TOPICS
-
+        stores = [s.store_topic for s in engine.stores.values()]
+        stores += [pending_ack_topic(topic, sub) for topic, sub in engine.unopened_stores]
+        names += [s for s in stores if namespace_of(s) == namespace]
         names += [topic_in(namespace, local) for local in SNAPSHOT_SYSTEM_TOPICS
                   if engine.snapshots.exists(namespace, local)]
         if namespace == SYSTEM_NAMESPACE:
@@ -158,6 +161,7 @@ def topic_names(engine: Engine, namespace: str, include_system: bool) -> list[st
 def namespaces(engine: Engine) -> list[str]:
     found = {namespace_of(t) for t in engine.topics}
     found |= {namespace_of(s.store_topic) for s in engine.stores.values()}
+    found |= {namespace_of(topic) for topic, _ in engine.unopened_stores}
     found.add(SYSTEM_NAMESPACE)
     return sorted(found)
 

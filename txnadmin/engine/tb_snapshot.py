@@ -19,16 +19,11 @@ import threading
 from collections import Counter
 from typing import Any, Callable, Optional
 
+from ..names import SEGMENTS_TOPIC, managed_ledger_name, namespace_of, topic_in
 from .aborted_txn_processor import SnapshotPosition
 from .keyed_log import KeyedLog, PositionedLog, scan_latest
-from ..names import managed_ledger_name, namespace_of, topic_in
 from .managed_ledger import ManagedLedgerFactory
 from .snapshot_metrics import SnapshotMetrics
-
-SNAPSHOT_TOPIC = "__transaction_buffer_snapshot"
-SEGMENTS_TOPIC = "__transaction_buffer_snapshot_segments"
-INDEXES_TOPIC = "__transaction_buffer_snapshot_indexes"
-SNAPSHOT_SYSTEM_TOPICS = (SNAPSHOT_TOPIC, SEGMENTS_TOPIC, INDEXES_TOPIC)
 
 
 class SnapshotError(Exception):

@@ -11,12 +11,11 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, cast
 
 from ..codec import EntryDecodeError, TransactionMetadataEntry, decode_entry
+from ..names import TC_LOG_CURSOR, transaction_log_name
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
-from ..names import transaction_log_name
 from .managed_ledger import ManagedLedger, ManagedLedgerFactory
 from .ackset import has_bit
 
-CURSOR_NAME = "transaction.subscription"
 MAX_LOCAL_TXN_ID = "max_local_txn_id"
 
 
@@ -32,7 +31,7 @@ class TransactionLog:
         self.tc_id = tc_id
         self.name = transaction_log_name(tc_id)
         self.ledger: ManagedLedger = factory.open(self.name, ml_config)
-        self.cursor = self.ledger.open_cursor(CURSOR_NAME)
+        self.cursor = self.ledger.open_cursor(TC_LOG_CURSOR)
         self.writer_config = writer_config
         self.writer = BufferedWriter(self.ledger, writer_config, metrics, name=self.name)
         self._max_local_txn_id = -1

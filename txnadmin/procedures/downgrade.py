@@ -35,12 +35,11 @@ from typing import Any, Callable, Optional
 
 from ..admin.discovery import discover_pending_ack_stores
 from ..admin.protocol import (
-    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin, is_transient,
+    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin, TxnId, is_transient,
 )
-from ..names import coordinator_assign_partition, is_pending_ack_store, transaction_log_local_name
+from ..names import TC_LOG_CURSOR, coordinator_assign_partition, is_pending_ack_store, transaction_log_local_name
 from .state import load_state, new_state, save_state
 
-TC_CURSOR = "transaction.subscription"
 Progress = Optional[Callable[[int, int], None]]
 FLAG_PROPAGATION_S = 10.0  # dynamic config reaches brokers through a metadata watch: allow it this long
 
@@ -219,13 +218,6 @@ def flags_on_brokers(admin: TransactionsAdmin, brokers: list[str]) -> dict[str, 
 
     with ThreadPoolExecutor(max_workers=min(16, len(brokers))) as pool:
         return {b: on for b, on in pool.map(one, brokers) if on}
-
-
-def flags_disabled(admin: TransactionsAdmin) -> tuple[bool, list[str]]:
-    """The answering broker's view only (kept for batch-log stats); the downgrade asks every broker."""
-    runtime = _call(admin.runtime_config)
-    enabled = [f for f in (TC_BATCH_FLAG, PENDING_ACK_BATCH_FLAG) if str(runtime.get(f, "false")).lower() == "true"]
-    return not enabled, enabled
 
 
 def batched_flushes(admin: TransactionsAdmin, brokers: list[str]) -> dict[str, float]:
@@ -567,16 +559,16 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
         status.reason = f"the open ledger {ids[-1]} has not rolled over yet"
         status.suggestion = "wait for managedLedgerMaxEntriesPerLedger / managedLedgerMaxLedgerRolloverTimeMinutes"
         return status
-    mark_delete = ml.get("cursors", {}).get(TC_CURSOR, {}).get("markDeletePosition", "?")
+    mark_delete = ml.get("cursors", {}).get(TC_LOG_CURSOR, {}).get("markDeletePosition", "?")
     open_txns = _call(admin.slow_transactions, 0, tc_id)
     pinned = sorted((m for m in open_txns.values() if m.get("status") == "OPEN"), key=lambda m: m["openTimestamp"])
     if pinned:
         txn = pinned[0]
-        most, least = txn["txnId"].strip("()").split(",")
+        txn_id = TxnId.parse(txn["txnId"])
         status.kind = KIND_PINNED
         status.reason = (f"open transaction {txn['txnId']} (since {_iso(txn['openTimestamp'])}"
                          f"{', owner ' + txn['owner'] if txn.get('owner') else ''}) pins trimming at {mark_delete}")
-        status.suggestion = f"txnadmin transactions abort-transaction -m {most} -l {least}"
+        status.suggestion = f"txnadmin transactions abort-transaction -m {txn_id.most_bits} -l {txn_id.least_bits}"
         status.extra["pinnedBy"] = txn["txnId"]
         status.extra["pinnedSince"] = txn["openTimestamp"]
     else:
@@ -683,8 +675,8 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         save_state(state_path, state)
     verification = state.get("verification")
     safe = bool(logs) and all(l.done for l in logs) and (verification is None or verification.get("verdict") == "clean")
-    return Report(safe, True, logs, verification, target={"adminUrl": ident["adminUrl"],
-                                                          "clusterName": ident.get("clusterName")}, brokers=brokers)
+    return Report(safe, not on, logs, verification, target={"adminUrl": ident["adminUrl"],
+                                                            "clusterName": ident.get("clusterName")}, brokers=brokers)
 
 
 _DEADLINE_GRACE_S = 1.0

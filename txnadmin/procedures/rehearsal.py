@@ -51,6 +51,7 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
     from ..scan import run_scan
     from ..scan.job import java_available
     from .downgrade import record_verification, start, status
+    from .state import DEFAULT_STATE
 
     directory = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="txnadmin-rehearsal-"))
     result = RehearsalResult(str(directory), False)
@@ -74,7 +75,7 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
         before = batched_census(engine.storage)
         step("workload running with batching on", batchedEntries=sum(v["batchedEntries"] for v in before.values()))
         admin = LocalAdmin(engine)
-        state_path = directory / "txnadmin-downgrade.json"
+        state_path = directory / DEFAULT_STATE
         state = start(admin, state_path, f"local:{directory / 'engine'}")
         step("downgrade started", coordinators=len(state["coordinators"]),
              pendingAckStores=len(state["pendingAckStores"]), checklist=str(state_path))

@@ -35,12 +35,12 @@ def describe_batch(payload: bytes) -> tuple[str, str]:
         return f"{decoded.kind.value}, {len(decoded.records)} records", decoded.kind.value
     except EntryDecodeError as exc:
         strict_reason = exc.reason
-    except Exception as exc:  # the codec promises EntryDecodeError only; a slip must not cost the finding
+    except Exception as exc:  # noqa: BLE001 — the codec promises EntryDecodeError only; a slip must not cost the finding
         strict_reason = f"decoder error {type(exc).__name__}"
     for kind in ("txn-log", "pending-ack"):
         try:
             decoded = decode_entry(payload, kind)
-        except Exception:  # as above: only detail is at stake here, the magic already made the entry batched
+        except Exception:  # noqa: BLE001 — as above: only detail is at stake, the magic already made the entry batched
             continue
         unknown = sorted(_unknown_numbers(decoded.records))
         extra = f"; unknown fields {', '.join(map(str, unknown))}" if unknown else ""

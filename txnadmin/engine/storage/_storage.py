@@ -1149,7 +1149,7 @@ class LedgerStorage:
         error = None
         try:
             self._commit_meta(batch)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 — raised to every caller whose change was in this batch
             error = exc
         with self._meta_cond:
             if error is not None:
