@@ -6,7 +6,7 @@ import pytest
 
 from txnadmin.engine.managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from txnadmin.engine.position import Position
-from txnadmin.engine.storage import LedgerStorage
+from txnadmin.engine.storage import LedgerClosedError, LedgerStorage
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_a_refused_add_is_not_cached(storage):
     ml = factory.open("t/ns/persistent/a")
     pos = ml.add_entry(b"kept")
     storage.close_ledger(pos.ledger_id)  # closed under the managed ledger: the next add fails
-    with pytest.raises(Exception):
+    with pytest.raises(LedgerClosedError):
         ml.add_entry(b"refused")
     assert factory.entry_cache.get(pos.ledger_id, pos.entry_id + 1) is None
     assert ml.read_entries(Position(pos.ledger_id, 0), 10) == [(pos, b"kept")]
