@@ -1,7 +1,7 @@
 """The transactional workload as an operator runs it: `txnadmin engine run --rate 0`, batching off vs on.
 
     python bench/workload.py [--quick] [--seconds 5] [--clients 1,16,64,256] [--curve 1,4] [--delays 5]
-                             [--write-docs]
+                             [--baseline REF] [--write-docs]
 
 For every client count a fresh engine (16 coordinators) runs the real CLI in a child process, once with PIP-160
 batching off and once on (transaction log and pending-ack stores); the child's CPU time comes from its rusage.
@@ -9,6 +9,8 @@ Afterwards the entry logs are read back (read-only storage, every entry CRC-chec
 transaction-log entries and the records in each batched entry. `--curve` adds runs at the largest client count
 with batching on and fewer coordinators: fewer logs share the same load, so each batch holds more records;
 `--delays` adds runs there with a longer max delay (16 coordinators), the other knob PIP-160 gives.
+`--baseline REF` runs every batching off/on row a second time, right after, with the code of git commit REF
+(extracted to a temporary directory), so before and after are measured in the same run on the same machine.
 """
 
 from __future__ import annotations
@@ -88,7 +90,9 @@ def calibrate() -> float:
     return _BASELINE_CPU[0]
 
 
-def run(batched: bool, clients: int, coordinators: int, seconds: float, delay_ms: int = 1) -> dict:
+def run(batched: bool, clients: int, coordinators: int, seconds: float, delay_ms: int = 1,
+        code: Path = ROOT, label: str = "this") -> dict:
+    """One row: a fresh engine, `engine run` for ``seconds``, then the census; ``code`` is the source tree to run."""
     flag = "true" if batched else "false"
     with tempfile.TemporaryDirectory(prefix="txnadmin-bench-") as tmp:
         engine = Path(tmp) / "engine"
@@ -97,13 +101,13 @@ def run(batched: bool, clients: int, coordinators: int, seconds: float, delay_ms
                                "--set", f"transactionPendingAckBatchedWriteEnabled={flag}",
                                "--set", f"transactionLogBatchedWriteMaxDelayInMillis={delay_ms}",
                                "--set", f"transactionPendingAckBatchedWriteMaxDelayInMillis={delay_ms}"],
-                              capture_output=True, text=True, cwd=ROOT)
+                              capture_output=True, text=True, cwd=code)
         if init.returncode != 0:
             raise SystemExit(f"engine init failed: {init.stderr.strip()}")
         _children_usage()  # leave the init's CPU out
         proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "engine", "run", str(engine),
                                  "--rate", "0", "--concurrency", str(clients), "--duration", str(seconds),
-                                 "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+                                 "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=code)
         out, err = proc.communicate()
         cpu = max(0.0, _children_usage() - _BASELINE_CPU[0])  # the child's CPU, all threads, user + system
         if proc.returncode != 0:
@@ -113,7 +117,7 @@ def run(batched: bool, clients: int, coordinators: int, seconds: float, delay_ms
     tc_batched = counted["tcBatched"]
     ack_batched = counted["ackBatched"]
     return {
-        "batching": "on" if batched else "off", "clients": clients, "coordinators": coordinators,
+        "code": label, "batching": "on" if batched else "off", "clients": clients, "coordinators": coordinators,
         "maxDelayMs": delay_ms if batched else None,
         "txnPerSecond": stats["txnPerSecond"], "started": stats["started"], "errors": stats["errors"],
         "cpuMsPerTxn": round(cpu * 1000 / stats["started"], 2) if stats["started"] else None,
@@ -136,12 +140,12 @@ def _children_usage() -> float:
     return spent
 
 
-COLUMNS = ("batching", "max delay ms", "clients", "coordinators", "txn/s", "CPU ms/txn", "txn-log entries",
+COLUMNS = ("code", "batching", "max delay ms", "clients", "coordinators", "txn/s", "CPU ms/txn", "txn-log entries",
            "records / batched TC entry", "records / batched pending-ack entry")
 
 
 def _cells(r: dict) -> list[str]:
-    return [r["batching"], _fmt(r["maxDelayMs"], "{}"), str(r["clients"]), str(r["coordinators"]),
+    return [r["code"], r["batching"], _fmt(r["maxDelayMs"], "{}"), str(r["clients"]), str(r["coordinators"]),
             f"{r['txnPerSecond']:,.0f}", str(r["cpuMsPerTxn"]), f"{r['tcEntries']:,}",
             _fmt(r["tcRecordsPerBatchedEntry"]), _fmt(r["ackRecordsPerBatchedEntry"])]
 
@@ -159,14 +163,18 @@ def _fmt(value, pattern: str = "{:.2f}") -> str:
     return "–" if value is None else pattern.format(value)
 
 
-def markdown(rows: list[dict], seconds: float, baseline: float, load: tuple[float, float]) -> str:
+def markdown(rows: list[dict], seconds: float, baseline: float, load: tuple[float, float],
+             baseline_label: str = "") -> str:
     lines = [HEADER, "",
-             f"`.venv/bin/python bench/workload.py --seconds {seconds:g} --write-docs` — the real `txnadmin engine "
+             f"`.venv/bin/python bench/workload.py {' '.join(sys.argv[1:])}` — the real `txnadmin engine "
              "run --rate 0` in a child process per row (fresh engine, default workload: 2 topics, 2 subscriptions, "
              "2 messages and up to 2 acks per transaction, 10 % aborted), measured "
              f"{time.strftime('%Y-%m-%d')}. Records per batched entry are read back from the entry logs; CPU per "
              f"transaction is the child's user + system time less an idle run's ({baseline:.2f} s). The machine is "
-             f"shared: 1-minute load average {load[0]:.1f} before the runs, {load[1]:.1f} after.", "",
+             f"shared: 1-minute load average {load[0]:.1f} before the runs, {load[1]:.1f} after."
+             + (f" Rows marked `{baseline_label}` ran the code of commit {baseline_label} (`--baseline`) right after "
+                "the `this` row above them, for a before/after comparison at the same moment." if baseline_label
+                else ""), "",
              "| " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
     lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -180,6 +188,8 @@ def main() -> None:
                                                         "count with batching on ('' for none)")
     parser.add_argument("--delays", default="5", help="max delays (ms) for extra runs at the largest client "
                                                        "count, 16 coordinators, batching on ('' for none)")
+    parser.add_argument("--baseline", default="", help="git commit whose code runs each off/on row again, for a "
+                                                          "same-run before/after comparison")
     parser.add_argument("--quick", action="store_true", help="1-second runs at 1 and 16 clients, a smoke check")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
@@ -191,10 +201,19 @@ def main() -> None:
     baseline = calibrate()
     load_before = os.getloadavg()[0]
     rows = []
+    baseline_dir = tempfile.TemporaryDirectory(prefix="txnadmin-baseline-") if args.baseline else None
+    if baseline_dir is not None:
+        archive = subprocess.run(["git", "archive", args.baseline], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", baseline_dir.name], input=archive.stdout, check=True)
+        label = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout.strip()
     for count in clients:
         for batched in (False, True):
             rows.append(run(batched, count, 16, seconds))
             console.print(rows[-1])
+            if baseline_dir is not None:
+                rows.append(run(batched, count, 16, seconds, code=Path(baseline_dir.name), label=label))
+                console.print(rows[-1])
     for coordinators in curve:
         rows.append(run(True, max(clients), coordinators, seconds))
         console.print(rows[-1])
@@ -202,11 +221,14 @@ def main() -> None:
         rows.append(run(True, max(clients), 16, seconds, delay))
         console.print(rows[-1])
     load_after = os.getloadavg()[0]
+    if baseline_dir is not None:
+        baseline_dir.cleanup()
     console.print(table(rows))
     console.print(f"CPU baseline of an idle engine run: {baseline:.2f} s (subtracted); "
                   f"1-minute load average {load_before:.1f} before, {load_after:.1f} after")
     if args.write_docs:
-        replace_section(HEADER, markdown(rows, seconds, baseline, (load_before, load_after)))
+        replace_section(HEADER, markdown(rows, seconds, baseline, (load_before, load_after),
+                                         label if baseline_dir is not None else ""))
         console.print(f"recorded in docs/benchmarks.md ({HEADER})")
 
 

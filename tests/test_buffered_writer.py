@@ -261,3 +261,35 @@ def test_histograms_carry_pulsars_names_and_labels(ledger):
     assert registry.get_sample_value("pulsar_txn_tc_bufferedwriter_batch_oldest_record_delay_seconds_count",
                                      labels) == 1
     writer.close()
+
+
+def test_writers_share_one_timer_thread_and_each_flushes_on_its_own_tick(tmp_path):
+    """As Pulsar's writers share the broker's timer: 40 writers with records buffered add one thread, not 40,
+    and a short max delay is not held up by a long one."""
+    storage = LedgerStorage.open(tmp_path)
+    factory = ManagedLedgerFactory(storage)
+    ledgers = [factory.open(f"pulsar/system/persistent/__transaction_log_{i}") for i in range(41)]
+    before = {t.name for t in threading.enumerate()}
+    slow, _ = make_writer(ledgers[40], max_delay_ms=HOUR_MS)
+    writers = [make_writer(ml, max_delay_ms=300)[0] for ml in ledgers[:40]]
+    slow_done = Collector(1)
+    slow.add(record(0), slow_done.cb(0))
+    collector = Collector(80)
+    for i, writer in enumerate(writers):
+        writer.add(record(2 * i), collector.cb(2 * i))
+        writer.add(record(2 * i + 1), collector.cb(2 * i + 1))
+    results = collector.wait()
+    assert all(exc is None for _, _, exc in results)
+    new_threads = {t.name for t in threading.enumerate()} - before
+    assert new_threads <= {"buffered-writer-timer"}
+    # a writer's two records were buffered together and went out on its tick as one batch of two (unless a tick
+    # of the fixed grid fell between the two adds, which a loaded machine can make happen now and then)
+    assert sum(pos.batch_size == 2 for _, pos, _ in results) >= 60
+    assert not slow_done.done.is_set()  # its hour-long delay has not passed
+    slow.close()
+    assert isinstance(slow_done.wait()[0][2], WriterClosedError)
+    for writer in writers:
+        writer.close()
+    for ml in ledgers:
+        ml.close()
+    storage.close()

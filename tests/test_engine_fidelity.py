@@ -320,8 +320,12 @@ def test_producers_of_one_topic_pipeline_their_adds_and_share_syncs(tmp_path):
         before = engine.storage.stats()
         got: dict[bytes, Position] = {}
         lock = threading.Lock()
+        # all 32 start together: started one by one on a loaded machine, the first ones were done before the last
+        # began, so only about five producers were ever concurrent
+        start = threading.Barrier(32)
 
         def producer(i: int) -> None:
+            start.wait()
             for j in range(20):
                 payload = f"{i}-{j}".encode()
                 pos = engine.publish(TOPIC, payload)

@@ -465,3 +465,91 @@ def test_a_failing_disk_fails_the_adds_and_stops_writes(tmp_path):
         assert len(ok) - 1 <= last < 59
         assert st.read_entries(ledger, 0, last) == [bytes([i]) * 50_000 for i in range(last + 1)]
         assert st.add_entry(ledger, b"next") == last + 1
+
+
+def test_pipelined_groups_are_indexed_before_they_are_acknowledged(tmp_path):
+    """The writer syncs the next group while the indexer commits the last one: still, every add is readable
+    through another SQLite connection (what a read-only process uses) by the time its callback runs, also
+    across log rotations, and every finished log's indexed end covers all of its records."""
+    d = tmp_path / "s"
+    unreadable, seen, done = [], [], threading.Event()
+    with LedgerStorage.open(d, entry_log_size_limit=4096) as st:
+        ledgers = [st.create_ledger({}) for _ in range(8)]
+
+        def callback_for(ledger, payload):
+            def callback(entry_id, error):
+                try:
+                    reader = storage_pkg.LedgerStorage.open(d, read_only=True) if len(seen) % 50 == 0 else st
+                    try:
+                        if error is not None or reader.read_entry(ledger, entry_id) != payload:
+                            unreadable.append((ledger, entry_id, error))
+                    finally:
+                        if reader is not st:
+                            reader.close()
+                except Exception as exc:  # noqa: BLE001 - collected, asserted below
+                    unreadable.append((ledger, entry_id, exc))
+                seen.append(entry_id)
+                if len(seen) == 8 * 60:
+                    done.set()
+            return callback
+
+        def adder(ledger):
+            for i in range(60):
+                payload = os.urandom(40) + bytes([i])
+                st.add_entry_async(ledger, payload, callback_for(ledger, payload))
+
+        threads = [threading.Thread(target=adder, args=(ledger,)) for ledger in ledgers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert done.wait(30)
+        assert unreadable == []
+        assert len(st.entry_log_files()) > 3
+    with LedgerStorage.open(d) as st:  # reopening re-indexes nothing a finished log's data_end left out
+        for ledger in ledgers:
+            assert st.ledger_metadata(ledger).last_entry_id == 59
+            assert len(st.read_entries(ledger, 0, 59)) == 60
+
+
+def test_a_failing_index_commit_fails_its_group_and_everything_after_in_order(tmp_path, monkeypatch):
+    d = tmp_path / "s"
+    st = LedgerStorage.open(d)
+    ledger = st.create_ledger({})
+    for i in range(5):
+        st.add_entry(ledger, b"ok %d" % i)
+    original = LedgerStorage._commit_index
+
+    def broken(self, db, job):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(LedgerStorage, "_commit_index", broken)
+    results, done = [], threading.Event()
+
+    def callback_for(i):
+        def callback(entry_id, error):
+            results.append((i, entry_id, str(error) if error else None))
+            if len(results) == 20:
+                done.set()
+        return callback
+
+    for i in range(20):
+        try:
+            st.add_entry_async(ledger, b"late %d" % i, callback_for(i))
+        except StorageError as exc:  # refused at once once the failure is known: also a failure, in its place
+            results.append((i, None, str(exc)))
+            if len(results) == 20:
+                done.set()
+    assert done.wait(30)
+    assert [i for i, _, _ in results] == list(range(20))
+    assert all(error is not None for _, _, error in results)
+    assert "index commit failed (disk full)" in results[0][2]
+    with pytest.raises(StorageError, match="failed earlier and takes no writes"):
+        st.add_entry(ledger, b"after")
+    st.close()
+    monkeypatch.setattr(LedgerStorage, "_commit_index", original)
+    with LedgerStorage.open(d) as st:  # the synced records were whole: recovery indexes them again
+        last = st.ledger_metadata(ledger).last_entry_id
+        assert st.read_entries(ledger, 0, 4) == [b"ok %d" % i for i in range(5)]
+        assert 4 <= last < 25
+        assert st.add_entry(ledger, b"next") == last + 1

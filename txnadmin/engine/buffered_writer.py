@@ -8,6 +8,8 @@ record is written plain. Callbacks resolve in write order with (ledger, entry, b
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -79,6 +81,48 @@ class TxnPosition:
         return f"{self.ledger_id}:{self.entry_id}" + (f":{self.batch_index}/{self.batch_size}" if self.batch_size > 1 else "")
 
 
+class _FlushTimer:
+    """One timer thread for every writer of the process, as Pulsar's writers share one broker timer.
+
+    A writer with buffered records asks to be called back at its next max-delay tick; at each tick the thread
+    calls every writer that is due, so 16 coordinators and their pending-ack stores cost one wake-up per tick,
+    not one each. (A thread per writer cost a wake-up per flush, about as many as there were entries.)
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, "BufferedWriter"]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, writer: "BufferedWriter", when: float) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (when, next(self._seq), writer))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="buffered-writer-timer", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is writer:
+                self._cond.notify()  # earlier than what the thread sleeps for
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                now = time.monotonic()
+                due = []
+                while self._heap and self._heap[0][0] <= now:
+                    due.append(heapq.heappop(self._heap)[2])
+            for writer in due:
+                try:
+                    writer._on_tick()
+                except Exception:  # one writer's failure must not stop the ticks of the others
+                    log.exception("buffered writer %s: max-delay flush failed", writer.name)
+
+
+_TIMER = _FlushTimer()
+
+
 @dataclass
 class _Pending:
     record: bytes
@@ -89,10 +133,8 @@ class _Pending:
 class BufferedWriter:
     """Records are added on the caller's thread: with batching off they go straight to the managed ledger (in
     call order, under the writer's lock), with batching on into the buffer, which the caller flushes when it is
-    full. A timer thread only flushes on the max-delay tick. No hop through a writer thread per record: that
-    hand-off cost more than the write itself under load."""
-
-    IDLE_EXIT_S = 5.0
+    full. The shared timer (one thread) only flushes on the max-delay tick. No hop through a writer thread per
+    record: that hand-off cost more than the write itself under load."""
 
     def __init__(self, ledger: Appender, config: BufferedWriterConfig, metrics: BufferedWriterMetrics | None = None,
                  name: str = ""):
@@ -104,11 +146,11 @@ class BufferedWriter:
         self.state = "OPEN"
         self._buffer: list[_Pending] = []
         self._bytes = 0
-        self._cond = threading.Condition()  # guards state, config and the buffer; the timer waits on it
+        self._cond = threading.Condition()  # guards state, config and the buffer
         self._next_tick = time.monotonic() + config.max_delay_ms / 1000
-        # The timer thread starts with the first buffered record and leaves after a quiet spell, so thousands of
-        # idle pending-ack stores do not hold thousands of threads.
-        self._timer: Optional[threading.Thread] = None
+        # The tick the shared timer will call us at (None: none asked for). Only a writer with buffered records
+        # asks, so thousands of idle pending-ack stores cost nothing.
+        self._scheduled: Optional[float] = None
 
     # -- public ------------------------------------------------------------------------------
     def add(self, record: bytes, callback: Callback) -> None:
@@ -129,7 +171,8 @@ class BufferedWriter:
             if self._buffer and not config.enabled:
                 self._flush("max_delay")
             self.config = config
-            self._cond.notify_all()
+            if self._buffer:
+                self._schedule()  # a shorter max delay takes effect at once
 
     def close(self) -> None:
         with self._cond:
@@ -137,7 +180,6 @@ class BufferedWriter:
                 return
             self.state = "CLOSED"
             self._fail_buffer(WriterClosedError())
-            self._cond.notify_all()
 
     # -- under the lock ------------------------------------------------------------------------
     def _add(self, record: bytes, callback: Callback) -> None:
@@ -152,11 +194,7 @@ class BufferedWriter:
             return
         if not self._buffer:
             self._align_tick(time.monotonic())
-            if self._timer is None:
-                self._timer = threading.Thread(target=self._run_timer, name=f"buffered-writer {self.name}",
-                                               daemon=True)
-                self._timer.start()
-            self._cond.notify_all()
+            self._schedule()
         self._buffer.append(_Pending(record, callback, time.monotonic() * 1000))
         self._bytes += len(record)
         if len(self._buffer) >= config.max_records:
@@ -164,20 +202,24 @@ class BufferedWriter:
         elif self._bytes >= config.max_size:
             self._flush("max_size")
 
-    def _run_timer(self) -> None:
+    def _schedule(self) -> None:
+        """Ask the shared timer for a call at the next tick (once per tick)."""
+        if self._scheduled is None or self._scheduled > self._next_tick:
+            self._scheduled = self._next_tick
+            _TIMER.schedule(self, self._next_tick)
+
+    def _on_tick(self) -> None:
         """The re-armed max-delay tick: flush whatever is buffered when it fires, then arm the next one."""
         with self._cond:
-            while self.state == "OPEN":
-                if self._buffer:
-                    now = time.monotonic()
-                    if now >= self._next_tick:
-                        self._flush("max_delay")
-                        self._next_tick = now + self.config.max_delay_ms / 1000
-                        continue
-                    self._cond.wait(self._next_tick - now)
-                elif not self._cond.wait(self.IDLE_EXIT_S) and not self._buffer:
-                    break  # quiet: leave; the next buffered record starts a new timer
-            self._timer = None
+            self._scheduled = None
+            if self.state != "OPEN" or not self._buffer:
+                return  # flushed meanwhile (max records/size) or closed: the next record asks again
+            now = time.monotonic()
+            if now >= self._next_tick:
+                self._flush("max_delay")
+                self._next_tick = now + self.config.max_delay_ms / 1000
+            else:
+                self._schedule()
 
     def _align_tick(self, now: float) -> None:
         """Move a stale tick to the next slot of the fixed max-delay grid.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Optional
@@ -54,12 +55,42 @@ def _iso(ms: float) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).astimezone().isoformat(timespec="milliseconds")
 
 
+class EntryCache:
+    """Recently added entries of every managed ledger of a factory (Pulsar's managed-ledger entry cache).
+
+    A consumer tailing a topic reads what was just written; from here that read skips the index lookup, the
+    `pread` and the checksum. Bounded in bytes, oldest out first; only entries whose add was acknowledged go in.
+    Ledger ids are never reused, so an entry of a trimmed ledger can only go stale, never wrong.
+    """
+
+    def __init__(self, max_bytes: int = 8 << 20):
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        self._bytes = 0
+
+    def put(self, ledger_id: int, entry_id: int, payload: bytes) -> None:
+        with self._lock:
+            key = (ledger_id, entry_id)
+            if key in self._entries or len(payload) > self.max_bytes:
+                return
+            self._entries[key] = payload
+            self._bytes += len(payload)
+            while self._bytes > self.max_bytes:
+                self._bytes -= len(self._entries.popitem(last=False)[1])
+
+    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+        with self._lock:
+            return self._entries.get((ledger_id, entry_id))
+
+
 class ManagedLedger:
     def __init__(self, factory: "ManagedLedgerFactory", name: str, config: ManagedLedgerConfig,
                  read_only: bool = False):
         self.factory = factory
         self.read_only = read_only
         self.storage: LedgerStorage = factory.storage
+        self._cache = factory.entry_cache
         self.name = name
         self.config = config
         self._lock = threading.RLock()
@@ -273,10 +304,12 @@ class ManagedLedger:
             info = self._ledgers[-1]
             self._issued += 1
             ledger_id = info.ledger_id
+            payload = payload if isinstance(payload, bytes) else bytes(payload)  # cached as given: immutable
             size = len(payload)
 
             def done(entry_id, exc):
                 if exc is None:
+                    self._cache.put(ledger_id, entry_id, payload)  # before anyone can know the entry is there
                     with self._lock:
                         if entry_id + 1 > info.entries:  # a close may already have counted it
                             info.entries = entry_id + 1
@@ -303,8 +336,15 @@ class ManagedLedger:
             if first >= entries:
                 continue
             last = min(entries - 1, first + max_entries - len(out) - 1)
-            for offset, data in enumerate(self.storage.read_entries(ledger_id, first, last)):
-                out.append((Position(ledger_id, first + offset), data))
+            while first <= last:  # the tail a consumer just missed is usually still cached
+                cached = self._cache.get(ledger_id, first)
+                if cached is None:
+                    break
+                out.append((Position(ledger_id, first), cached))
+                first += 1
+            if first <= last:
+                for offset, data in enumerate(self.storage.read_entries(ledger_id, first, last)):
+                    out.append((Position(ledger_id, first + offset), data))
             if len(out) >= max_entries:
                 break
         return out
@@ -442,8 +482,9 @@ class ManagedLedger:
 
 
 class ManagedLedgerFactory:
-    def __init__(self, storage: LedgerStorage):
+    def __init__(self, storage: LedgerStorage, entry_cache_bytes: int = 8 << 20):
         self.storage = storage
+        self.entry_cache = EntryCache(entry_cache_bytes)
 
     def open(self, name: str, config: ManagedLedgerConfig | None = None) -> ManagedLedger:
         # On read-only storage (a stopped engine read for stats) every managed ledger is a view: no new ledger.

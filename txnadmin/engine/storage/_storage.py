@@ -86,6 +86,7 @@ CREATE TABLE IF NOT EXISTS kv (
 
 _MAX_GROUP_BYTES = 16 << 20
 _MAX_GROUP_ENTRIES = 20000
+_PIPELINE_MIN_GROUP = 8  # fewer adds than this wait for the previous group's index commit instead of overtaking it
 _COUNTER_LEDGER = "next_ledger_id"
 _COUNTER_LOG = "next_log_id"
 
@@ -135,6 +136,20 @@ class _PendingAdd:
 
 
 @dataclass
+class _IndexJob:
+    """One written group on its way from the writer (entry log written and synced) to the indexer (SQLite index
+    committed, adds acknowledged). ``error`` set: the group was not written; its adds fail, in order."""
+
+    batch: list[_PendingAdd]
+    log_id: int = -1
+    data_end: int = 0
+    rows: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    ledger_ends: dict[int, tuple[int, int]] = field(default_factory=dict)
+    usage: dict[int, int] = field(default_factory=dict)
+    error: BaseException | None = None
+
+
+@dataclass
 class _CurrentLog:
     log_id: int
     fd: int
@@ -175,6 +190,13 @@ class LedgerStorage:
         self._compact_lock = threading.Lock()
         self._current: _CurrentLog | None = None
         self._writer: threading.Thread | None = None
+        # The indexer commits a written group's index rows and acknowledges it while the writer already syncs the
+        # next group: the sync and the index commit overlap instead of adding up (see _write_loop).
+        self._indexer: threading.Thread | None = None
+        self._index_cond = threading.Condition()
+        self._index_queue: list[_IndexJob | None] = []  # None: the writer has stopped
+        self._index_pushed = 0
+        self._index_done = 0
         self._callbacks: queue.SimpleQueue = queue.SimpleQueue()  # replaced by a fresh one at each open()
         self._callback_thread: threading.Thread | None = None
         self._stats = {"entriesWritten": 0, "bytesWritten": 0, "syncs": 0, "metadataCommits": 0}
@@ -241,9 +263,11 @@ class LedgerStorage:
             self._open_ledgers[row[0]] = _OpenLedger(row[1] + 1, row[2], row[1])
         self._callbacks = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_loop, name="ledger-storage-writer", daemon=True)
+        self._indexer = threading.Thread(target=self._index_loop, name="ledger-storage-indexer", daemon=True)
         self._callback_thread = threading.Thread(target=self._callback_loop, name="ledger-storage-callbacks",
                                                  daemon=True)
         self._writer.start()
+        self._indexer.start()
         self._callback_thread.start()
 
     @staticmethod
@@ -642,12 +666,29 @@ class LedgerStorage:
         self._wait_durable(target)
 
     def _write_loop(self) -> None:
+        """Stage one of two: write and sync each group, then hand it to the indexer (stage two).
+
+        An add is acknowledged only once both stages are done for its group, exactly as when one thread did both;
+        but while the indexer commits group N's rows to SQLite, the writer already writes and syncs group N+1, so
+        under load a group commit costs about one `fdatasync` instead of a sync plus an index commit.
+        """
         while True:
+            with self._index_cond:
+                # At most one group waits for its index commit while the next one is written: when the indexer is
+                # the slower stage, adds gather into a bigger next group instead of many tiny syncs.
+                while self._index_pushed - self._index_done > 1:
+                    self._index_cond.wait()
             with self._cond:
                 while not self._pending and not self._stopping:
                     self._cond.wait()
                 if not self._pending:
-                    return
+                    break
+                few = len(self._pending) < _PIPELINE_MIN_GROUP
+            if few:
+                # A handful of adds: writing them ahead of the index commit would be a nearly empty sync, and the
+                # appenders of the group being indexed add again as soon as it is acknowledged. Let them gather.
+                self._drain_index()
+            with self._cond:
                 # bound one group so a flood of queued adds is written (and acknowledged) in steps
                 count, nbytes = 0, 0
                 for add in self._pending:
@@ -656,36 +697,87 @@ class LedgerStorage:
                     if nbytes >= _MAX_GROUP_BYTES or count >= _MAX_GROUP_ENTRIES:
                         break
                 batch, self._pending = self._pending[:count], self._pending[count:]
-            error: BaseException | None = None
-            try:
-                with self._io_lock:
-                    self._write_batch(batch)
-            except BaseException as exc:  # any failure here leaves the tail unknown: stop taking writes
-                error = StorageError(f"{self.directory}: write failed ({exc})")
-                log.error("%s; this storage takes no more writes until it is reopened", error, exc_info=exc)
-            with self._cond:
-                if error is not None:
-                    self._failed = error
-                    for add in self._pending:
-                        add.error = error
-                    batch += self._pending
+                failed = self._failed  # the indexer may have failed: nothing more is written then
+            if failed is not None:
+                job = _IndexJob(batch, error=failed)
+            else:
+                try:
+                    with self._io_lock:
+                        job = self._write_batch(batch)
+                except BaseException as exc:  # any failure here leaves the tail unknown: stop taking writes
+                    job = _IndexJob(batch, error=StorageError(f"{self.directory}: write failed ({exc})"))
+                    log.error("%s; this storage takes no more writes until it is reopened", job.error, exc_info=exc)
+            if job.error is not None:
+                with self._cond:
+                    self._failed = self._failed or job.error
+                    job.batch += self._pending  # everything queued behind it fails too, after it, in order
                     self._pending = []
-                else:
-                    for add in batch:
-                        if add.error is not None:
-                            continue
-                        state = self._open_ledgers.get(add.ledger_id)
-                        if state is not None and add.entry_id > state.durable_last:
-                            state.durable_last = add.entry_id
-                self._durable_seq = batch[-1].seq
-                self._cond.notify_all()
-            if error is not None:
-                for add in batch:
-                    if add.error is None:
-                        add.error = error
-            self._hand_off(batch)
-            if error is not None:
-                return
+                self._push_index(job)
+                break
+            self._push_index(job)
+        self._push_index(None)
+
+    def _push_index(self, job: _IndexJob | None) -> None:
+        with self._index_cond:
+            self._index_queue.append(job)
+            self._index_pushed += 1
+            self._index_cond.notify_all()
+
+    def _drain_index(self) -> None:
+        """Wait until every group handed to the indexer so far is indexed (before a log is finished: its data_end
+        must not be moved by a commit that comes later)."""
+        with self._index_cond:
+            target = self._index_pushed
+            while self._index_done < target:
+                self._index_cond.wait()
+
+    def _index_loop(self) -> None:
+        """Stage two: commit the index rows of every group written meanwhile in one SQLite transaction, then
+        acknowledge their adds in order."""
+        while True:
+            with self._index_cond:
+                while not self._index_queue:
+                    self._index_cond.wait()
+                items, self._index_queue = self._index_queue, []
+            jobs = [job for job in items if job is not None]
+            written = [job for job in jobs if job.error is None]
+            if written:
+                error = self._failed
+                if error is None:
+                    try:
+                        with self._txn(full=False) as db:
+                            for job in written:
+                                self._commit_index(db, job)
+                    except BaseException as exc:
+                        error = StorageError(f"{self.directory}: index commit failed ({exc})")
+                        log.error("%s; this storage takes no more writes until it is reopened", error, exc_info=exc)
+                        with self._cond:
+                            self._failed = self._failed or error
+                if error is not None:
+                    for job in written:
+                        job.error = error
+            if jobs:
+                with self._cond:
+                    for job in jobs:
+                        for add in job.batch:
+                            if job.error is not None:
+                                if add.error is None:
+                                    add.error = job.error
+                                continue
+                            if add.error is not None:
+                                continue
+                            state = self._open_ledgers.get(add.ledger_id)
+                            if state is not None and add.entry_id > state.durable_last:
+                                state.durable_last = add.entry_id
+                    self._durable_seq = jobs[-1].batch[-1].seq
+                    self._cond.notify_all()
+                for job in jobs:
+                    self._hand_off(job.batch)
+            with self._index_cond:
+                self._index_done += len(items)
+                self._index_cond.notify_all()
+            if len(jobs) < len(items):
+                return  # the writer stopped, and everything it wrote is acknowledged
 
     def _hand_off(self, adds: list[_PendingAdd]) -> None:
         callbacks = []
@@ -697,13 +789,19 @@ class LedgerStorage:
         if callbacks:
             self._callbacks.put(callbacks)  # one hand-off per group, not one per add
 
-    def _write_batch(self, batch: list[_PendingAdd]) -> None:
-        """Write, fsync, index. Rotation happens between records so no file grows far past the limit."""
+    def _commit_index(self, db: sqlite3.Connection, job: _IndexJob) -> None:
+        db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?)", job.rows)
+        db.executemany("UPDATE ledgers SET last_entry_id = ?, length = ? WHERE ledger_id = ?",
+                       [(last, length, ledger) for ledger, (last, length) in job.ledger_ends.items()])
+        self._add_usage(db, job.log_id, job.usage)
+        db.execute("UPDATE logs SET data_end = ? WHERE log_id = ?", (job.data_end, job.log_id))
+
+    def _write_batch(self, batch: list[_PendingAdd]) -> _IndexJob:
+        """Write and fsync; return what the indexer commits. Rotation happens between records so no file grows
+        far past the limit; a log is finished only once everything written to it is indexed."""
         assert self._current is not None  # a writable storage always has a current log until close()
         current: _CurrentLog = self._current
-        rows: list[tuple[int, int, int, int, int]] = []
-        ledger_ends: dict[int, tuple[int, int]] = {}
-        usage: dict[int, int] = {}
+        job = _IndexJob(batch, current.log_id, current.position)
         chunk: list[bytes] = []
         chunk_start = current.position
         position = current.position
@@ -715,41 +813,32 @@ class LedgerStorage:
             _datasync(current.fd)
             self._stats["syncs"] += 1
 
-        def commit(db: sqlite3.Connection) -> None:
-            db.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?)", rows)
-            db.executemany("UPDATE ledgers SET last_entry_id = ?, length = ? WHERE ledger_id = ?",
-                           [(last, length, ledger) for ledger, (last, length) in ledger_ends.items()])
-            self._add_usage(db, current.log_id, usage)
-            db.execute("UPDATE logs SET data_end = ? WHERE log_id = ?", (position, current.log_id))
-
         for add in batch:
             if add.error is not None:
                 continue  # refused at submission; only its callback travels in order
             size = len(add.record)
             if position + size > self.entry_log_size_limit and position > entrylog.HEADER_SIZE:
                 flush_chunk()
-                current.position = position
+                current.position = job.data_end = position
+                self._drain_index()  # earlier groups of this log first: their commits must not come after
                 with self._txn(full=False) as db:
-                    commit(db)
-                rows.clear()
-                ledger_ends.clear()
-                usage.clear()
+                    self._commit_index(db, job)
                 self._current = self._finish_log(current, start_next=True)
                 current = self._current
+                job = _IndexJob(batch, current.log_id, current.position)
                 chunk_start = position = current.position
             chunk.append(add.record)
-            rows.append((add.ledger_id, add.entry_id, current.log_id, position, size - 4))
-            ledger_ends[add.ledger_id] = (add.entry_id, int.from_bytes(add.record[28:36], "big", signed=True))
-            usage[add.ledger_id] = usage.get(add.ledger_id, 0) + size
+            job.rows.append((add.ledger_id, add.entry_id, current.log_id, position, size - 4))
+            job.ledger_ends[add.ledger_id] = (add.entry_id, int.from_bytes(add.record[28:36], "big", signed=True))
+            job.usage[add.ledger_id] = job.usage.get(add.ledger_id, 0) + size
             current.usage[add.ledger_id] = current.usage.get(add.ledger_id, 0) + size
             position += size
         flush_chunk()
-        current.position = position
-        with self._txn(full=False) as db:
-            commit(db)
+        current.position = job.data_end = position
         written = [add for add in batch if add.error is None]
         self._stats["entriesWritten"] += len(written)
         self._stats["bytesWritten"] += sum(len(add.record) for add in written)
+        return job
 
     def _callback_loop(self) -> None:
         while True:
@@ -836,6 +925,7 @@ class LedgerStorage:
                 current = self._current
                 assert current is not None  # _check_writable: open and writable, so a current log exists
                 if any(ledger not in live for ledger in current.usage):
+                    self._drain_index()  # the log's last groups indexed before it is marked finished
                     self._current = self._finish_log(current, start_next=True)
             candidates = [row[0] for row in self._reader_db().execute(
                 "SELECT DISTINCT u.log_id FROM log_usage u JOIN logs l ON l.log_id = u.log_id "
@@ -1117,6 +1207,8 @@ class LedgerStorage:
                 self._stopping = True
                 self._cond.notify_all()
             self._writer.join()
+            if self._indexer is not None:  # started with the writer
+                self._indexer.join()
             self._callbacks.put(None)
             callback_thread = self._callback_thread  # started with the writer
             if callback_thread is not None and callback_thread is not threading.current_thread():
