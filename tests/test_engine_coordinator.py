@@ -279,3 +279,39 @@ def test_a_replayed_id_only_ever_raises_the_sequence(tmp_path):
         log.raise_max_local_txn_id(start + 10)
         log.raise_max_local_txn_id(start + 3)  # an older record replayed later must not lower it
         assert log.next_local_txn_id() == start + 11
+
+
+def test_an_end_that_failed_part_way_is_retried_until_it_lands(tmp_path):
+    """A commit whose pending-ack part fails (its store reloading) stays COMMITTING with its acks held; Pulsar's
+    coordinator retries the end a second later until it lands. Without that retry the subscription's mark-delete,
+    and with it the pending-ack log's trimming, would stop behind the held acks for good."""
+    import pytest
+
+    from engine_helpers import Clock, open_engine
+
+    clock = Clock()
+    topic = "persistent://public/default/retry"
+    with open_engine(tmp_path, clock) as engine:
+        engine.subscribe(topic, "sub")
+        pos = engine.publish(topic, b"m")
+        engine.receive(topic, "sub", 1)
+        txn = engine.begin(600_000)
+        engine.ack(txn, topic, "sub", [pos])
+        store = engine.store(topic, "sub")
+        real_end = store.end_async
+
+        def closing(*_args, **_kwargs):
+            raise RuntimeError("store closed under the end (reloading)")
+
+        store.end_async = closing
+        with pytest.raises(RuntimeError):
+            engine.commit(txn)
+        assert engine.coordinator(0).get(txn[1]).status_name == "COMMITTING"
+        assert engine.retry_failed_ends() == 0  # not before a second has passed
+        clock.advance(1000)
+        assert engine.retry_failed_ends() == 0  # failing again: kept for the next tick
+        store.end_async = real_end
+        clock.advance(1000)
+        assert engine.retry_failed_ends() == 1
+        assert engine.topic(topic).subscription("sub").is_deleted(pos)
+        assert not store.is_held(pos)

@@ -109,6 +109,9 @@ class Engine:
         # per coordinator, what its recovery left COMMITTING/ABORTING: driven to the end once every topic and
         # pending-ack store is open too (_finish_recovered)
         self._pending_end: dict[int, list[TxnMeta]] = {}
+        # Ends whose marker or pending-ack part failed (say a topic reloading under them), with when they last
+        # failed: retried by the maintenance loop (retry_failed_ends), as Pulsar's coordinator retries them.
+        self._failed_ends: dict[tuple[int, int], int] = {}
         self.preservers: dict[int, TransactionPreserver] = {}
         self._last_expiry_check = 0
         self.topics: dict[str, Topic] = {}
@@ -413,8 +416,51 @@ class Engine:
             if preserver and client_name:
                 # Durable before the final record: a crash after this point still answers retries right.
                 preserver.preserve(client_name, txn, PRESERVED_COMMITTED if commit else PRESERVED_ABORTED)
-            self._drive_end(tc, meta, commit)
+            try:
+                self._drive_end(tc, meta, commit)
+            except Exception:
+                with self._lock:
+                    self._failed_ends[txn] = self.clock_ms()
+                raise
+        with self._lock:
+            self._failed_ends.pop(txn, None)
         return STATUS_NAMES[final]
+
+    def retry_failed_ends(self, now_ms: int | None = None) -> int:
+        """Drive again each end that failed part-way, a second after it failed; returns how many finished.
+
+        Pulsar's TransactionMetadataStoreService does the same (a retry timer, endTransactionRetryIntervalTime =
+        1 s): a transaction left COMMITTING or ABORTING keeps its acks held in the pending-ack stores, so its
+        subscriptions' mark-delete and the stores' logs could never move past it (a downgrade `wait` that never
+        ends). An end its client is still driving (its end lock held) is left to the client."""
+        now = self.clock_ms() if now_ms is None else now_ms
+        with self._lock:
+            due = [txn for txn, failed_at in self._failed_ends.items() if now - failed_at >= 1000]
+        finished = 0
+        for txn in due:
+            tc = self.coordinators.get(txn[0])
+            meta = tc.txns.get(txn[1]) if tc is not None else None
+            if tc is None or meta is None or meta.status not in (COMMITTING, ABORTING):
+                with self._lock:  # ended meanwhile (its client retried, or a reload's recovery drove it)
+                    self._failed_ends.pop(txn, None)
+                continue
+            if not meta.end_lock.acquire(blocking=False):
+                continue
+            try:
+                if meta.status not in (COMMITTING, ABORTING):
+                    continue
+                self._drive_end(tc, meta, commit=meta.status == COMMITTING)
+            except Exception as exc:  # noqa: BLE001 (kept for the next tick and logged, as Pulsar's retry timer does)
+                log.warning("ending transaction %s failed again, retrying in a second: %s", txn, exc)
+                with self._lock:
+                    self._failed_ends[txn] = now
+                continue
+            finally:
+                meta.end_lock.release()
+            with self._lock:
+                self._failed_ends.pop(txn, None)
+            finished += 1
+        return finished
 
     def _drive_end(self, tc: TransactionCoordinator, meta: TxnMeta, commit: bool) -> None:
         txn = meta.txn_id
@@ -540,6 +586,7 @@ class Engine:
 
     def maintenance_tick(self, sweep_ledgers: bool = True) -> None:
         self.abort_timed_out()
+        self.retry_failed_ends()
         now = self.clock_ms()
         if self.preservers and now - self._last_expiry_check >= self.config.transactionMetaExpireCheckIntervalInSecond * 1000:
             self._last_expiry_check = now
