@@ -11,7 +11,6 @@ pulsar-admin calls does — and with bounded concurrency, same server, same run.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _docs import replace_section
+from _serve import served
 from rich.console import Console
 from rich.table import Table
 
@@ -59,20 +59,11 @@ def main() -> None:
     args = parser.parse_args()
     from txnadmin.admin.http import HttpAdmin
     from txnadmin.procedures import doctor
-    from txnadmin.server.run import free_port, wait_until_listening
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "engine"
         built = build(directory, args.subscriptions)
-        port = free_port()
-        token = "bench-token"
-        (Path(tmp) / "token").write_text(token)
-        proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "serve", "--engine-dir", str(directory),
-                                 "--port", str(port), "--token-file", str(Path(tmp) / "token")],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            opened = wait_until_listening(port, proc)
-            url = f"http://127.0.0.1:{port}"
+        with served(directory, Path(tmp)) as (url, token, opened):
             admin = HttpAdmin(url, token=token)
             doctor.run(admin, url, concurrency=16)  # untimed warm-up
             rows = []
@@ -83,13 +74,6 @@ def main() -> None:
                 counts = report.counts()
                 rows.append((c, secs, counts))
             admin.close()
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=300)  # closing 10,000 stores on a loaded machine takes a while
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
     baseline = rows[0][1]
     table = Table(title=f"doctor over {args.subscriptions:,} transactional subscriptions via HTTP (txnadmin serve)")
     for col in ("concurrency", "seconds", "subscriptions/s", "speed-up vs sequential", "findings (c/w/u/i)"):

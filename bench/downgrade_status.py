@@ -10,7 +10,6 @@ script looping over pulsar-admin calls does) and with bounded concurrency — sa
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _docs import replace_section
+from _serve import served
 from rich.console import Console
 from rich.table import Table
 
@@ -60,21 +60,13 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     from txnadmin.admin.http import HttpAdmin
-    from txnadmin.server.run import free_port, wait_until_listening
     from txnadmin.procedures.downgrade import start, status
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "engine"
         built = build(directory, args.stores)
-        port = free_port()
-        token = "bench-token"
-        (Path(tmp) / "token").write_text(token)
-        proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "serve", "--engine-dir", str(directory),
-                                 "--port", str(port), "--token-file", str(Path(tmp) / "token")],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            opened = wait_until_listening(port, proc)
-            admin = HttpAdmin(f"http://127.0.0.1:{port}", token=token)
+        with served(directory, Path(tmp)) as (url, token, opened):
+            admin = HttpAdmin(url, token=token)
             state = Path(tmp) / "state.json"
             t = time.perf_counter()
             recorded = start(admin, state, concurrency=16)
@@ -101,9 +93,6 @@ def main() -> None:
             report = status(admin, state, concurrency=16)
             rows.append(("16, every log rolled (2 calls each)", time.perf_counter() - t, len(report.logs)))
             admin.close()
-        finally:
-            proc.terminate()
-            proc.wait(timeout=300)
     baseline = rows[0][1]
     table = Table(title=f"downgrade status over {args.stores:,} pending-ack stores via HTTP (txnadmin serve)")
     for col in ("concurrency", "logs checked", "seconds", "logs/s", "speed-up vs sequential"):
