@@ -58,6 +58,14 @@ def _batch_ack(pos: Position, index: int, size: int):
     return (pos, [((1 << size) - 1) & ~(1 << index)], size)
 
 
+def _delivered(engine, count: int) -> list:
+    """``count`` messages published on TOPIC and delivered to its subscription "sub"; their positions."""
+    engine.subscribe(TOPIC, "sub")
+    positions = [engine.publish(TOPIC, bytes([i])) for i in range(count)]
+    engine.receive(TOPIC, "sub", count)
+    return positions
+
+
 def _conflict(engine, txn, items, cumulative=False) -> str:
     with pytest.raises(PendingAckConflict) as caught:
         engine.ack(txn, TOPIC, "sub", items, cumulative)
@@ -66,9 +74,7 @@ def _conflict(engine, txn, items, cumulative=False) -> str:
 
 def test_acks_of_messages_already_acknowledged_or_pending_are_rejected_with_pulsars_error(tmp_path):
     with open_engine(tmp_path) as engine:
-        engine.subscribe(TOPIC, "sub")
-        p0, p1, p2 = (engine.publish(TOPIC, bytes([i])) for i in range(3))
-        engine.receive(TOPIC, "sub", 3)
+        p0, p1, p2 = _delivered(engine, 3)
         first = engine.begin(60_000)
         engine.ack(first, TOPIC, "sub", [p0])
         engine.commit(first)
@@ -93,9 +99,7 @@ def test_acks_of_messages_already_acknowledged_or_pending_are_rejected_with_puls
 
 def test_cumulative_acks_within_the_mark_delete_or_another_transactions_are_rejected(tmp_path):
     with open_engine(tmp_path) as engine:
-        engine.subscribe(TOPIC, "sub")
-        p0, p1, p2 = (engine.publish(TOPIC, bytes([i])) for i in range(3))
-        engine.receive(TOPIC, "sub", 3)
+        p0, p1, p2 = _delivered(engine, 3)
         first = engine.begin(60_000)
         engine.ack(first, TOPIC, "sub", [p1], cumulative=True)
         engine.commit(first)
@@ -260,9 +264,7 @@ def test_engine_run_honours_the_global_local_target_and_refuses_a_disagreeing_di
 
 def _ack_two_commits_one_abort(engine) -> None:
     """Three messages on TOPIC/sub, each acked in its own transaction: two committed, one aborted."""
-    engine.subscribe(TOPIC, "sub")
-    positions = [engine.publish(TOPIC, bytes([i])) for i in range(3)]
-    engine.receive(TOPIC, "sub", 3)
+    positions = _delivered(engine, 3)
     for pos, commit in zip(positions, (True, True, False), strict=True):
         txn = engine.begin(60_000)
         engine.ack(txn, TOPIC, "sub", [pos])
