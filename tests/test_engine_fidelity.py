@@ -352,3 +352,77 @@ def test_producers_of_one_topic_pipeline_their_adds_and_share_syncs(tmp_path):
         syncs = after["syncs"] - before["syncs"]
         # the topic no longer holds its lock across the sync: concurrent producers share group commits
         assert entries >= 640 and syncs < entries / 2, (entries, syncs)
+
+
+def test_the_transaction_buffer_applies_markers_in_log_order_whichever_end_finishes_first(tmp_path):
+    # TopicTransactionBuffer.commitTxn/abortTxn update the buffer in the marker's add callback, and a managed
+    # ledger completes adds in entry order: the max read position, the ongoing set and the aborted set follow the
+    # log. Here two ends are in flight together and the later one's waiter runs first, as two concurrent ends can.
+    with open_engine(tmp_path) as engine:
+        topic = engine.topic(TOPIC)
+        first, second = engine.begin(), engine.begin()
+        engine.produce(first, TOPIC, b"aborted")
+        engine.produce(second, TOPIC, b"committed")
+        seen: list[tuple] = []
+        apply = topic.buffer.on_marker
+
+        def recording(txn, commit, pos):
+            seen.append((txn, commit, pos))
+            apply(txn, commit, pos)
+
+        topic.buffer.on_marker = recording
+        finish_first = topic.end_transaction_async(first, False)
+        finish_second = topic.end_transaction_async(second, True)
+        second_marker = finish_second()
+        # the first marker is earlier in the log, so it is durable and applied by now too
+        stats = topic.buffer_stats()
+        assert stats["ongoingTxnSize"] == 0, stats
+        assert stats["maxReadPosition"] == str(second_marker), stats
+        assert topic.transaction_in_buffer(first) == (None, True)
+        first_marker = finish_first()
+        assert first_marker < second_marker
+        assert seen == [(first, False, first_marker), (second, True, second_marker)]
+        assert topic.buffer_stats()["totalAbortedTransactions"] == 1
+
+
+def test_concurrent_ends_reach_the_transaction_buffer_in_log_order(tmp_path):
+    # The same through the coordinator, under real concurrency: 16 clients end transactions on one topic at once.
+    import threading
+
+    with open_engine(tmp_path) as engine:
+        topic = engine.topic(TOPIC)
+        engine.subscribe(TOPIC, "s")
+        seen: list[Position] = []
+        apply = topic.buffer.on_marker
+
+        def recording(txn, commit, pos):
+            seen.append(pos)
+            apply(txn, commit, pos)
+
+        topic.buffer.on_marker = recording
+        start = threading.Barrier(16)
+        aborted: list[tuple[int, int]] = []
+
+        def client(i: int) -> None:
+            start.wait()
+            for j in range(10):
+                txn = engine.begin()
+                engine.produce(txn, TOPIC, f"{i}-{j}".encode())
+                if j % 2:
+                    engine.abort(txn)
+                    aborted.append(txn)
+                else:
+                    engine.commit(txn)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(seen) == 160 and seen == sorted(seen)
+        stats = topic.buffer_stats()
+        assert stats["ongoingTxnSize"] == 0 and stats["totalAbortedTransactions"] == 80, stats
+        assert stats["maxReadPosition"] == str(topic.ledger.last_confirmed_entry)
+        assert all(topic.transaction_in_buffer(txn) == (None, True) for txn in aborted)
+        assert sorted(m.payload for m in engine.receive(TOPIC, "s", 1000)) == sorted(
+            f"{i}-{j}".encode() for i in range(16) for j in range(0, 10, 2))

@@ -86,8 +86,8 @@ class SegmentedSnapshotProcessor(SnapshotProcessorBase):
 
     # -- writing -------------------------------------------------------------------------------
     def put_aborted(self, txn: Txn, marker: Position, snapshot_position: SnapshotPosition) -> None:
-        # Markers need not arrive in log order (concurrent aborts finish in any order), so an older marker is not
-        # proof of a replay: only a transaction this processor already holds is skipped (a replay after a snapshot).
+        # The topic hands markers over in log order, but this does not lean on it: an older marker is not proof of a
+        # replay, so only a transaction this processor already holds is skipped (a replay after a snapshot).
         if txn in self.unsealed or (marker <= self.last_abort_marker and self._sealed_holds(txn)):
             return
         self.unsealed[txn] = marker
@@ -116,7 +116,7 @@ class SegmentedSnapshotProcessor(SnapshotProcessorBase):
                 break
         last_txn = items[-1][0]
         # The newest marker in this segment or any before it: the abort check skips a segment whose marker is before
-        # a message, which is only sound if no member's marker is newer (markers may arrive out of log order).
+        # a message, which is only sound if no member's marker is newer (kept even though markers come in log order).
         last_marker = max([m for _, m in items] + self._markers[-1:])
         seq = self.next_sequence_id
         value = {"topicName": self.topic, "sequenceId": seq, **_pos_json("persistentPosition", last_marker),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import struct
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -138,6 +139,16 @@ class TransactionBuffer:
         return out
 
 
+class _DurableMarker:
+    """A marker on disk whose end the buffer has yet to apply; ``error`` is what applying it raised, if anything."""
+    __slots__ = ("txn", "commit", "pos", "error")
+
+    def __init__(self, txn, commit: bool):
+        self.txn, self.commit = txn, commit
+        self.pos: Optional[Position] = None
+        self.error: Optional[BaseException] = None
+
+
 class Topic:
     def __init__(self, factory: ManagedLedgerFactory, name: str, ml_config, processor: AbortedTxnProcessor,
                  snapshot_every: int = 1000, snapshot_min_ms: int = 5000):
@@ -147,6 +158,9 @@ class Topic:
         self.buffer = TransactionBuffer(self.ledger, processor, snapshot_every, snapshot_min_ms)
         self._lock = threading.RLock()
         self._dispatch: dict[str, Position] = {}
+        # Markers made durable, in entry order (the storage calls adds back in the order they were queued), whose end
+        # the buffer has not applied yet. Appended on the storage's callback thread, drained under the topic lock.
+        self._durable_markers: deque[_DurableMarker] = deque()
 
     # -- subscriptions -----------------------------------------------------------------------
     def subscription(self, name: str) -> ManagedCursor:
@@ -156,13 +170,28 @@ class Topic:
         return sorted(self.ledger.cursors())
 
     # -- produce -----------------------------------------------------------------------------
-    def _submit(self, entry: bytes, txn: Optional[tuple[int, int]]) -> Callable[[], Position]:
+    def _submit(self, entry: bytes, txn: Optional[tuple[int, int]],
+                marker: Optional[_DurableMarker] = None) -> Callable[[], Position]:
         """Queue the entry under the topic lock (so entries keep the order their callers got it in); the returned
         function waits for it to be durable, without the lock: producers of one topic pipeline their adds and
-        share group commits, as a broker's do, instead of each waiting out the previous one's sync."""
+        share group commits, as a broker's do, instead of each waiting out the previous one's sync.
+
+        A ``marker`` joins the durable-marker queue in the add's callback, before its waiter is released: the
+        callbacks come in entry order, so the queue holds markers in log order whichever waiter wakes first."""
         done = Completion()
+        callback: Callable[[Optional[Position], Optional[BaseException]], None] = done
+        if marker is not None:
+            queue = self._durable_markers
+
+            def queue_then_release(pos: Optional[Position], exc: Optional[BaseException]) -> None:
+                if exc is None:
+                    marker.pos = pos
+                    queue.append(marker)
+                done(pos, exc)
+
+            callback = queue_then_release
         with self._lock:
-            pos = self.ledger.add_entry_async(entry, done)
+            pos = self.ledger.add_entry_async(entry, callback)
             if pos is not None and txn is not None:
                 # Ongoing from the moment its first message has a place: the max read position stops before it
                 # even while it is still being written.
@@ -192,16 +221,34 @@ class Topic:
 
     def end_transaction_async(self, txn: tuple[int, int], commit: bool) -> Callable[[], Position]:
         """Queue the marker; the returned function waits for it and then ends the transaction in the buffer."""
-        marker = COMMIT_MARKER if commit else ABORT_MARKER
-        wait = self._submit(encode_message({"txn": list(txn), "marker": marker}, b""), None)
+        kind = COMMIT_MARKER if commit else ABORT_MARKER
+        marker = _DurableMarker(txn, commit)
+        wait = self._submit(encode_message({"txn": list(txn), "marker": kind}, b""), None, marker)
 
         def finish() -> Position:
             pos = wait()
-            with self._lock:
-                self.buffer.on_marker(txn, commit, pos)
+            # Not just our marker: every durable one up to it, in log order (Pulsar's buffer applies each in its add
+            # callback, which a managed ledger completes in entry order). Ours is queued before wait() returns, so it
+            # is applied when this returns, by us or by a later end's waiter that woke first.
+            self._apply_durable_markers()
+            if marker.error is not None:
+                raise marker.error
             return pos
 
         return finish
+
+    def _apply_durable_markers(self) -> None:
+        """Apply the queued durable markers to the buffer, oldest first. Not on the storage's callback thread: a
+        marker may take a snapshot, whose write waits for a callback of that very thread."""
+        with self._lock:
+            queue = self._durable_markers
+            while queue:
+                marker = queue.popleft()
+                assert marker.pos is not None  # only queued once its add succeeded
+                try:
+                    self.buffer.on_marker(marker.txn, marker.commit, marker.pos)
+                except Exception as exc:  # noqa: BLE001 — the marker's own waiter raises it (and the end is retried)
+                    marker.error = exc
 
     # -- consume -----------------------------------------------------------------------------
     def receive(self, subscription: str, max_messages: int) -> list[Message]:
