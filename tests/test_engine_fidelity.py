@@ -426,3 +426,25 @@ def test_concurrent_ends_reach_the_transaction_buffer_in_log_order(tmp_path):
         assert all(topic.transaction_in_buffer(txn) == (None, True) for txn in aborted)
         assert sorted(m.payload for m in engine.receive(TOPIC, "s", 1000)) == sorted(
             f"{i}-{j}".encode() for i in range(16) for j in range(0, 10, 2))
+
+
+def test_a_marker_the_buffer_fails_to_apply_fails_its_own_end_not_the_one_that_applied_it(tmp_path):
+    with open_engine(tmp_path) as engine:
+        topic = engine.topic(TOPIC)
+        first, second = engine.begin(), engine.begin()
+        engine.produce(first, TOPIC, b"one")
+        engine.produce(second, TOPIC, b"two")
+        apply = topic.buffer.on_marker
+
+        def failing_for_first(txn, commit, pos):
+            if txn == first:
+                raise OSError("snapshot write failed")
+            apply(txn, commit, pos)
+
+        topic.buffer.on_marker = failing_for_first
+        finish_first = topic.end_transaction_async(first, True)
+        finish_second = topic.end_transaction_async(second, True)
+        finish_second()  # applies the first marker too, and its failure goes to the first end's waiter
+        with pytest.raises(OSError, match="snapshot write failed"):
+            finish_first()
+        assert topic.transaction_in_buffer(second) == (None, False)

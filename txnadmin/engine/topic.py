@@ -243,12 +243,13 @@ class Topic:
         with self._lock:
             queue = self._durable_markers
             while queue:
-                marker = queue.popleft()
+                marker = queue[0]  # taken off only once handled: an interrupt leaves it for the next drain
                 assert marker.pos is not None  # only queued once its add succeeded
                 try:
                     self.buffer.on_marker(marker.txn, marker.commit, marker.pos)
                 except Exception as exc:  # noqa: BLE001 — the marker's own waiter raises it (and the end is retried)
                     marker.error = exc
+                queue.popleft()
 
     # -- consume -----------------------------------------------------------------------------
     def receive(self, subscription: str, max_messages: int) -> list[Message]:
