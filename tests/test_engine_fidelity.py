@@ -354,15 +354,21 @@ def test_producers_of_one_topic_pipeline_their_adds_and_share_syncs(tmp_path):
         assert entries >= 640 and syncs < entries / 2, (entries, syncs)
 
 
+def _two_open(engine, first_payload: bytes, second_payload: bytes):
+    """TOPIC and two open transactions, each with one message on it (the first one's written first)."""
+    topic = engine.topic(TOPIC)
+    first, second = engine.begin(), engine.begin()
+    engine.produce(first, TOPIC, first_payload)
+    engine.produce(second, TOPIC, second_payload)
+    return topic, first, second
+
+
 def test_the_transaction_buffer_applies_markers_in_log_order_whichever_end_finishes_first(tmp_path):
     # TopicTransactionBuffer.commitTxn/abortTxn update the buffer in the marker's add callback, and a managed
     # ledger completes adds in entry order: the max read position, the ongoing set and the aborted set follow the
     # log. Here two ends are in flight together and the later one's waiter runs first, as two concurrent ends can.
     with open_engine(tmp_path) as engine:
-        topic = engine.topic(TOPIC)
-        first, second = engine.begin(), engine.begin()
-        engine.produce(first, TOPIC, b"aborted")
-        engine.produce(second, TOPIC, b"committed")
+        topic, first, second = _two_open(engine, b"aborted", b"committed")
         seen: list[tuple] = []
         apply = topic.buffer.on_marker
 
@@ -430,10 +436,7 @@ def test_concurrent_ends_reach_the_transaction_buffer_in_log_order(tmp_path):
 
 def test_a_marker_the_buffer_fails_to_apply_fails_its_own_end_not_the_one_that_applied_it(tmp_path):
     with open_engine(tmp_path) as engine:
-        topic = engine.topic(TOPIC)
-        first, second = engine.begin(), engine.begin()
-        engine.produce(first, TOPIC, b"one")
-        engine.produce(second, TOPIC, b"two")
+        topic, first, second = _two_open(engine, b"one", b"two")
         apply = topic.buffer.on_marker
 
         def failing_for_first(txn, commit, pos):
