@@ -6,6 +6,7 @@ files read byte by byte (engine_helpers.live_batched_entries), independently of 
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -29,6 +30,16 @@ def load(engine, n=20):
         engine.maintenance_tick()
 
 
+@contextlib.contextmanager
+def _started(tmp_path):
+    """A batching engine under some traffic, with `downgrade start` recorded in tmp_path/s.json."""
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        admin = LocalAdmin(engine)
+        load(engine)
+        start(admin, tmp_path / "s.json")
+        yield engine, admin
+
+
 def checked_status(engine, admin, path):
     """status(), with every "safe" proven by the independent entry-log check."""
     report = status(admin, path)
@@ -47,10 +58,7 @@ def until_safe(engine, admin, path, rounds=12):
 
 
 def test_reenabled_with_a_reload_between_two_polls_is_caught_and_rerecorded(tmp_path):
-    with open_engine(tmp_path / "e", **BATCHED) as engine:
-        admin = LocalAdmin(engine)
-        load(engine)
-        start(admin, tmp_path / "s.json")
+    with _started(tmp_path) as (engine, admin):
         # Someone switches batching on, reloads, writes batched entries into new ledgers, switches it off.
         admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "true")
         admin.update_dynamic_config("transactionLogBatchedWriteEnabled", "true")
@@ -103,10 +111,7 @@ def test_a_rollover_between_recording_and_reload_moves_last_batched_up(tmp_path)
 
 
 def test_a_store_reopened_by_someone_else_is_never_safe_until_rerecorded(tmp_path):
-    with open_engine(tmp_path / "e", **BATCHED) as engine:
-        admin = LocalAdmin(engine)
-        load(engine)
-        start(admin, tmp_path / "s.json")
+    with _started(tmp_path) as (engine, admin):
         engine.reload_topic("persistent://public/default/u")  # a broker restart, a bundle move …
         load(engine, 40)
         report = checked_status(engine, admin, tmp_path / "s.json")
@@ -251,10 +256,7 @@ def test_a_store_deleted_mid_wait_counts_as_done_and_an_idle_one_does_not(tmp_pa
 
 
 def test_a_store_created_while_batching_was_briefly_on_is_not_ignored(tmp_path):
-    with open_engine(tmp_path / "e", **BATCHED) as engine:
-        admin = LocalAdmin(engine)
-        load(engine)
-        start(admin, tmp_path / "s.json")
+    with _started(tmp_path) as (engine, admin):
         admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "true")
         traffic(engine, 30, "late", "s")  # a new subscription opens its store while batching is on
         admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "false")
@@ -274,10 +276,7 @@ def test_a_store_created_while_batching_was_briefly_on_is_not_ignored(tmp_path):
 
 
 def test_growing_batched_writer_flushes_on_metrics_mean_not_safe(tmp_path):
-    with open_engine(tmp_path / "e", **BATCHED) as engine:
-        admin = LocalAdmin(engine)
-        load(engine)
-        start(admin, tmp_path / "s.json")
+    with _started(tmp_path) as (engine, admin):
         report = until_safe(engine, admin, tmp_path / "s.json")
         assert report.safe
         # A store the tool does not know of keeps batching (here: its writer switched back on behind our back).
@@ -292,10 +291,7 @@ def test_growing_batched_writer_flushes_on_metrics_mean_not_safe(tmp_path):
 
 
 def test_a_deleted_topic_takes_its_stores_along_and_counts_as_done(tmp_path):
-    with open_engine(tmp_path / "e", **BATCHED) as engine:
-        admin = LocalAdmin(engine)
-        load(engine)
-        start(admin, tmp_path / "s.json")
+    with _started(tmp_path) as (engine, admin):
         admin.delete_topic("persistent://public/default/u")
         assert "persistent://public/default/u-s__transaction_pending_ack" not in admin.list_topics("public/default")
         with pytest.raises(NotFoundError):
