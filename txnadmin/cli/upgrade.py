@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from .render import output_option
-from ._common import EXIT_FAILURE, EXIT_OK, fail, print_json
+from ._common import EXIT_FAILURE, EXIT_OK, fail, print_json, waiting_notice
 from ._target import AdminUrl, Conf, open_target
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
 
@@ -46,7 +46,8 @@ def upgrade(
         if output != "json" and not dry_run:
             typer.echo(f"target: {target.label}")
         assume = [b.strip() for b in (assume_version_ok or "").split(",") if b.strip()]
-        versions, _ = check_versions(admin, min_version, assume)
+        with waiting_notice(admin, target.url):
+            versions, _ = check_versions(admin, min_version, assume)
         steps = [f"brokers checked: {', '.join(f'{b} runs {v}' for b, v in sorted(versions.items()))} "
                  f"(all >= {min_version})",
                  "set transactionLogBatchedWriteEnabled=true and transactionPendingAckBatchedWriteEnabled=true"]
@@ -56,7 +57,8 @@ def upgrade(
         if not confirm(Plan("PIP-160 upgrade: enable batching", target.label, steps, {"reload": not no_reload}),
                        yes=yes, dry_run=dry_run, output=output):
             return
-        result = run(admin, target.url, min_version, not no_reload, thresholds, assume)
+        with waiting_notice(admin, target.url):
+            result = run(admin, target.url, min_version, not no_reload, thresholds, assume)
     except UpgradeError as exc:
         fail(str(exc), exc.exit_code)
     if output == "json":
