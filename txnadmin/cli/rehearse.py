@@ -27,6 +27,11 @@ def rehearse(
     from ..scan import ScanInputError, ScanUsageError
     from ..scan.job import java_available
 
+    import math
+
+    for flag, seconds in (("--warmup", warmup), ("--timeout", timeout)):
+        if not (math.isfinite(seconds) and seconds >= 0):
+            fail(f"{flag} {seconds:g}: not a number of seconds (0 or more)", EXIT_USAGE)
     # Both checked before the workload: a rehearsal takes minutes, and would only fail at its scan.
     if scan_engine not in ("auto", "spark", "python"):
         fail(f"--scan-engine {scan_engine!r}: use auto, spark or python", EXIT_USAGE)
