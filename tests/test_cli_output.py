@@ -158,3 +158,18 @@ def test_engine_txn_commit_and_abort_take_txn_id_too(engine):
     aborted = runner.invoke(app, ["engine", "txn", "abort", "--dir", directory, "-m", most, "-l", least])
     assert aborted.exit_code == 0, aborted.output
     assert runner.invoke(app, ["engine", "txn", "abort", "--dir", directory]).exit_code == 2
+
+
+def test_engine_txn_errors_are_one_line_and_a_bad_produce_opens_nothing(engine):
+    directory = engine[1].removeprefix("local:")
+    for txn_id in ("(7,0)", "(-1,-1)", "(0,999999)"):  # no such coordinator; no such transaction
+        ended = runner.invoke(app, ["engine", "txn", "commit", "--dir", directory, "--txn-id", txn_id])
+        assert ended.exit_code == 1 and ended.stderr.count("\n") == 1, ended.output
+        assert "unexpected" not in ended.stderr and "not found" in ended.stderr
+    before = len(json.loads(runner.invoke(app, [*engine, "transactions", "list", "-o", "json"]).stdout))
+    for item in ("garbage", "=x"):
+        begun = runner.invoke(app, ["engine", "txn", "begin", "--dir", directory, "--produce", "t1=a",
+                                    "--produce", item])
+        assert begun.exit_code == 2 and "TOPIC=TEXT" in begun.stderr
+    after = json.loads(runner.invoke(app, [*engine, "transactions", "list", "-o", "json"]).stdout)
+    assert len(after) == before  # refused before a transaction was opened
