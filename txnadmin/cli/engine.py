@@ -274,21 +274,26 @@ def txn_abort(
 @app.command("recover")
 def recover(
     directory: Path = typer.Argument(..., help="The engine directory whose metadata.db is damaged (stop it first)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when metadata.db passes SQLite's quick_check."),
     output: str = output_option("table"),
 ) -> None:
     """Rebuild a damaged metadata.db: keep it aside, salvage what SQLite can read, re-index the entry logs.
 
-    Exit 0 when nothing was lost, 1 when the engine opens again but something could not be rebuilt (listed),
-    3 when the directory cannot be recovered.
+    A metadata.db that passes SQLite's quick_check is left alone (exit 0) unless --force. Exit 0 when nothing was
+    lost, 1 when the engine opens again but something could not be rebuilt (listed), 3 when the directory cannot
+    be recovered.
     """
     from ..engine.storage import LedgerStorage, StorageError
 
     try:
-        report = LedgerStorage.recover(directory)
+        report = LedgerStorage.recover(directory, force)
     except StorageError as exc:
         fail(str(exc), EXIT_UNREADABLE)
     if output == "json":
         print_json(report)
+    elif report.get("sound"):
+        typer.echo(f"{directory / 'metadata.db'} passes SQLite's quick_check: nothing to recover, nothing changed "
+                   "(--force rebuilds it anyway)")
     else:
         rebuilt = report["rebuiltFromEntryLogs"]
         typer.echo(f"kept the damaged file as {report['damagedCopy']}")
@@ -298,4 +303,4 @@ def recover(
             typer.echo(f"lost: {item}")
         typer.echo("recovered: nothing lost" if not report["lost"] else
                    "recovered with losses (above); the entries are intact in the entry logs")
-    raise typer.Exit(0 if not report["lost"] else 1)
+    raise typer.Exit(0 if not report.get("lost") else 1)
