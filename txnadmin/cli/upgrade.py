@@ -34,10 +34,18 @@ def upgrade(
     Shows its plan and asks first (--yes to skip, --dry-run to only print it). Exit 0 when every store reports
     enabled, 1 when not (or brokers are too old), 2 without confirmation, 3 when the target is unreadable.
     """
-    from ..procedures.upgrade import UpgradeError, check_versions, upgrade as run
+    from ..procedures.upgrade import UpgradeError, check_versions, parse_version, upgrade as run
+    from ._common import EXIT_USAGE
 
+    try:
+        parse_version(min_version)
+    except ValueError:
+        fail(f"--min-version {min_version!r}: not a version such as 2.11.0", EXIT_USAGE)
     thresholds = {}
     for suffix, value in (("MaxRecords", max_records), ("MaxSize", max_size), ("MaxDelayInMillis", max_delay_ms)):
+        if value is not None and value < 1:  # Pulsar's buffered writer takes only positive thresholds
+            flag = {"MaxRecords": "--max-records", "MaxSize": "--max-size", "MaxDelayInMillis": "--max-delay-ms"}[suffix]
+            fail(f"{flag} {value}: must be at least 1", EXIT_USAGE)
         if value is not None:
             thresholds[f"transactionLogBatchedWrite{suffix}"] = str(value)
             thresholds[f"transactionPendingAckBatchedWrite{suffix}"] = str(value)
