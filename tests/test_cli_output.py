@@ -173,3 +173,24 @@ def test_engine_txn_errors_are_one_line_and_a_bad_produce_opens_nothing(engine):
         assert begun.exit_code == 2 and "TOPIC=TEXT" in begun.stderr
     after = json.loads(runner.invoke(app, [*engine, "transactions", "list", "-o", "json"]).stdout)
     assert len(after) == before  # refused before a transaction was opened
+
+
+def test_own_commands_print_the_same_document_as_yaml(engine, tmp_path):
+    """-o yaml everywhere -o json is (pulsarctl's formats): the same data, and JSON again for the next command."""
+    from pathlib import Path
+
+    directory = engine[1].removeprefix("local:")
+    metrics = str(Path(__file__).parent / "fixtures" / "metrics" / "broker-implemented.prom")
+    for command in (["metrics", metrics], ["engine", "recover", directory],
+                    [*engine, "upgrade", "--dry-run"], [*engine, "doctor", "--only", "coordinators"],
+                    [*engine, "downgrade", "start", "--dry-run", "--state", str(tmp_path / "s.json")]):
+        as_json = runner.invoke(app, [*command, "-o", "json"])
+        as_yaml = runner.invoke(app, [*command, "-o", "yaml"])
+        assert as_json.exit_code == as_yaml.exit_code and as_yaml.exit_code in (0, 1), (command, as_yaml.output)
+        data = json.loads(as_json.stdout)
+        data.pop("checkedAt", None)
+        shown = yaml.safe_load(as_yaml.stdout)
+        shown.pop("checkedAt", None)
+        assert shown == data, command
+    plain = runner.invoke(app, ["engine", "txn", "begin", "--dir", directory])  # no -o: JSON, not the last run's YAML
+    assert plain.exit_code == 0 and json.loads(plain.stdout)["txnId"]

@@ -96,7 +96,7 @@ def test_embedded_default_is_refused_unless_named(tmp_path):
     (["--threshold", "nope=1s"], "use name=value"),
     (["--yes"], "--yes and --dry-run go with --fix"),
     (["--fix", "--yes", "--dry-run"], "exclude each other"),
-    (["-o", "yaml"], "use table or json"),
+    (["-o", "xml"], "is not one of table, json, yaml"),
     (["--only", "bookie-rocksdb"], "needs --bookie-dir"),
 ])
 def test_usage_errors_are_exit_2(monkeypatch, args, message):

@@ -16,7 +16,10 @@ EXIT_UNREADABLE = 3  # target or input unreadable
 
 
 def print_json(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=2))
+    """A command's machine-readable document: JSON, or YAML when the command was run with -o yaml."""
+    from .render import machine_yaml, to_yaml
+
+    typer.echo(to_yaml(value) if machine_yaml() else json.dumps(value, indent=2))
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:

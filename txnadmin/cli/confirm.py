@@ -24,14 +24,13 @@ plan *is* the result and is printed to stdout as JSON (``{"dryRun": true, "plan"
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
 import typer
 
-from ._common import EXIT_FAILURE, EXIT_USAGE
+from ._common import EXIT_FAILURE, EXIT_USAGE, print_json
 
 YesOpt = typer.Option(False, "--yes", "-y", help="Do not ask; act on the plan (needed when not on a terminal).")
 DryRunOpt = typer.Option(False, "--dry-run", help="Print the plan and change nothing.")
@@ -69,7 +68,7 @@ def confirm(plan: Plan, *, yes: bool, dry_run: bool, output: str = "table",
     as_json = output == "json"
     if dry_run:
         if as_json:
-            typer.echo(json.dumps({"dryRun": True, "plan": plan.to_json()}, indent=2))
+            print_json({"dryRun": True, "plan": plan.to_json()})  # YAML under -o yaml
         else:
             for line in plan.lines():
                 typer.echo(line)

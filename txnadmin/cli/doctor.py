@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
+from .render import output_option
 from ._target import AdminUrl, Conf, open_target
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "unknown": "magenta", "info": "dim"}
@@ -21,7 +22,7 @@ def doctor(
                                        "batched-log, leftovers, coverage, versions, bookie-rocksdb."),
     threshold: list[str] = typer.Option([], "--threshold", help="name=value, repeatable: stuck-margin, ending, "
                                         "stalled, recovery, idle (durations: 90s, 5m, 2h) and snapshot-share (a fraction)."),
-    output: str = typer.Option("table", "--output", "-o", help="table or json."),
+    output: str = output_option("table"),
     strict: bool = typer.Option(False, "--strict", help="Count 'unknown' findings (checks that could not run) as warnings."),
     fix: bool = typer.Option(False, "--fix", help="Abort the transactions that are OPEN past their timeout (judged on "
                              "the target's clock), after showing the plan."),

@@ -88,7 +88,7 @@ def run(
     seed: int = typer.Option(1, "--seed"),
     journal: Optional[Path] = typer.Option(None, "--journal",
                                            help="Append each committed transaction and its acks as JSON lines."),
-    output: str = output_option("table", help="table (live view) or json (final counters)."),
+    output: str = output_option("table", help="table (live view), or json or yaml (final counters)."),
 ) -> None:
     """Run a transactional workload; Ctrl-C stops cleanly, kill -9 loses nothing acknowledged."""
     from ..engine.engine import Engine

@@ -143,6 +143,9 @@ def root(
                                         "(default 30)."),
 ) -> None:
     """The operator's toolkit for Apache Pulsar transactions."""
+    from .render import reset_machine_yaml
+
+    reset_machine_yaml()  # a command without -o prints JSON, whatever an earlier in-process run asked for
     if request_timeout is not None and not (0 < request_timeout < float("inf")):
         raise typer.BadParameter(f"{request_timeout:g} is not a positive number of seconds",
                                  param_hint="'--request-timeout'")

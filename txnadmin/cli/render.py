@@ -3,6 +3,8 @@ live workload view. Rich is imported lazily so `--help` and scripts (``-o json``
 
 from __future__ import annotations
 
+import contextvars
+
 
 class _WorkloadView:
     def __init__(self, engine):
@@ -49,17 +51,41 @@ def workload_view(engine) -> _WorkloadView:
 
 FORMATS = ("table", "json", "yaml")
 
+# -o yaml in txnadmin's own commands: they branch on "json" (machine output) vs "table", so the option hands them
+# "json" and print_json writes the same document as YAML. Set by the option's callback on every invocation (and
+# reset by the root command), so one in-process run never leaks into the next.
+_machine_yaml = contextvars.ContextVar("txnadmin_machine_yaml", default=False)
 
-def output_option(default: "str | None", formats: tuple[str, ...] = ("table", "json"), help: "str | None" = None):
-    """The ``-o/--output`` option, validated: an unknown format is a usage error, never a silent table."""
+
+def machine_yaml() -> bool:
+    """True when this command was asked for -o yaml (its JSON documents are printed as YAML)."""
+    return _machine_yaml.get()
+
+
+def reset_machine_yaml() -> None:
+    _machine_yaml.set(False)
+
+
+def output_option(default: "str | None", formats: "tuple[str, ...] | None" = None, help: "str | None" = None):
+    """The ``-o/--output`` option, validated: an unknown format is a usage error, never a silent table.
+
+    Without ``formats`` (txnadmin's own commands): table, json or yaml, where yaml reaches the command as "json"
+    and :func:`txnadmin.cli._common.print_json` writes YAML. With ``formats`` the command handles each one itself.
+    """
     import typer
 
+    folded = formats is None
+    accepted: tuple[str, ...] = FORMATS if formats is None else formats
+
     def check(value):
-        if value is not None and value not in formats:
-            raise typer.BadParameter(f"{value!r} is not one of {', '.join(formats)}")
+        if value is not None and value not in accepted:
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(accepted)}")
+        if folded:
+            _machine_yaml.set(value == "yaml")
+            return "json" if value == "yaml" else value
         return value
 
-    return typer.Option(default, "--output", "-o", help=help or f"{', '.join(formats[:-1])} or {formats[-1]}.",
+    return typer.Option(default, "--output", "-o", help=help or f"{', '.join(accepted[:-1])} or {accepted[-1]}.",
                         callback=check)
 
 
