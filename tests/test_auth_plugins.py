@@ -276,3 +276,18 @@ def test_token_from_flags_file_json_and_client_conf(tmp_path):
     finally:
         server.close()
     assert all(h.get("Authorization") for _, _, h, _ in server.seen)  # an unreadable token file sends nothing
+
+
+def test_credentials_in_the_admin_url_are_refused_and_never_printed(tmp_path):
+    """`http://user:password@host` was printed on every target line while requests went out without it."""
+    url = "http://admin:url-password-123@127.0.0.1:9"
+    conf = tmp_path / "client.conf"
+    conf.write_text(f"webServiceUrl={url}\n")
+    for args, code in ((["-u", url, "target"], 2), (["-u", url, "transactions", "list"], 1),
+                       (["-u", url, "doctor"], 2), (["--conf", str(conf), "downgrade", "status"], 2)):
+        result = runner.invoke(app, args)
+        assert result.exit_code == code, (args, result.output)
+        assert "url-password-123" not in result.output and "admin:****@127.0.0.1:9" in result.stderr
+        assert "AuthenticationBasic" in result.stderr
+    shown = runner.invoke(app, ["target", "-o", "json"], env={"TXNADMIN_ADMIN_URL": url})
+    assert shown.exit_code == 2 and "url-password-123" not in shown.output

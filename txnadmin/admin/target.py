@@ -141,14 +141,15 @@ def _resolve(admin_url: Optional[str], conf: Optional[Path]) -> Target:
         return target
 
     if admin_url:
-        return with_conf(Target(_normalize(admin_url), "--admin-url"))
+        return with_conf(Target(_no_credentials(_normalize(admin_url), "--admin-url"), "--admin-url"))
     if os.environ.get(ENV_URL):
-        return with_conf(Target(_normalize(os.environ[ENV_URL]), f"${ENV_URL}"))
+        return with_conf(Target(_no_credentials(_normalize(os.environ[ENV_URL]), f"${ENV_URL}"), f"${ENV_URL}"))
     if conf_path:
         url = conf_values.get("webServiceUrl") or conf_values.get("serviceUrl", "")
         if not url or not url.startswith(("http://", "https://")):
             raise TargetUnreachableError(f"{conf_path}: Can't find any admin url to use (webServiceUrl)")
-        return with_conf(Target(url.rstrip("/"), f"client.conf {conf_path} via {conf_source}"))
+        return with_conf(Target(_no_credentials(url.rstrip("/"), f"{conf_path} webServiceUrl"),
+                                f"client.conf {conf_path} via {conf_source}"))
     from ..engine import default_engine_dir
 
     return Target(f"local:{default_engine_dir()}", EMBEDDED_DEFAULT)
@@ -159,6 +160,30 @@ def _tls(values: dict[str, str]) -> dict:
     keys = ("tlsTrustCertsFilePath", "tlsAllowInsecureConnection", "tlsEnableHostnameVerification",
             "useKeyStoreTls", "tlsCertificateFilePath", "tlsKeyFilePath")
     return {k: values.get(k) or None for k in keys}
+
+
+def _no_credentials(url: str, where: str) -> str:
+    """Refuse ``user:password@`` in an admin URL: txnadmin never sends credentials from the URL, and the URL is
+    printed on every target line, so it would only leak the password while requests went out without it."""
+    from urllib.parse import urlsplit
+
+    from .auth import register_secret
+
+    if url.startswith("local:"):
+        return url
+    try:
+        parts = urlsplit(url)
+        user, password, host = parts.username, parts.password, parts.netloc.rpartition("@")[2]
+    except ValueError:
+        return url  # a URL too broken to split is refused with its own message when it is opened
+    if user is None and password is None:
+        return url
+    register_secret(password)
+    raise TargetUsageError(
+        f"{where}: {parts.scheme}://{user or ''}{':****' if password else ''}@{host}: credentials in the admin URL "
+        "are never sent; give them to an auth plugin instead (--auth-plugin org.apache.pulsar.client.impl.auth."
+        "AuthenticationBasic --auth-params '{\"userId\":\"…\",\"password\":\"…\"}', or authPlugin/authParams in "
+        "client.conf)")
 
 
 def _normalize(url: str) -> str:
