@@ -35,10 +35,11 @@ class TargetUsageError(TargetUnreachableError):
 @dataclass
 class Target:
     url: str  # http(s)://… or local:PATH
-    source: str  # why this target: "--admin-url", "$TXNADMIN_ADMIN_URL", "client.conf (path)", "embedded default"
+    source: str  # why this target: "--admin-url", "$TXNADMIN_ADMIN_URL", "client.conf PATH via …", "embedded default"
     auth_plugin: Optional[str] = None
     auth_params: Optional[str] = None
     tls: dict = field(default_factory=dict)
+    conf: Optional[str] = None  # the client.conf whose settings apply (to name the target again in a suggestion)
 
     @property
     def named(self) -> bool:
@@ -138,6 +139,7 @@ def _resolve(admin_url: Optional[str], conf: Optional[Path]) -> Target:
             target.auth_plugin = conf_values.get("authPlugin") or None
             target.auth_params = conf_values.get("authParams") or None
             target.tls = _tls(conf_values)
+            target.conf = str(conf_path)
         return target
 
     if admin_url:

@@ -398,12 +398,10 @@ def _target_flags(ctx: typer.Context) -> str:
     target = _target(ctx)
     opts = ctx.find_root().obj or {}
     flags = []
-    if opts.get("conf") and not opts.get("admin_url"):
-        flags += ["--conf", str(opts["conf"])]
-    else:
-        flags += ["-u", target.url]
-        if target.source.startswith("client.conf"):
-            flags += ["--conf", target.source[len("client.conf ("):-1]]
+    if not target.source.startswith("client.conf"):
+        flags += ["-u", target.url]  # named by a flag or the environment, not by the client.conf below
+    if target.conf:
+        flags += ["--conf", target.conf]  # its credentials and TLS settings (from --conf or the environment)
     if opts.get("auth_plugin"):
         flags += ["--auth-plugin", opts["auth_plugin"]]
     if opts.get("auth_params"):
