@@ -144,3 +144,28 @@ def _must_fail(reply: str, command: list[str]) -> bool:
     if reply == "internal stats without ledgers":
         return name not in VOID | ANY_OBJECT
     return True
+
+
+# Commands that never talk to a Pulsar or a served engine over HTTP: they read files and engine directories
+# (whose bad input has its own tests), so no broker reply can reach them.
+NO_SERVER = {"target", "scan", "rehearse", "serve", "inspect entry", "downgrade verify", "downgrade reset",
+             "engine init", "engine run", "engine dump", "engine set", "engine recover", "engine txn begin",
+             "engine txn commit", "engine txn abort"}
+
+
+def test_every_command_is_in_the_table_or_known_not_to_talk_to_a_server():
+    """A command added later must join COMMANDS above (or NO_SERVER, saying why): found by walking the tree."""
+    import typer
+
+    def walk(command, path):
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                if not (path == [] and name == "txn"):  # the hidden alias of `transactions`
+                    yield from walk(sub, [*path, name])
+        else:
+            yield " ".join(path)
+
+    every = set(walk(typer.main.get_command(app), []))
+    covered = {" ".join(c[:2]) if c[0] in ("transactions", "downgrade") else c[0] for c in COMMANDS}
+    assert every - covered - NO_SERVER == set(), "commands no bad reply is fed to"
+    assert NO_SERVER <= every and not NO_SERVER & covered
