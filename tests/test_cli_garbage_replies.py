@@ -33,6 +33,7 @@ REPLIES = {
                                                         "pendingAckLogStats": _EMPTY_LEDGERS}), {}),
     "error body echoing our headers": (400, json.dumps({"reason": f"bad request (Authorization: Bearer {SECRET})"}),
                                        {}),
+    "200 echoing our headers": (200, json.dumps({"echo": f"Authorization: Bearer {SECRET}"}), {}),
 }
 
 TXN = [
@@ -116,6 +117,8 @@ def test_bad_reply_gives_one_short_error_and_the_documented_code(servers, reply,
         assert len(lines) <= 2, result.stderr  # pulsar-admin's "<reason>" + "Reason: <reason>" / "Error connecting"
     else:
         # 3: cannot read the target; 1 only for a deliberate verdict of the procedure (e.g. "no coordinators")
+        if command[0] == "doctor" and reply == "200 echoing our headers" and result.exit_code == 0:
+            return  # a settings object it can read: doctor judges what it could (unknown elsewhere), no secret shown
         assert result.exit_code in (1, 3), result.output
         assert result.exit_code == 3 or reply in ("[] for an object", "error body echoing our headers"), result.output
         if result.exit_code == 1 and command[0] == "doctor":
@@ -143,6 +146,8 @@ def _must_fail(reply: str, command: list[str]) -> bool:
         return name not in VOID
     if reply == "internal stats without ledgers":
         return name not in VOID | ANY_OBJECT
+    if reply == "200 echoing our headers":  # an object of settings, too: the batch-log switches may accept it
+        return name not in VOID | ANY_OBJECT | {"set-txn-tc-batch-log", "set-txn-pending-ack-batch-log"}
     return True
 
 

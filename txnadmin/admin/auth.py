@@ -58,6 +58,20 @@ def mask(text: str) -> str:
     return text
 
 
+def mask_value(value: Any) -> Any:
+    """``value`` (a reply: dicts, lists, strings, numbers) with :func:`mask` applied to every string in it, keys
+    included — what a server sends back is printed too, and a reply echoing our headers must not show the token."""
+    if not _secrets:
+        return value
+    if isinstance(value, str):
+        return mask(value)
+    if isinstance(value, dict):
+        return {mask_value(k): mask_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_value(v) for v in value]
+    return value
+
+
 class AuthError(TargetUnreachableError):
     """The configured credentials cannot be used (unreadable file, bad params, refused plugin, token endpoint)."""
 

@@ -17,8 +17,10 @@ EXIT_UNREADABLE = 3  # target or input unreadable
 
 def print_json(value: Any) -> None:
     """A command's machine-readable document: JSON, or YAML when the command was run with -o yaml."""
+    from ..admin.auth import mask_value
     from .render import machine_yaml, to_yaml
 
+    value = mask_value(value)  # documents carry what servers answered: never a credential of ours
     typer.echo(to_yaml(value) if machine_yaml() else json.dumps(value, indent=2))
 
 

@@ -120,13 +120,15 @@ def _render(report, target, strict: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
 
+    from ..admin.auth import mask
+
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"doctor: {escape(target.label)}, clock: {report.clock}")
     for f in report.findings:
         style = SEVERITY_STYLE[f.severity]
         console.print(f"[{style}]{f.severity.upper():8}[/] {escape(f.check)}  {escape(f.subject)}")
         evidence = ", ".join(f"{k}={_text(v)}" for k, v in f.evidence.items() if v not in (None, [], {}))
-        console.print(f"  evidence: {escape(evidence)}")
+        console.print(f"  evidence: {escape(mask(evidence))}")  # evidence quotes what the target answered
         console.print(f"  why: {escape(f.why)}")
         console.print(f"  fix: {escape(f.fix)}")
         if f.refs:

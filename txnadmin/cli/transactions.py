@@ -79,11 +79,13 @@ def _txn_id(most: Optional[int], least: Optional[int], txn_id: Optional[str]):
 
 def _print(value: Any, output: Optional[str], default: Callable[[Any], str] | None = None,
            table: Callable[[Any], None] | None = None, title: Optional[str] = None) -> None:
+    from ..admin.auth import mask_value
     from ..admin.jackson import pretty
     from .render import render_table, to_json, to_yaml
 
     if value is None and output not in ("json", "yaml"):
         return
+    value = mask_value(value)  # a reply that echoes our credentials is printed without them, in every format
     if output == "json":
         typer.echo(to_json(value))
     elif output == "yaml":
