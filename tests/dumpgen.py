@@ -121,26 +121,53 @@ def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_
 
 def ledger_list(path: Path, ledgers: dict[int, str], cursor: dict[int, str] | None = None,
                 last: dict[int, int | None] | None = None, digest_type: str | dict[int, str] = "CRC32C",
-                meta: bool = True, prefix: str = "pulsar", password: bytes = b"") -> None:
-    """`listledgers -meta` (or without -meta) as the shell logs it; ``last[lid]`` None makes the ledger OPEN."""
+                meta: bool = True, prefix: str = "pulsar", password: bytes = b"", command: str = "listledgers",
+                id_format=str) -> None:
+    """`listledgers -meta` (or without -meta, or `ledgermetadata` per ledger) as the shell logs it; ``last[lid]``
+    None makes the ledger OPEN.
+
+    ``prefix`` "4.18" is BookKeeper 4.18 (slog, BP-69) under a console layout with ``%X`` (``%m %X%n``, as its
+    shell's rolling-file layout): ListLedgersCommand logs one ``log entry`` event with the attributes ledgerId and
+    metadata, LedgerMetaDataCommand a ``ledgerID`` event (ledgerId) then a ``log entry`` event (metadata);
+    "4.18-console" is the same under the default console layout, which prints no attributes at all."""
     lines = []
     pre = {"pulsar": "12:00:00.000 [main] INFO  org.apache.bookkeeper.tools.cli.commands.client.ListLedgersCommand - ",
-           "bk": "12:00:00,000 INFO  ", "none": ""}[prefix]
+           "bk": "12:00:00,000 INFO  ", "none": "", "4.18": "12:00:00,000 INFO  ",
+           "4.18-console": "12:00:00,000 INFO  "}[prefix]
     for lid, ml in ledgers.items():
-        lines.append(f"{pre}ledgerID: {lid}")
-        if not meta:
-            continue
-        custom = {"application": "pulsar", "component": "managed-ledger", "pulsar/managed-ledger": ml}
-        if cursor and lid in cursor:
-            custom["pulsar/cursor"] = cursor[lid]
-        custom_text = ", ".join(f"{k}=base64:{base64.b64encode(v.encode()).decode()}" for k, v in custom.items())
-        lac = (last or {}).get(lid)
-        kind = digest_type if isinstance(digest_type, str) else digest_type.get(lid, "CRC32C")
-        state = "state=CLOSED, length=63, lastEntryId=" + str(lac) if lac is not None else "state=OPEN"
-        lines.append(f"{pre}LedgerMetadata{{formatVersion=3, ensembleSize=2, writeQuorumSize=2, ackQuorumSize=2, "
-                     f"{state}, digestType={kind}, password=base64:{base64.b64encode(password).decode()}, "
-                     f"ensembles={{0=[10.0.0.1:3181, 10.0.0.2:3181]}}, customMetadata={{{custom_text}}}}}")
+        text = None
+        if meta:
+            text = _metadata_text(lid, ml, cursor, last, digest_type, password)
+        if prefix == "4.18-console":
+            lines.append(f"{pre}log entry" if command == "listledgers" else f"{pre}ledgerID")
+            if text and command != "listledgers":
+                lines.append(f"{pre}log entry")
+        elif prefix == "4.18" and command == "listledgers":
+            attrs = f"ledgerId={id_format(lid)}" + (f", metadata={text}" if text else "")
+            lines.append(f"{pre}log entry {{{attrs}}}")
+        elif prefix == "4.18":
+            lines.append(f"{pre}ledgerID {{ledgerId={id_format(lid)}}}")
+            if text:
+                lines.append(f"{pre}log entry {{metadata={text}}}")
+        else:
+            lines.append(f"{pre}ledgerID: {id_format(lid)}")
+            if text:
+                lines.append(f"{pre}{text}")
     path.write_text("\n".join(lines) + "\n")
+
+
+def _metadata_text(lid: int, ml: str, cursor, last, digest_type, password: bytes) -> str:
+    """`LedgerMetadataImpl.toString()`: Guava's toStringHelper, customMetadata values as `base64:`."""
+    custom = {"application": "pulsar", "component": "managed-ledger", "pulsar/managed-ledger": ml}
+    if cursor and lid in cursor:
+        custom["pulsar/cursor"] = cursor[lid]
+    custom_text = ", ".join(f"{k}=base64:{base64.b64encode(v.encode()).decode()}" for k, v in custom.items())
+    lac = (last or {}).get(lid)
+    kind = digest_type if isinstance(digest_type, str) else digest_type.get(lid, "CRC32C")
+    state = "state=CLOSED, length=63, lastEntryId=" + str(lac) if lac is not None else "state=OPEN"
+    return (f"LedgerMetadata{{formatVersion=3, ensembleSize=2, writeQuorumSize=2, ackQuorumSize=2, "
+            f"{state}, digestType={kind}, password=base64:{base64.b64encode(password).decode()}, "
+            f"ensembles={{0=[10.0.0.1:3181, 10.0.0.2:3181]}}, customMetadata={{{custom_text}}}}}")
 
 
 def hexdump(data: bytes) -> str:

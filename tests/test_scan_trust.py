@@ -321,3 +321,54 @@ def test_an_entry_moved_into_a_skipped_ledger_is_caught(tmp_path):
     result, out = scan(tmp_path / "1.log", "--ledgers", tmp_path / "l.txt", "--verify-all-digests")
     assert result.exit_code == 3
     assert any("ledger 11 is not a transaction ledger" in r for r in out["reasons"]), out["reasons"]
+
+
+LIST_STYLES = [("4.14", "pulsar"), ("4.17", "bk"), ("4.18", "4.18")]
+
+
+@pytest.mark.parametrize("version, prefix", LIST_STYLES)
+@pytest.mark.parametrize("command", ["listledgers", "ledgermetadata"])
+def test_a_ledger_list_per_bookkeeper_version(tmp_path, version, prefix, command):
+    """`listledgers -meta` and `ledgermetadata` as each version logs them; 4.18 (slog) carries the id and the
+    metadata as event attributes, printed only by a %X layout: `log entry {ledgerId=10, metadata=LedgerMetadata{…}}`."""
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (10, 1, g.batched(2)), (12, 0, g.pulsar_message(0))])
+    g.write_entry_log(tmp_path / "1.log", [(11, 0, g.plain(0)), (11, 1, g.plain(1)), (12, 1, g.pulsar_message(1))])
+    g.ledger_list(tmp_path / "l.txt", {10: TC, 11: g.ACK_ML, 12: g.MSG_ML}, last={10: 1, 11: 1, 12: 1},
+                  prefix=prefix, command=command)
+    result, out = scan(tmp_path / "0.log", tmp_path / "1.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 1 and out["liveBatchedEntries"] == 1, (version, result.output)
+    assert ledger(out, 10)["expectedEntries"] == 2 and ledger(out, 11)["transactionLedger"]
+    assert not any(l["ledgerId"] == 12 and l["transactionLedger"] for l in out["ledgers"])  # messages never count
+    result, out = scan(tmp_path / "1.log", "--ledgers", tmp_path / "l.txt", "--txn-ledgers", "11")
+    assert result.exit_code == 3 and ledger(out, 10)["missing"] == [[0, 1]]  # listed, in no dump: not clean
+    g.ledger_list(tmp_path / "l11.txt", {11: g.ACK_ML, 12: g.MSG_ML}, last={11: 1, 12: 1}, prefix=prefix,
+                  command=command)
+    result, out = scan(tmp_path / "1.log", "--ledgers", tmp_path / "l11.txt")
+    assert result.exit_code == 0 and out["verdict"] == "clean", (version, out)
+
+
+def test_418_ledger_list_with_hex_ids_and_without_meta(tmp_path):
+    g.write_entry_log(tmp_path / "0.log", [(26, 0, g.batched(1))])
+    g.ledger_list(tmp_path / "l.txt", {26: TC}, last={26: 0}, prefix="4.18", id_format=lambda lid: format(lid, "x"))
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt", "--ledger-id-format", "hex")
+    assert result.exit_code == 1 and ledger(out, 26)["expectedEntries"] == 1
+    g.ledger_list(tmp_path / "m.txt", {26: TC}, prefix="4.18", meta=False)
+    result = runner.invoke(app, ["scan", str(tmp_path / "0.log"), "--ledgers", str(tmp_path / "m.txt")])
+    assert result.exit_code == 3 and "listledgers -meta" in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", ["listledgers", "ledgermetadata"])
+def test_418_console_ledger_list_without_ids_is_refused(tmp_path, command):
+    # The default 4.18 console layout has no %X: every line is a bare `log entry`. Not one ledger can be named, and
+    # a list that names only some ledgers would make the others look trimmed: refused, naming the fix.
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0))])
+    g.ledger_list(tmp_path / "l.txt", {10: TC, 11: g.ACK_ML}, last={10: 0, 11: 0}, prefix="4.18-console",
+                  command=command)
+    result = runner.invoke(app, ["scan", str(tmp_path / "0.log"), "--ledgers", str(tmp_path / "l.txt")])
+    assert result.exit_code == 3 and "%X" in result.stderr and "Traceback" not in result.output, result.output
+    # One id-less event among named ledgers is refused too: it is a live ledger the scan could not judge.
+    g.ledger_list(tmp_path / "m.txt", {10: TC}, last={10: 0}, prefix="4.18", command=command)
+    text = (tmp_path / "m.txt").read_text() + (tmp_path / "l.txt").read_text().splitlines()[-1] + "\n"
+    (tmp_path / "m.txt").write_text(text)
+    result = runner.invoke(app, ["scan", str(tmp_path / "0.log"), "--ledgers", str(tmp_path / "m.txt")])
+    assert result.exit_code == 3 and "%X" in result.stderr, result.output
