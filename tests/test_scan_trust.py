@@ -246,6 +246,33 @@ def test_downgrade_verify_passes_incomplete_through_as_exit_3(tmp_path):
     assert json.loads(state.read_text())["verification"]["verdict"] == "incomplete"
 
 
+def test_downgrade_verify_takes_the_fixes_the_scan_names(tmp_path):
+    """The scan refuses a list without -meta naming --txn-ledgers; verify must accept that fix (and the dump
+    options), pass batched/clean through as 1/0, and a bad flag value is a usage error (2), not "cannot tell"."""
+    d = tmp_path / "e"
+    assert runner.invoke(app, ["engine", "init", str(d), "-c", "1"]).exit_code == 0
+    state = tmp_path / "s.json"
+    assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state", str(state)]).exit_code == 0
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (11, 0, g.batched(1))])
+    g.ledger_list(tmp_path / "l.txt", {10: TC, 11: g.ACK_ML}, meta=False)
+    base = ["downgrade", "verify", "--dumps", str(tmp_path / "0.log"), "--ledgers", str(tmp_path / "l.txt"),
+            "--state", str(state), "--engine", "python"]
+    refused = runner.invoke(app, base)
+    assert refused.exit_code == 3 and "--txn-ledgers" in refused.stderr
+    named = runner.invoke(app, [*base, "--txn-ledgers", "10,11", "-o", "json"])
+    assert named.exit_code == 1 and json.loads(named.stdout)["verdict"] == "batched", named.output
+    hexdump = tmp_path / "d.txt"
+    hexdump.write_text(g.readledger_hex([(26, 0, g.plain(0))], id_format=lambda lid: format(lid, "x")))
+    g.ledger_list(tmp_path / "h.txt", {26: TC}, last={26: 0}, id_format=lambda lid: format(lid, "x"))
+    clean = runner.invoke(app, ["downgrade", "verify", "--dumps", str(hexdump), "--ledgers", str(tmp_path / "h.txt"),
+                                "--state", str(state), "--engine", "python", "--ledger-id-format", "hex",
+                                "--format", "readledger-hex"])
+    assert clean.exit_code == 0, clean.output
+    for bad in (["--engine", "gpu"], ["--txn-ledgers", "ten"], ["--format", "tape"], ["--ledger-id-format", "oct"]):
+        result = runner.invoke(app, [*base[:-2], *bad])
+        assert result.exit_code == 2 and "Traceback" not in result.output, (bad, result.output)
+
+
 def _run_on_a_terminal(args: list[str]) -> tuple[int, bytes]:
     import os
     import pty
