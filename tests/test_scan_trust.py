@@ -109,6 +109,21 @@ def test_a_list_without_meta_is_refused_with_the_fix(tmp_path):
     assert result.exit_code == 1 and out["liveBatchedEntries"] == 1 and out["txnLedgersNamed"] == [10, 11]
 
 
+def test_a_transaction_ledger_left_out_of_txn_ledgers_still_counts(tmp_path):
+    # A list without -meta cannot tell ledger 11 apart; the operator named only 10. Ledger 11's entry is a PIP-160
+    # batch that decodes as a pending-ack log's: that is evidence, as it is without any list, never skipped unread.
+    ack = g.raw_batch([bytes([0x08, 0x00, 0x10, 0x01, 0x18, 0x01])])
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (11, 0, ack), (12, 0, g.pulsar_message(0))])
+    g.ledger_list(tmp_path / "l.txt", {10: TC, 11: g.ACK_ML, 12: g.MSG_ML}, meta=False)
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt", "--txn-ledgers", "10")
+    assert result.exit_code == 1 and out["verdict"] == "batched" and out["liveBatchedEntries"] == 1, out
+    assert ledger(out, 11)["transactionLedger"] is True and ledger(out, 11)["live"] is True
+    assert ledger(out, 12)["transactionLedger"] is None  # a message's 0E 01 proves nothing either way
+    g.write_entry_log(tmp_path / "1.log", [(10, 0, g.plain(0)), (12, 0, g.pulsar_message(0))])
+    result, out = scan(tmp_path / "1.log", "--ledgers", tmp_path / "l.txt", "--txn-ledgers", "10")
+    assert result.exit_code == 0, out
+
+
 def test_no_ledger_list_at_all_is_never_clean(tmp_path):
     g.write_entry_log(tmp_path / "0.log", [(10, i, g.plain(i)) for i in range(3)])
     result, out = scan(tmp_path / "0.log")

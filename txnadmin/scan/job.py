@@ -89,7 +89,10 @@ def read_plan(live: Optional[dict[int, LiveLedger]], named: frozenset = frozense
     """
     if live is None:
         return ReadPlan(frozenset(), {}, id_format, verify_all)
-    skip = frozenset(l.ledger_id for l in live.values() if not l.transaction_ledger and l.ledger_id not in named)
+    # Only a ledger whose metadata says what it is may be skipped: one listed without metadata is read like a
+    # ledger of a scan without a list (a batch that decodes makes it a transaction ledger).
+    skip = frozenset(l.ledger_id for l in live.values()
+                     if l.has_metadata and not l.transaction_ledger and l.ledger_id not in named)
     kinds = {l.ledger_id: (l.digest_type, l.password) for l in live.values() if l.digest_type}
     return ReadPlan(skip, kinds, id_format, verify_all)
 
@@ -145,7 +148,7 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
         txn: Optional[bool]
         if lid in judged:
             txn = True
-        elif live is not None and info is not None:
+        elif live is not None and info is not None and info.has_metadata:
             txn = info.transaction_ledger
         else:
             txn = True if t.kinds else None  # unlisted: only a decoding batch says "transaction ledger"
