@@ -1,5 +1,6 @@
 """Dump fixtures written straight from the published formats (bookkeeper-formats.md, BookKeeper's DigestManager,
-ReadLedgerCommand, FormatUtil, ListLedgersCommand sources), not with txnadmin's scan code."""
+ReadLedgerCommand, FormatUtil, ListLedgersCommand sources; Pulsar's .proto files), with nothing from txnadmin: not
+its scan code, not its codec."""
 
 from __future__ import annotations
 
@@ -12,30 +13,43 @@ from pathlib import Path
 
 import google_crc32c
 
-from txnadmin.codec import (PendingAckMetadata, PendingAckMetadataEntry, PendingAckOp, TransactionMetadataEntry,
-                            TxnOp, encode_batched, encode_plain)
-
 TC_ML = "pulsar/system/persistent/__transaction_log_{}"
 ACK_ML = "public/default/persistent/orders-billing__transaction_pending_ack"
 MSG_ML = "public/default/persistent/orders"
 
 
-def txn_record(seq: int) -> TransactionMetadataEntry:
-    return TransactionMetadataEntry(metadata_op=TxnOp.NEW, txnid_most_bits=1, txnid_least_bits=seq, timeout_ms=1000,
-                                    start_time=1, last_modification_time=1, max_local_txn_id=seq)
+# Records are built field by field from PulsarTransactionMetadata.proto and TransactionPendingAck.proto, never with
+# txnadmin's codec: a fixture the scanner's own encoder wrote would agree with its decoder by construction.
+
+def _field(number: int, value) -> bytes:
+    if isinstance(value, bytes):
+        return _varint(number << 3 | 2) + _varint(len(value)) + value
+    return _varint(number << 3) + _varint(value)
 
 
-def ack_record(seq: int) -> PendingAckMetadataEntry:
-    return PendingAckMetadataEntry(pending_ack_op=PendingAckOp.ACK, txnid_most_bits=1, txnid_least_bits=seq,
-                                   pending_ack_metadata=[PendingAckMetadata(ledgerId=5, entryId=seq)])
+def txn_record(seq: int) -> bytes:
+    """TransactionMetadataEntry NEW: metadata_op=NEW(0), txnid (2 least, 3 most), timeout_ms(8), start_time(9),
+    last_modification_time(10), max_local_txn_id(11)."""
+    return raw_txn_record(seq)
+
+
+def ack_record(seq: int) -> bytes:
+    """PendingAckMetadataEntry: pending_ack_op=ACK(1), txnid (3 least, 4 most), one PendingAckMetadata(5) with
+    ledgerId(1), entryId(2)."""
+    position = _field(1, 5) + _field(2, seq)
+    return _field(1, 1) + _field(3, seq) + _field(4, 1) + _field(5, position)
 
 
 def batched(n: int, seq: int = 0) -> bytes:
-    return encode_batched([txn_record(seq + i) for i in range(n)])
+    return raw_batch([txn_record(seq + i) for i in range(n)])
+
+
+def ack_batch(records: list[bytes]) -> bytes:
+    return raw_batch(records)
 
 
 def plain(seq: int = 0) -> bytes:
-    return encode_plain(txn_record(seq))
+    return txn_record(seq)
 
 
 def pulsar_message(i: int) -> bytes:

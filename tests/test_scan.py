@@ -23,7 +23,7 @@ def bookie(tmp_path):
     d.mkdir(parents=True)
     g.write_entry_log(d / "0.log", [
         (9, 0, g.batched(3)), (10, 0, g.batched(2, 10)), (12, 0, g.pulsar_message(0)), (10, 1, g.plain(20)),
-        (11, 0, __import__("txnadmin.codec", fromlist=["encode_batched"]).encode_batched([g.ack_record(1)])),
+        (11, 0, g.ack_batch([g.ack_record(1)])),
     ])
     g.write_entry_log(d / "1.log", [(12, i, g.pulsar_message(i)) for i in range(1, 50)]
                       + [(10, 2, g.batched(1, 30)), (13, 0, g.batched(2))])
