@@ -308,7 +308,7 @@ def _run_on_a_terminal(args: list[str]) -> tuple[int, bytes]:
             break
         out += chunk
     os.close(leader)
-    return proc.wait(timeout=60), bytes(out)
+    return proc.wait(timeout=240), bytes(out)
 
 
 def test_progress_bar_on_a_terminal_quiet_when_piped(tmp_path):
@@ -324,6 +324,26 @@ def test_progress_bar_on_a_terminal_quiet_when_piped(tmp_path):
     assert code == 0
     assert b"3/3 files" in out and b"scanning" in out  # the bar drew files and bytes done
     piped = subprocess.run([sys.executable, "-m", "txnadmin.cli.main", *args], capture_output=True)
+    assert piped.returncode == 0 and b"scanning" not in piped.stdout + piped.stderr
+    assert b"verdict: clean" in piped.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_progress_bar_with_the_spark_engine(tmp_path):
+    """Long scans are the Spark ones (`auto` picks Spark for big inputs): the bar shows files and bytes there too."""
+    import subprocess
+    import sys
+
+    (tmp_path / "d").mkdir()
+    for n in range(3):
+        g.write_entry_log(tmp_path / "d" / f"{n}.log", [(10, n * 100 + i, g.plain(i)) for i in range(100)])
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 299})
+    args = ["scan", str(tmp_path / "d"), "--ledgers", str(tmp_path / "l.txt"), "--engine", "spark", "--master", "local[1]"]
+    code, out = _run_on_a_terminal(args)
+    assert code == 0, out[-2000:]
+    assert b"3/3 files" in out and b"scanning" in out, out[-2000:]
+    piped = subprocess.run([sys.executable, "-m", "txnadmin.cli.main", *args], capture_output=True, timeout=240)
     assert piped.returncode == 0 and b"scanning" not in piped.stdout + piped.stderr
     assert b"verdict: clean" in piped.stdout
 

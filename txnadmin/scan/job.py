@@ -300,7 +300,7 @@ def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str
                                  "(or use --engine python)")
         from .spark import scan_with_spark
 
-        tally = scan_with_spark(inputs, plan, master, report)
+        tally = scan_with_spark(inputs, plan, master, report, progress)
         return judge(tally, live, f"spark ({master or 'local[*]'})", inputs, notes, named)
     writer = _ReportWriter(report) if report else None
     try:
