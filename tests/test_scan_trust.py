@@ -142,6 +142,22 @@ def test_entries_missing_from_every_dump_are_incomplete(tmp_path):
     assert any("entries 3-5 are in no dump" in r for r in out["reasons"])
 
 
+def test_entries_past_a_closed_ledgers_last_entry_are_not_part_of_it(tmp_path):
+    # Entry 2 reached a bookie but was never confirmed: recovery closed the ledger at 1, and no reader ever reads it.
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (10, 1, g.plain(1)), (10, 2, g.batched(1))])
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 1})
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 0 and out["verdict"] == "clean", out
+    assert ledger(out, 10)["batchedEntries"] == 0 and ledger(out, 10)["foundEntries"] == 2
+    assert any("past lastEntryId 1" in n and "ledger 10" in n for n in out["notes"]), out["notes"]
+    # A damaged copy past the end is not part of the ledger either, but a failed digest may hide another ledger's
+    # entry (the header is what failed): that still blocks clean.
+    g.write_entry_log(tmp_path / "1.log", [(10, 0, g.plain(0)), (10, 1, g.plain(1)), (10, 2, g.batched(1))],
+                      corrupt={(10, 2)})
+    result, out = scan(tmp_path / "1.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3, out
+
+
 def test_open_ledgers_must_be_contiguous(tmp_path):
     g.write_entry_log(tmp_path / "0.log", [(10, i, g.plain(i)) for i in (0, 1, 3)])
     g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: None})
@@ -152,17 +168,31 @@ def test_open_ledgers_must_be_contiguous(tmp_path):
 
 def test_replicas_count_once_and_any_batched_copy_wins(tmp_path):
     entries = [(10, i, g.plain(i)) for i in range(4)]
-    g.write_entry_log(tmp_path / "b1.log", entries, corrupt={(10, 2)})  # bookie 1 holds a damaged copy of 2
-    g.write_entry_log(tmp_path / "b2.log", entries)
+    g.write_entry_log(tmp_path / "b1.log", entries[:3])  # bookies hold overlapping copies (ensemble striping)
+    g.write_entry_log(tmp_path / "b2.log", entries[1:])
     g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 3})
     result, out = scan(tmp_path / "b1.log", tmp_path / "b2.log", "--ledgers", tmp_path / "l.txt")
-    assert result.exit_code == 0, out  # the good replica of entry 2 covers it
-    tc = ledger(out, 10)
-    assert tc["foundEntries"] == 4 and tc["failedCopies"] == 1
+    assert result.exit_code == 0, out
+    assert ledger(out, 10)["foundEntries"] == 4 and ledger(out, 10)["verifiedEntries"] == 4
     g.write_entry_log(tmp_path / "b3.log", [(10, 1, g.batched(1))])  # a third bookie's copy of entry 1 is batched
     result, out = scan(tmp_path / "b1.log", tmp_path / "b2.log", tmp_path / "b3.log", "--ledgers",
                        tmp_path / "l.txt")
     assert result.exit_code == 1 and ledger(out, 10)["batchedEntries"] == 1 and ledger(out, 10)["foundEntries"] == 4
+
+
+def test_a_damaged_replica_blocks_clean_even_beside_a_good_one(tmp_path):
+    # Bookie 1's copy of entry 2 fails its digest. The digest covers the header, so the flipped bits may be in the
+    # ids: the copy may be another ledger's entry. Coverage is complete, but clean would not be a proof.
+    entries = [(10, i, g.plain(i)) for i in range(4)]
+    g.write_entry_log(tmp_path / "b1.log", entries, corrupt={(10, 2)})
+    g.write_entry_log(tmp_path / "b2.log", entries)
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 3})
+    result, out = scan(tmp_path / "b1.log", tmp_path / "b2.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and out["verdict"] == "incomplete", out
+    tc = ledger(out, 10)
+    assert tc["foundEntries"] == 4 and tc["missing"] == [] and tc["failedCopies"] == 1
+    assert any(r.startswith("ledger 10 ") and "a copy of entries 2 failed its digest" in r and "b1.log@" in r
+               for r in out["reasons"]), out["reasons"]
 
 
 def test_hex_ledger_ids_are_never_guessed(tmp_path):

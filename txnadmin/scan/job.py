@@ -173,8 +173,9 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
             if last is not None:
                 expected = last + 1
                 beyond = found.clip(last + 1, 1 << 62)
-                if beyond:
-                    problems.append(f"entries past lastEntryId {last} ignored: {_fmt_ranges(beyond.to_json())}")
+                if beyond:  # written to a bookie, never confirmed: recovery closed the ledger before them
+                    notes.append(f"ledger {lid}: entries past lastEntryId {last} are not part of the ledger "
+                                 f"(never confirmed; no reader reads them): {_fmt_ranges(beyond.to_json())}")
                 found, batched = found.clip(0, last), batched.clip(0, last)
                 missing = found.missing(0, last) if last >= 0 else []
             else:
@@ -194,6 +195,16 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
                                     f"unreadable in every copy{at}")
                 if absent:
                     problems.append(f"entries {_fmt_ranges(absent.to_json())} are in no dump")
+            # A copy that failed its digest although the entry has a good one (or lies past the end): the digest
+            # covers the header, so the damage may be in the ids, and the copy another ledger's entry.
+            stray = t.failed.minus(RangeSet(missing))
+            if stray:
+                first = next((x for x in sorted(t.examples, key=_example_order)
+                              if x["form"] != "batched" and stray.clip(x["entryId"], x["entryId"])), None)
+                at = f" (first: {_where(first)})" if first else ""
+                problems.append(f"a copy of entries {_fmt_ranges(stray.to_json())} failed its digest or was unreadable, "
+                                f"although the entry has a good copy or is past the end: a damaged header can "
+                                f"hide another ledger's entry; repair or remove that copy{at}")
             if t.unplaced:
                 first = next((x for x in sorted(t.examples, key=_example_order) if x["entryId"] < 0), None)
                 at = f" (first: {_where(first)})" if first else ""
