@@ -267,6 +267,19 @@ def test_a_damaged_bookie_dump_fails_its_digest(tmp_path):
     assert result.exit_code == 3 and ledger(out, 10)["examples"][0]["form"] == "bad-digest"
 
 
+@pytest.mark.parametrize("version", ["4.17", "4.18"])
+def test_a_bookie_dump_whose_stored_header_names_another_entry_is_not_that_entry(tmp_path, version):
+    # `readledger -bookie` prints the ids it asked for; the stored entry carries its own. Entry 0's bytes (a valid
+    # digest) under the header of entry 1 must not cover entry 1, as BookKeeper's client would not accept them.
+    one = g.readledger_bookie([(10, 0, g.plain(0))], version)
+    other = one.replace("Eid=0", "Eid=1").replace("entryId=0", "entryId=1")
+    (tmp_path / "b.txt").write_text(one + other)
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 1})
+    result, out = scan(tmp_path / "b.txt", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and ledger(out, 10)["missing"] == [[1, 1]], out
+    assert any("stored header" in x["detail"] for x in ledger(out, 10)["examples"]), ledger(out, 10)["examples"]
+
+
 def test_hex_dump_shorter_than_its_entry_size_is_unreadable(tmp_path):
     text = g.readledger_hex([(10, 0, g.batched(3))])
     (tmp_path / "d.txt").write_text("\n".join(text.splitlines()[:-1]) + "\n")  # last hex row lost

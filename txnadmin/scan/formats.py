@@ -487,6 +487,14 @@ def _make_hex_reader(kind: str) -> Reader:
                     yield Finding(path, item.offset, ledger, entry, UNREADABLE,
                                   "no hex dump after the header (was -msg given?)", "")
                     continue
+                if len(data) >= 16 and struct.unpack_from(">qq", data) != (ledger, entry):
+                    # The header prints the ids asked for; the stored entry carries its own (the client's
+                    # verifyDigest refuses a mismatch as it refuses a bad digest).
+                    said = struct.unpack_from(">qq", data)
+                    yield Finding(path, item.offset, ledger, entry, BAD_DIGEST,
+                                  f"stored header says ledger {said[0]} entry {said[1]}, not the ledger {ledger} "
+                                  f"entry {entry} the dump prints", data[32:40].hex(), digests.FAILED)
+                    continue
                 yield _stored_finding(path, item.offset, ledger, entry, data, plan, detected)
             else:
                 yield _readlog_finding(path, item, ledger, entry, size, data, rows, plan)
