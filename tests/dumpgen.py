@@ -133,6 +133,42 @@ def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_
     path.write_bytes(bytes(out))
 
 
+def write_direct_entry_log(path: Path, entries: list[tuple[int, int, bytes]], flush_every: int = 2,
+                           finished: bool = True, preallocated: int = 8192,
+                           corrupt: set[tuple[int, int]] | None = None) -> None:
+    """A DirectEntryLogger file (BookKeeper 4.16+, `dbStorage_directIOEntryLogger`), from its Header, DirectWriter,
+    Buffer and LogMetadata sources: a 4096-byte header whose bytes 1024.. are a dummy record (size 3068, ledger
+    id -1) so the legacy reader skips to the first block; `[size][entry]` records; each flush pads with 0xF0 to
+    the next 4096-byte boundary (read as a negative size: skip to the boundary); once finished, the ledgers map
+    batches and the header rewritten with the map's offset; fallocate'd space reads as zeros (size 0: the end)."""
+    align = 4096
+    out = bytearray(b"BKLO" + struct.pack(">i", 1) + bytes(1016))
+    out += struct.pack(">iq", align - 1024 - 4, -1) + bytes(align - 1024 - 12)
+    lengths: dict[int, int] = {}
+    counts: dict[int, int] = {}
+
+    def pad() -> None:
+        out.extend(b"\xf0" * (-len(out) % align))
+
+    for n, (ledger, entry, payload) in enumerate(entries, 1):
+        lengths[ledger] = lengths.get(ledger, 0) + len(payload)
+        record = bytearray(stored_entry(ledger, entry, payload, lengths[ledger]))
+        if corrupt and (ledger, entry) in corrupt:
+            record[-len(payload)] ^= 0x40
+        out += struct.pack(">i", len(record)) + record
+        counts[ledger] = counts.get(ledger, 0) + len(record) + 4
+        if n % flush_every == 0:
+            pad()
+    pad()
+    if finished:
+        map_offset = len(out)
+        body = struct.pack(">qqi", -1, -2, len(counts)) + b"".join(struct.pack(">qq", l, c) for l, c in counts.items())
+        out += struct.pack(">i", len(body)) + body
+        pad()
+        out[8:20] = struct.pack(">qi", map_offset, len(counts))
+    path.write_bytes(bytes(out) + bytes(preallocated))
+
+
 def ledger_list(path: Path, ledgers: dict[int, str], cursor: dict[int, str] | None = None,
                 last: dict[int, int | None] | None = None, digest_type: str | dict[int, str] = "CRC32C",
                 meta: bool = True, prefix: str = "pulsar", password: bytes = b"", command: str = "listledgers",

@@ -30,6 +30,8 @@ def _seeds() -> dict[str, bytes]:
     with tempfile.TemporaryDirectory() as d:
         g.write_entry_log(Path(d, "0.log"), ENTRIES)
         log = Path(d, "0.log").read_bytes()
+        g.write_direct_entry_log(Path(d, "1.log"), ENTRIES, preallocated=64)
+        direct = Path(d, "1.log").read_bytes()
         lists = {}
         for name, prefix, command in (("list", "pulsar", "listledgers"), ("list418", "4.18", "listledgers"),
                                       ("meta418", "4.18", "ledgermetadata")):
@@ -38,6 +40,7 @@ def _seeds() -> dict[str, bytes]:
             lists[name] = Path(d, "l.txt").read_bytes()
     return {
         "entrylog": log,
+        "direct": direct,
         "hex417": g.readledger_hex(ENTRIES, "4.17").encode(),
         "hex418": g.readledger_hex(ENTRIES, "4.18").encode(),
         "string": g.readledger_string(ENTRIES),

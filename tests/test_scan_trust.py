@@ -38,6 +38,44 @@ def test_a_torn_entry_log_inside_a_live_transaction_ledger_is_incomplete(tmp_pat
     assert any("ledger 10" in r and "0.log@" in r and "torn" in r for r in out["reasons"]), out["reasons"]
 
 
+@pytest.mark.parametrize("finished", [True, False])
+def test_direct_io_entry_logs_are_read(tmp_path, finished):
+    """DirectEntryLogger files (header block with a dummy record, 0xF0 padding at each flush, zeroed preallocated
+    tail) are entry logs too: read to the end, not stopped at the first padding as damage."""
+    entries = [(10, 0, g.plain(0)), (12, 0, g.pulsar_message(0)), (10, 1, g.plain(1)), (10, 2, g.batched(2)),
+               (12, 1, g.pulsar_message(1))]
+    g.write_direct_entry_log(tmp_path / "0.log", entries, finished=finished)
+    g.ledger_list(tmp_path / "l.txt", {10: TC, 12: g.MSG_ML}, last={10: 2, 12: 1})
+    from txnadmin.scan import detect
+
+    assert detect(str(tmp_path / "0.log")).name == "entrylog"
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 1 and out["liveBatchedEntries"] == 1, out
+    assert ledger(out, 10)["foundEntries"] == 3 and ledger(out, 10)["verifiedEntries"] == 3
+    assert out["unreadable"] == 0 and out["reasons"] == [], out["reasons"]
+    g.write_direct_entry_log(tmp_path / "1.log", entries[:3], finished=finished)
+    g.ledger_list(tmp_path / "l1.txt", {10: TC, 12: g.MSG_ML}, last={10: 1, 12: 0})
+    result, out = scan(tmp_path / "1.log", "--ledgers", tmp_path / "l1.txt")
+    assert result.exit_code == 0, out
+
+
+def test_direct_io_padding_or_tail_that_is_not_padding_is_damage(tmp_path):
+    g.write_direct_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (10, 1, g.plain(1))], flush_every=1)
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: 1})
+    data = bytearray((tmp_path / "0.log").read_bytes())
+    first_pad = data.index(b"\xf0\xf0\xf0\xf0", 4096)
+    bad = bytearray(data)
+    bad[first_pad + 100] = 0x00  # padding with a hole: not what DirectWriter writes
+    (tmp_path / "bad.log").write_bytes(bytes(bad))
+    result, out = scan(tmp_path / "bad.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and out["unreadable"] >= 1, out
+    tail = bytearray(data)
+    tail[-10] = 0x07  # something after the zeroed tail: not the end of the data
+    (tmp_path / "tail.log").write_bytes(bytes(tail))
+    result, out = scan(tmp_path / "tail.log", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3, out
+
+
 def test_a_digest_mismatch_is_incomplete_with_ledger_entry_file_and_offset(tmp_path):
     # A damaged first byte turns the batch magic 0E into 4E: read without the digest it is a plain entry.
     g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (10, 1, g.batched(2))], corrupt={(10, 1)})

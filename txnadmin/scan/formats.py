@@ -265,8 +265,16 @@ def read_entrylog(path: str, plan=NO_PLAN, start: int = ENTRYLOG_HEADER,
                 length, ledger, entry = unpack(mm, pos)
                 body = pos + 4
                 if length < 16:
-                    yield Finding(path, pos, -1, -1, UNREADABLE, f"bad record size {length}", "")
-                    return
+                    skip_to = _direct_io_skip(mm, pos, length, size)
+                    if skip_to is None:
+                        yield Finding(path, pos, -1, -1, UNREADABLE, f"bad record size {length}", "")
+                        return
+                    pos = skip_to
+                    continue
+                if pos == ENTRYLOG_HEADER and (length, ledger) == DIRECT_HEADER_FILLER[:2] and \
+                        not any(mm[pos + 12:DIRECT_ALIGNMENT]):
+                    pos = DIRECT_ALIGNMENT  # DirectEntryLogger's header block: a dummy record up to 4096
+                    continue
                 if body + length > size:
                     # Torn: the header is there, the body is not. The ids are stated, so the damage has a place.
                     known = ledger >= 0 and entry >= 0
@@ -300,6 +308,30 @@ def read_entrylog(path: str, plan=NO_PLAN, start: int = ENTRYLOG_HEADER,
                         yield Finding(path, map_at, lid, -1, UNREADABLE,
                                       f"the ledgers map gives ledger {lid} {mapped.get(lid, 0)} bytes, the records "
                                       f"hold {walked.get(lid, 0)} (a damaged ledger id moves an entry)", "")
+
+
+# DirectEntryLogger (BookKeeper 4.16+): a 4096-byte header block whose bytes from 1024 are a dummy record (size
+# 3068, ledger id -1, zeros) for the legacy reader to step over; each flush pads with 0xF0 up to the next 4096
+# boundary (a negative size when read); fallocate'd space past the data reads as zeros.
+DIRECT_ALIGNMENT = 4096
+DIRECT_HEADER_FILLER = (DIRECT_ALIGNMENT - ENTRYLOG_HEADER - 4, -1, 0)
+DIRECT_PADDING = 0xF0
+
+
+def _direct_io_skip(mm, pos: int, length: int, size: int) -> Optional[int]:
+    """Where the walk goes on after DirectEntryLogger padding (to the next block) or its zeroed tail (the end);
+    None when the bytes are not exactly that, so damage stays damage."""
+    if length == 0:
+        chunk = 1 << 20
+        for at in range(pos, size, chunk):
+            if mm[at:min(at + chunk, size)].count(0) != min(at + chunk, size) - at:
+                return None
+        return size
+    if length < 0 and pos % DIRECT_ALIGNMENT:
+        boundary = min(size, pos + (-pos % DIRECT_ALIGNMENT))
+        if mm[pos:boundary].count(DIRECT_PADDING) == boundary - pos:
+            return boundary
+    return None
 
 
 def _read_ledgers_map(mm, body: int, length: int, into: dict[int, int]) -> bool:
