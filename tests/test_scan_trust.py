@@ -204,6 +204,18 @@ def test_open_ledgers_must_be_contiguous(tmp_path):
     assert ledger(out, 10)["state"] == "OPEN" and ledger(out, 10)["expectedEntries"] is None
 
 
+def test_ledgers_named_with_txn_ledgers_must_be_contiguous(tmp_path):
+    # A list without -meta gives no lastEntryId: a named ledger's entries 0..the highest found must all be there.
+    g.write_entry_log(tmp_path / "0.log", [(10, i, g.plain(i)) for i in (0, 1, 3)])
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, meta=False)
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt", "--txn-ledgers", "10")
+    assert result.exit_code == 3 and ledger(out, 10)["missing"] == [[2, 2]] and ledger(out, 10)["expectedEntries"] is None
+    assert any("entries 2 are in no dump" in r for r in out["reasons"]), out["reasons"]
+    g.write_entry_log(tmp_path / "1.log", [(10, 2, g.plain(2))])
+    result, out = scan(tmp_path / "0.log", tmp_path / "1.log", "--ledgers", tmp_path / "l.txt", "--txn-ledgers", "10")
+    assert result.exit_code == 0, out
+
+
 def test_replicas_count_once_and_any_batched_copy_wins(tmp_path):
     entries = [(10, i, g.plain(i)) for i in range(4)]
     g.write_entry_log(tmp_path / "b1.log", entries[:3])  # bookies hold overlapping copies (ensemble striping)
