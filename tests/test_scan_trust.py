@@ -76,6 +76,27 @@ def test_direct_io_padding_or_tail_that_is_not_padding_is_damage(tmp_path):
     assert result.exit_code == 3, out
 
 
+def test_an_entry_log_with_a_damaged_header_in_a_bookie_directory_is_not_skipped(tmp_path):
+    # current/1.log lost its BKLO magic: it no longer sniffs as any format, and a directory walk skips such files
+    # with a note. But its name says entry log, and it holds the tail of open ledger 10: the scan must say so.
+    cur = tmp_path / "bookie" / "current"
+    (cur / "ledgers").mkdir(parents=True)
+    g.write_entry_log(cur / "0.log", [(10, 0, g.plain(0)), (10, 1, g.plain(1))])
+    g.write_entry_log(cur / "1.log", [(10, 2, g.batched(1))])
+    data = bytearray((cur / "1.log").read_bytes())
+    data[0] = 0
+    (cur / "1.log").write_bytes(bytes(data))
+    (cur / "ledgers" / "CURRENT").write_text("MANIFEST-000005\n")  # DbLedgerStorage's RocksDB: its WAL is NNN.log
+    (cur / "ledgers" / "000004.log").write_bytes(b"\x01\x02rocksdb wal")
+    (cur / "lastMark").write_bytes(bytes(16))
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, last={10: None})
+    result, out = scan(tmp_path / "bookie", "--ledgers", tmp_path / "l.txt")
+    assert result.exit_code == 3 and out["verdict"] == "incomplete", out
+    assert out["unreadableLocations"][0]["file"].endswith("current/1.log"), out["unreadableLocations"]
+    assert "BKLO" in out["unreadableLocations"][0]["detail"]
+    assert any("000004.log" in n for n in out["notes"]) and any("lastMark" in n for n in out["notes"])
+
+
 def test_a_digest_mismatch_is_incomplete_with_ledger_entry_file_and_offset(tmp_path):
     # A damaged first byte turns the batch magic 0E into 4E: read without the digest it is a plain entry.
     g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (10, 1, g.batched(2))], corrupt={(10, 1)})

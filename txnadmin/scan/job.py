@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -70,6 +71,8 @@ def collect_inputs(paths: Iterable[str], fmt: str = "auto") -> tuple[list[ScanIn
                 chosen = REGISTRY[fmt] if fmt != "auto" else detect(str(file))
             except OSError as exc:
                 raise ScanInputError(f"{file}: cannot read ({exc.strerror or exc})") from None
+            if chosen is None and path.is_dir() and _named_like_an_entry_log(file):
+                chosen = REGISTRY["entrylog"]  # its header is damaged: read it, so the damage is located, not skipped
             if chosen is None:
                 if path.is_dir():
                     notes.append(f"skipped {file}: not a dump format txnadmin knows")
@@ -79,6 +82,15 @@ def collect_inputs(paths: Iterable[str], fmt: str = "auto") -> tuple[list[ScanIn
     if not inputs:
         raise ScanInputError("no dump files found in " + ", ".join(paths))
     return inputs, notes
+
+
+ENTRY_LOG_NAME = re.compile(r"[0-9a-fA-F]{1,16}\.log")
+
+
+def _named_like_an_entry_log(file: Path) -> bool:
+    """A bookie names its entry logs `<hex id>.log`; so does RocksDB its write-ahead logs (`000004.log`), but those
+    sit next to RocksDB's `CURRENT` file (DbLedgerStorage's `ledgers/` and `locations/`)."""
+    return bool(ENTRY_LOG_NAME.fullmatch(file.name)) and not (file.parent / "CURRENT").exists()
 
 
 def read_plan(live: Optional[dict[int, LiveLedger]], named: frozenset = frozenset(),
