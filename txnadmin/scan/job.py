@@ -78,7 +78,8 @@ def collect_inputs(paths: Iterable[str], fmt: str = "auto") -> tuple[list[ScanIn
                     notes.append(f"skipped {file}: not a dump format txnadmin knows")
                     continue
                 raise ScanInputError(f"{file}: not a known dump format (use --format; known: {', '.join(sorted(REGISTRY))})")
-            inputs.append(ScanInput(str(file), chosen.name, file.stat().st_size))
+            # Absolute, as Spark's executors need it; both engines report the same path.
+            inputs.append(ScanInput(os.path.abspath(file), chosen.name, file.stat().st_size))
     if not inputs:
         raise ScanInputError("no dump files found in " + ", ".join(paths))
     return inputs, notes

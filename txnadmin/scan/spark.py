@@ -52,7 +52,7 @@ def file_groups(inputs: list[ScanInput], count: int) -> list[list[tuple[str, str
     sizes = [0] * len(groups)
     for item in sorted(inputs, key=lambda i: -i.size):
         k = sizes.index(min(sizes))
-        groups[k].append((str(Path(item.path).resolve()), item.format, item.size))
+        groups[k].append((os.path.abspath(item.path), item.format, item.size))
         sizes[k] += item.size
     return [g for g in groups if g]
 
