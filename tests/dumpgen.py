@@ -98,22 +98,22 @@ def stored_entry(ledger: int, entry: int, payload: bytes, length: int, kind: str
 
 
 def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_last: int = 0,
-                    digests: dict[int, str] | None = None, password: bytes = b"",
+                    digests: dict | None = None, password: bytes = b"",
                     corrupt: set[tuple[int, int]] | None = None,
                     corrupt_header: set[tuple[int, int]] | None = None, finished: bool = True) -> None:
     """A DefaultEntryLogger file: header, [size][32-byte header][digest][payload] records and, once finished
     (rotated), the ledgers map: per ledger the bytes it holds in the file, each record counted with its 4-byte
     size (`EntryLogMetadata.addLedgerSize(ledgerId, entrySize + 4)`).
 
-    ``digests`` gives a ledger's digest type (CRC32C by default); ``corrupt`` flips a byte of those entries' payload
+    ``digests`` gives a ledger's digest type (CRC32C by default), or one entry's, keyed by (ledger, entry); ``corrupt`` flips a byte of those entries' payload
     after the digest was computed (a damaged byte on disk); ``corrupt_header`` flips a bit of their ledger id."""
     out = bytearray(b"BKLO" + struct.pack(">i", 1) + bytes(1016))
     lengths: dict[int, int] = {}
     counts: dict[int, int] = {}
     for ledger, entry, payload in entries:
         lengths[ledger] = lengths.get(ledger, 0) + len(payload)
-        record = bytearray(stored_entry(ledger, entry, payload, lengths[ledger], (digests or {}).get(ledger, "CRC32C"),
-                                        password))
+        kind = (digests or {}).get((ledger, entry)) or (digests or {}).get(ledger, "CRC32C")  # type: ignore[call-overload]
+        record = bytearray(stored_entry(ledger, entry, payload, lengths[ledger], kind, password))
         if corrupt and (ledger, entry) in corrupt:
             record[-len(payload)] ^= 0x40  # 0E → 4E: the damaged prefix byte no longer looks like the magic
         if corrupt_header and (ledger, entry) in corrupt_header:

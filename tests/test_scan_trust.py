@@ -156,6 +156,36 @@ def test_without_metadata_the_digest_is_detected_but_never_weakened(tmp_path):
     assert any(x["form"] == "bad-digest" and x["entryId"] == 1 for x in tc["examples"])
 
 
+def test_a_damaged_first_entry_is_never_read_as_dummy(tmp_path):
+    # No metadata names the digest and the ledger's first entry is damaged: no type verifies it. DUMMY would
+    # (it checks nothing) and would read the digest bytes as the payload: a plain entry. It must fail instead.
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.batched(1)), (10, 1, g.plain(1))], corrupt={(10, 0)})
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, meta=False)
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt", "--txn-ledgers", "10")
+    assert result.exit_code == 3 and ledger(out, 10)["missing"] == [[0, 0]], out
+    assert "no digest type verifies" in ledger(out, 10)["examples"][0]["detail"]
+
+
+def test_a_detected_digest_type_is_held_to_across_entries_and_files(tmp_path):
+    # Without metadata, ledger 10's first entry verifies as MAC; BookKeeper keeps one type per ledger, so an entry
+    # that only a weaker type (CRC32C) verifies is not accepted, whether in the same file or another bookie's.
+    digest = {(10, 0): "MAC", (10, 1): "CRC32C", (10, 2): "MAC"}
+    g.write_entry_log(tmp_path / "0.log", [(10, i, g.plain(i)) for i in range(3)], digests=digest)
+    g.ledger_list(tmp_path / "l.txt", {10: TC}, meta=False)
+    result, out = scan(tmp_path / "0.log", "--ledgers", tmp_path / "l.txt", "--txn-ledgers", "10")
+    assert result.exit_code == 3 and ledger(out, 10)["missing"] == [[1, 1]], out
+    assert any(x["entryId"] == 1 and x["form"] == "bad-digest" for x in ledger(out, 10)["examples"])
+    (tmp_path / "b").mkdir()
+    g.write_entry_log(tmp_path / "b" / "0.log", [(10, 0, g.plain(0)), (10, 2, g.plain(2))], digests={10: "MAC"})
+    g.write_entry_log(tmp_path / "b" / "1.log", [(10, 1, g.plain(1))], digests={10: "CRC32C"})
+    result, out = scan(tmp_path / "b", "--ledgers", tmp_path / "l.txt", "--txn-ledgers", "10")
+    assert result.exit_code == 3, out
+    assert any("ledger 10 " in r and "MAC" in r and "CRC32C" in r for r in out["reasons"]), out["reasons"]
+    g.write_entry_log(tmp_path / "b" / "1.log", [(10, 1, g.plain(1))], digests={10: "MAC"})
+    result, out = scan(tmp_path / "b", "--ledgers", tmp_path / "l.txt", "--txn-ledgers", "10")
+    assert result.exit_code == 0, out
+
+
 def test_a_list_without_meta_is_refused_with_the_fix(tmp_path):
     g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (11, 0, g.batched(2))])
     g.ledger_list(tmp_path / "l.txt", {10: TC, 11: g.ACK_ML}, meta=False)

@@ -34,11 +34,12 @@ class Finding:
     first8: str  # first 8 payload bytes as hex
     digest: str = digests.UNCHECKED  # verified | unchecked | failed
     kind: str = ""  # txn-log | pending-ack when a batch decodes as that log's
+    digest_type: str = ""  # the digest type that verified it (from the metadata, or detected)
 
     def to_json(self) -> dict:
         return {"file": self.file, "offset": self.offset, "ledgerId": self.ledger_id, "entryId": self.entry_id,
                 "form": self.form, "detail": self.detail, "first8": self.first8, "digest": self.digest,
-                "kind": self.kind}
+                "kind": self.kind, "digestType": self.digest_type}
 
 
 @dataclass(frozen=True)
@@ -178,11 +179,12 @@ def _entry_id(text: bytes) -> Optional[int]:
     return value if -MAX_ID <= value <= MAX_ID else None
 
 
-def _finding(path, offset, ledger, entry, payload: bytes, digest: str = digests.UNCHECKED, note: str = "") -> Finding:
+def _finding(path, offset, ledger, entry, payload: bytes, digest: str = digests.UNCHECKED, note: str = "",
+             digest_type: str = "") -> Finding:
     form, detail, kind = classify(payload)
     if note:
         detail = f"{detail}; {note}" if detail else note
-    return Finding(path, offset, ledger, entry, form, detail, payload[:8].hex(), digest, kind)
+    return Finding(path, offset, ledger, entry, form, detail, payload[:8].hex(), digest, kind, digest_type)
 
 
 def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: bytes, plan: ReadPlan,
@@ -190,7 +192,8 @@ def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: byt
     """A stored entry (32-byte header, digest, payload) judged by its ledger's digest type, then classified.
 
     Without metadata the type is detected once per ledger (in ``detected``) and then held to: an entry that fails
-    the detected type is a mismatch, never re-tried with a weaker one.
+    the detected type is a mismatch, never re-tried with a weaker one. Another file of the same ledger detects
+    afresh; the verifying type goes with each finding, so the tally catches a ledger verified under two types.
     """
     kind, password = plan.digests.get(ledger, (None, None))
     held = None
@@ -208,7 +211,8 @@ def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: byt
     note = "" if kind or not found_type else f"digest {found_type} (detected)"
     if detail:
         note = f"{note}; {detail}" if note else detail
-    return _finding(path, offset, ledger, entry, stored[start:], status, note)
+    return _finding(path, offset, ledger, entry, stored[start:], status, note,
+                    found_type or "" if status == digests.VERIFIED else "")
 
 
 # -- BookKeeper entry-log files ------------------------------------------------------------------

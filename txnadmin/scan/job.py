@@ -218,6 +218,10 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
                 problems.append(f"a copy of entries {_fmt_ranges(stray.to_json())} failed its digest or was unreadable, "
                                 f"although the entry has a good copy or is past the end: a damaged header can "
                                 f"hide another ledger's entry; repair or remove that copy{at}")
+            if len(t.types) > 1:
+                problems.append(f"copies verify under different digest types ({', '.join(sorted(t.types))}), but "
+                                "BookKeeper keeps one per ledger: some copies are not this ledger's entries as "
+                                "written (the type is detected per file when the list does not name it)")
             if t.unplaced:
                 first = next((x for x in sorted(t.examples, key=_example_order) if x["entryId"] < 0), None)
                 at = f" (first: {_where(first)})" if first else ""
@@ -341,7 +345,7 @@ def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str
 class _ReportWriter:
     """Per-entry findings as JSON lines (``.jsonl``/``.json``) or Parquet (``.parquet``), written atomically."""
 
-    COLUMNS = ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8", "digest", "kind")
+    COLUMNS = ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8", "digest", "kind", "digestType")
 
     def __init__(self, path: Path):
         self.path = Path(path)

@@ -26,7 +26,7 @@ from .tally import Tally
 log = logging.getLogger(__name__)
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 REPORT_SCHEMA = ("file string, offset long, ledgerId long, entryId long, form string, detail string, "
-                 "first8 string, digest string, kind string")
+                 "first8 string, digest string, kind string, digestType string")
 
 
 def spark_session(master: Optional[str] = None):
@@ -76,7 +76,7 @@ def _fold(plan_json: str, rows: bool, files_done=None, bytes_done=None):
                     tally.add(f)
                     if rows:
                         yield ("f", (f.file, f.offset, f.ledger_id, f.entry_id, f.form, f.detail, f.first8,
-                                     f.digest, f.kind))
+                                     f.digest, f.kind, f.digest_type))
                 if files_done is not None:
                     files_done.add(1)
                     bytes_done.add(size)
