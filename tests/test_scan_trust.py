@@ -221,6 +221,16 @@ def test_no_ledger_list_at_all_is_never_clean(tmp_path):
     assert result.exit_code == 3 and out["verdict"] == "incomplete"
 
 
+def test_dumps_without_any_transaction_ledger_entry_say_so(tmp_path):
+    # Only a message ledger's entries (skipped by id) and one open transaction ledger with nothing in the dumps:
+    # no evidence at all. Exit 3 naming the judged ledgers, not "nothing readable" about files that were read.
+    g.write_entry_log(tmp_path / "0.log", [(12, i, g.pulsar_message(i)) for i in range(5)])
+    g.ledger_list(tmp_path / "l.txt", {10: TC, 12: g.MSG_ML}, last={10: None, 12: 4})
+    result = runner.invoke(app, ["scan", str(tmp_path / "0.log"), "--ledgers", str(tmp_path / "l.txt")])
+    assert result.exit_code == 3 and "no entry of any of the 1 transaction ledgers" in result.stderr, result.output
+    assert "ensembles" in result.stderr and "Traceback" not in result.output
+
+
 def test_entries_missing_from_every_dump_are_incomplete(tmp_path):
     g.write_entry_log(tmp_path / "0.log", [(10, i, g.plain(i)) for i in (0, 1, 2)])
     g.ledger_list(tmp_path / "l.txt", {10: TC, 11: g.ACK_ML}, last={10: 5, 11: 0})

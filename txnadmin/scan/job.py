@@ -243,7 +243,14 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
         reasons.append(f"{tally.damage_count} unreadable spots whose ledger the dump does not state, first: "
                        f"{_where(tally.damage[0])}" if tally.damage else f"{tally.damage_count} unreadable spots")
     if not tally.ledgers and not tally.damage_count:
-        raise ScanInputError("nothing readable in the inputs (no entries)")
+        if not judged:
+            raise ScanInputError("nothing readable in the inputs (no entries)")
+        # Files were read, but every entry in them belongs to a ledger passed over by id: no entry of any judged
+        # ledger is in the dumps. Vacuous coverage of open ledgers is no proof of anything here.
+        raise ScanInputError(
+            f"no entry of any of the {len(judged)} transaction ledgers in the dumps (first: {min(judged)}; the "
+            "dumps hold only other ledgers' entries or none): cannot tell; copy the entry logs of the bookies in "
+            "those ledgers' ensembles (see `ensembles` in the list)")
     if not tally.ledgers and not judged:
         where = "; ".join(_where(u) for u in tally.damage[:3])
         raise ScanInputError(f"nothing readable in the inputs ({where})")
