@@ -112,7 +112,7 @@ def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_
     counts: dict[int, int] = {}
     for ledger, entry, payload in entries:
         lengths[ledger] = lengths.get(ledger, 0) + len(payload)
-        kind = (digests or {}).get((ledger, entry)) or (digests or {}).get(ledger, "CRC32C")  # type: ignore[call-overload]
+        kind = (digests or {}).get((ledger, entry)) or (digests or {}).get(ledger, "CRC32C")
         record = bytearray(stored_entry(ledger, entry, payload, lengths[ledger], kind, password))
         if corrupt and (ledger, entry) in corrupt:
             record[-len(payload)] ^= 0x40  # 0E → 4E: the damaged prefix byte no longer looks like the magic
