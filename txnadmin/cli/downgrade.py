@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from .render import output_option
-from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
+from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal, waiting_notice
 from ..procedures.state import DEFAULT_STATE, StateError
 from ._target import AdminUrl, Conf, open_target
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
@@ -95,7 +95,8 @@ def start(
     target, admin = open_target(ctx, admin_url, conf, require_named="downgrade start")  # closed when the command ends
     try:
         _header(target, output) if not dry_run else None
-        counts = _guard(do_plan, admin, concurrency)
+        with waiting_notice(admin, target.url):  # the plan's calls have no progress display of their own
+            counts = _guard(do_plan, admin, concurrency)
         steps = ["set transactionLogBatchedWriteEnabled=false and transactionPendingAckBatchedWriteEnabled=false "
                  "(dynamic config) and confirm both off on every active broker"]
         if no_reload:
