@@ -212,6 +212,26 @@ def test_without_the_brokers_clock_fix_refuses_and_ages_are_unknown(monkeypatch)
     assert not any("abortTransaction" in c for c in standin.calls)
 
 
+@pytest.mark.parametrize("missing", ["openTimestamp", "timeoutAt"])
+def test_fix_never_aborts_a_transaction_whose_age_the_answer_does_not_prove(monkeypatch, missing):
+    """A coordinator answer without a transaction's open time (or timeout) must not read as "opened in 1970": that
+    would make a live transaction look decades overdue and `--fix --yes` abort it."""
+    standin = BrokerStandIn()
+    meta = open_transaction(standin.state, "(0,9)", opened_ago_ms=5_000, timeout_ms=60_000, produced=[TOPIC])
+    del meta[missing]
+    result = run_cli(monkeypatch, standin, "--only", "stuck-transactions,max-read-position", "--fix", "--yes",
+                     "-o", "json")
+    assert result.exit_code in (0, 1), result.output
+    assert not any("abortTransaction" in c for c in standin.calls)
+    assert "nothing to abort" in result.stderr
+    out = json.loads(result.stdout)
+    (finding,) = [f for f in out["findings"] if f["subject"] == "(0,9)"]
+    assert finding["severity"] == "unknown" and missing in finding["evidence"]["reason"]
+    assert not any(f["severity"] == "critical" for f in out["findings"])
+    strict = run_cli(monkeypatch, standin, "--only", "stuck-transactions", "--strict")
+    assert strict.exit_code == 1  # it proves nothing, so a CI gate on --strict does not pass
+
+
 def test_committing_too_long_uses_a_lower_bound():
     standin = BrokerStandIn()
     # ended at the latest at its timeout (9.5 min after open): at most 30 s in COMMITTING — not yet judged

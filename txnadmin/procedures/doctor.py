@@ -120,6 +120,21 @@ def _position(text: Any) -> Optional[tuple[int, int]]:
         return None
 
 
+def _txn_times(meta: dict) -> tuple[Optional[int], Optional[int], list[str]]:
+    """A transaction's ``openTimestamp`` and ``timeoutAt`` as the coordinator sent them, and which are missing.
+
+    Both are required to judge an age: reading a missing open time as 0 ("opened in 1970") would make a live
+    transaction look decades overdue, and ``--fix`` would abort it. So a missing, non-integer or non-positive open
+    time, or a missing or negative timeout, is reported (unknown), never judged."""
+    def number(name: str, low: int) -> Optional[int]:
+        value = meta.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= low else None
+
+    opened, timeout = number("openTimestamp", 1), number("timeoutAt", 0)
+    missing = [name for name, value in (("openTimestamp", opened), ("timeoutAt", timeout)) if value is None]
+    return opened, timeout, missing
+
+
 # What a garbled answer (a list where Pulsar sends an object, a string where it sends a number) raises in the
 # code that reads it. Caught per survey part and per check: doctor reports it as unknown, never a traceback.
 MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
@@ -467,10 +482,20 @@ def check_stuck(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
             txn = TxnId.parse(txn_text)
         except ValueError:
             continue
-        opened = int(meta.get("openTimestamp") or 0)
-        timeout = int(meta.get("timeoutAt") or 0)
-        age = s.now_ms - opened
         status = meta.get("status")
+        opened, timeout, missing = _txn_times(meta)
+        if opened is None or timeout is None:
+            if status == "OPEN" or status in ENDING_STATES:
+                out.append(Finding(
+                    name, "unknown", str(txn),
+                    {"reason": f"the coordinator's answer has no usable {' or '.join(missing)} for this "
+                               "transaction, so its age cannot be judged", "txnId": str(txn), "status": status,
+                     "openTimestamp": meta.get("openTimestamp"), "timeoutAt": meta.get("timeoutAt")},
+                    "this transaction could not be judged, so nothing is proven about it (and --fix leaves it alone)",
+                    f"`txnadmin transactions transaction-metadata -m {txn.most_bits} -l {txn.least_bits}` to read it "
+                    "again", []))
+            continue
+        age = s.now_ms - opened
         evidence = {"txnId": str(txn), "status": status, "openTimestamp": opened, "age": _age(age), "ageMs": age,
                     "timeoutMs": timeout, "owner": meta.get("owner"), "targetNowMs": s.now_ms, "clock": s.clock,
                     "producedPartitions": sorted(meta.get("producedPartitions") or {}),
@@ -518,10 +543,15 @@ def check_max_read_position(admin: TransactionsAdmin, s: Survey, t: dict) -> lis
     name = "max-read-position"
     out: list[Finding] = []
     by_topic: dict[str, list[tuple[int, str, dict]]] = {}
+    unproven: dict[str, list[str]] = {}  # topic → ongoing transactions whose age the answer does not give
     for txn_text, meta in s.transactions.items():
         if meta.get("status") in ("OPEN",) + ENDING_STATES:
+            opened, timeout, _ = _txn_times(meta)
             for topic in meta.get("producedPartitions") or {}:
-                by_topic.setdefault(topic, []).append((int(meta.get("openTimestamp") or 0), txn_text, meta))
+                if opened is None or timeout is None:
+                    unproven.setdefault(topic, []).append(txn_text)
+                else:
+                    by_topic.setdefault(topic, []).append((opened, txn_text, meta))
     for topic, stats in sorted(s.buffers.items()):
         ongoing = int(stats.get("ongoingTxnSize") or 0)
         mrp = _position(stats.get("maxReadPosition"))
@@ -540,6 +570,12 @@ def check_max_read_position(admin: TransactionsAdmin, s: Survey, t: dict) -> lis
         if lac[0] == mrp[0]:
             evidence["entriesBehind"] = lac[1] - mrp[1]
         known = sorted(by_topic.get(topic, []))
+        if topic in unproven:
+            out.append(_unknown(name, topic, f"the max read position {stats.get('maxReadPosition')} is behind "
+                                f"{internal.get('lastConfirmedEntry')} and the age of {', '.join(sorted(unproven[topic]))} "
+                                "is not in the coordinator's answer (no openTimestamp or timeoutAt)",
+                                "see the stuck-transactions finding for that transaction, then run again"))
+            continue
         if not known:
             if s.coordinator_errors or s.coordinators is None:
                 out.append(_unknown(name, topic, f"{ongoing} ongoing transaction(s) hold the max read position "
@@ -1113,8 +1149,11 @@ def fix_plan(report: Report) -> list[TxnId]:
     if report.clock != "target":
         raise DoctorError("cannot plan a fix: the target's clock is unknown (no Date header), and doctor will not "
                           "judge timeouts on this machine's clock", EXIT_UNREADABLE)
+    # Only findings that carry their own proof: the broker's open time and a positive overdue on its clock.
     return sorted({TxnId.parse(f.subject) for f in report.findings
-                   if f.check == "stuck-transactions" and f.severity == "critical" and f.evidence.get("status") == "OPEN"})
+                   if f.check == "stuck-transactions" and f.severity == "critical" and f.evidence.get("status") == "OPEN"
+                   and f.evidence.get("clock") == "target" and isinstance(f.evidence.get("openTimestamp"), int)
+                   and f.evidence["openTimestamp"] > 0 and f.evidence.get("overdueMs", 0) > 0})
 
 
 def apply_fix(admin: TransactionsAdmin, plan: list[TxnId]) -> list[dict]:
