@@ -108,7 +108,8 @@ def test_usage_errors_are_exit_2(monkeypatch, args, message):
 def test_only_runs_just_the_named_checks(monkeypatch):
     standin = BrokerStandIn()
     result = run_cli(monkeypatch, standin, "--only", "coordinators,recovery", "-o", "json")
-    assert json.loads(result.stdout)["summary"]["checks"] == ["coordinators", "recovery"]
+    # coverage comes with every check that reads topics: what could not be read is never silently left out
+    assert json.loads(result.stdout)["summary"]["checks"] == ["coordinators", "recovery", "coverage"]
     assert not any("/metrics" in c or "version" in c.split()[-1].split("/")[-1] for c in standin.calls[1:])
 
 
@@ -343,6 +344,54 @@ def test_unreadable_namespaces_and_buffers_are_unknown_not_healthy():
     rep = report(standin, only=["coverage"])
     (finding,) = rep.findings
     assert finding.severity == "info" and finding.evidence["examples"] == ["persistent://public/default/idle"]
+
+
+@pytest.mark.parametrize("only", ["recovery", "max-read-position", "snapshots", "leftovers"])
+def test_a_refused_namespace_is_unknown_whichever_checks_run(monkeypatch, only):
+    """A 403 on a namespace hides its topics from every topic check: `--only` without `coverage` must still say so,
+    so `--strict` cannot pass on a cluster doctor could not read (here one with a stalled buffer behind the 403)."""
+    standin = BrokerStandIn()
+    open_transaction(standin.state, "(0,3)", opened_ago_ms=600_000, timeout_ms=60_000, produced=[TOPIC])
+    standin.state["extra_system_topics"] = [f"{TOPIC}-old-reader__transaction_pending_ack"]  # a leftover
+    topic = standin.state["topics"][TOPIC]
+    topic["buffer"].update(state="Initializing", recoverStartTime=NOW - 3_600_000, recoverEndTime=0,
+                           totalAbortedTransactions=400_000)
+    original = standin._route
+
+    def route(method, path, params):
+        if path == "/admin/v2/namespaces/public/default/topics":
+            return 403, {"reason": "Don't have permission to administrate resources on this tenant"}
+        return original(method, path, params)
+
+    standin._route = route
+    result = run_cli(monkeypatch, standin, "--only", only, "--strict", "-o", "json")
+    assert result.exit_code == 1, result.output
+    out = json.loads(result.stdout)
+    unknown = [f for f in out["findings"] if f["severity"] == "unknown" and f["subject"] == "topics of public/default"]
+    assert unknown and "403" in unknown[0]["evidence"]["reason"]
+    assert "coverage" in out["summary"]["checks"]
+    standin._route = original  # the fix: doctor's role may read the namespace; now the problem itself shows
+    shown = run_cli(monkeypatch, standin, "--only", only, "-o", "json")
+    assert shown.exit_code == 1 and not [f for f in json.loads(shown.stdout)["findings"] if f["severity"] == "unknown"]
+
+
+def test_pending_ack_stores_that_cannot_be_read_are_unknown_for_the_recovery_check(monkeypatch):
+    standin = BrokerStandIn()
+    original = standin._route
+
+    def route(method, path, params):
+        if path.startswith("/admin/v3/transactions/pendingAckStats/"):
+            return 403, {"reason": "Don't have permission"}
+        return original(method, path, params)
+
+    standin._route = route
+    result = run_cli(monkeypatch, standin, "--only", "recovery", "--strict", "-o", "json")
+    assert result.exit_code == 1, result.output
+    (finding,) = [f for f in json.loads(result.stdout)["findings"] if f["severity"] == "unknown"]
+    assert finding["subject"] == "pending-ack stores" and finding["evidence"]["status"] == 403
+    assert finding["evidence"]["examples"] == [f"{TOPIC}-billing__transaction_pending_ack"]
+    standin._route = original
+    assert run_cli(monkeypatch, standin, "--only", "recovery", "--strict").exit_code == 0
 
 
 # -- 8. versions ----------------------------------------------------------------------------------
