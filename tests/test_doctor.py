@@ -396,11 +396,18 @@ def test_pending_ack_stores_that_cannot_be_read_are_unknown_for_the_recovery_che
 
 # -- 8. versions ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("version, issues", [
+@pytest.mark.parametrize("version, issues", [  # fixed-in releases from Pulsar's release notes (docs/doctor.md)
     ("2.10.3", {17040, 19200, 22943, 23550, 24945}),
     ("2.10.4", {22943, 23550, 24945}),
-    ("3.0.7", {22943, 23550, 24945}),
+    ("3.0.6", {22943, 23550, 24945}),
+    ("3.0.7", {23550, 24945}),  # PR #23189 shipped in 3.0.7
+    ("3.0.15", {24945}),  # PR #23551 shipped in 3.0.15; PR #24945 is in no 3.0 release notes
+    ("3.2.4", {22943, 23550, 24945}),  # a line none of the fixes was backported to
+    ("3.3.2", {23550, 24945}),
     ("4.0.1", {23550, 24945}),
+    ("4.0.8", set()),
+    ("4.1.1", {23550, 24945}),
+    ("4.1.2", set()),
     ("4.2.0", set()),
 ])
 def test_versions_against_known_bugs(version, issues):

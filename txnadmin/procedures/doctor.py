@@ -830,7 +830,7 @@ def check_leftovers(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Findin
         if gone:
             out.append(Finding(name, "warning", store.name, gone, why,
                                f"`pulsar-admin topics delete {store.name}` (after checking the subscription is really gone)",
-                               [_ref(11000), _ref(13793)]))
+                               [_ref(11000), _ref(11023)]))
     out += _idle_stores(admin, s, t)
     return out
 
@@ -932,10 +932,11 @@ KNOWN_BUGS: list[dict] = [
      "what": "timed-out transactions never end after a coordinator recovers (max read position frozen)"},
     {"ref": 17040, "fix": 18833, "fixed": {(2, 9): (2, 9, 5), (2, 10): (2, 10, 4), (2, 11): (2, 11, 1)},
      "what": "transaction buffer recovery blocked in the snapshot reader's readNext (transactional produce hangs)"},
-    {"ref": 22943, "fix": 23189, "fixed": {(4, 0): (4, 0, 0)},
+    {"ref": 22943, "fix": 23189, "fixed": {(3, 0): (3, 0, 7), (3, 3): (3, 3, 2), (4, 0): (4, 0, 0)},
      "what": "high CPU from a tailing read while a transaction is ongoing (mitigated; the full fix, PR #22944, is open)"},
-    {"ref": 23550, "fix": 23551, "fixed": {(4, 2): (4, 2, 0)}, "what": "transactions stuck in COMMITTING"},
-    {"ref": 24945, "fix": None, "fixed": {(4, 2): (4, 2, 0)},
+    {"ref": 23550, "fix": 23551, "fixed": {(3, 0): (3, 0, 15), (4, 0): (4, 0, 8), (4, 1): (4, 1, 2)},
+     "what": "transactions stuck in COMMITTING"},
+    {"ref": 24945, "fix": None, "fixed": {(4, 0): (4, 0, 8), (4, 1): (4, 1, 2)},
      "what": "transactional sends fail for good when they race the buffer's first snapshot"},
 ]
 
