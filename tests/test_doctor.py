@@ -143,6 +143,25 @@ def test_coordinator_not_ready_or_not_answering(monkeypatch):
     assert not bad(report(standin, only=["coordinators"]))
 
 
+@pytest.mark.parametrize("status", [500, 403])
+def test_a_coordinator_that_does_not_answer_leaves_its_transactions_unknown(monkeypatch, status):
+    """Coordinator 1 does not answer (500), or not to doctor's role (403): its transactions were never read, so
+    `--only stuck-transactions --strict` must not pass — and a 403 is a permission problem, not a dead coordinator."""
+    standin = BrokerStandIn()
+    open_transaction(standin.state, "(1,5)", opened_ago_ms=2 * 3_600_000, timeout_ms=60_000)
+    standin.state["coordinators"][1] = {"status": status, "reason": "Transaction coordinator not available"}
+    result = run_cli(monkeypatch, standin, "--only", "stuck-transactions", "--strict", "-o", "json")
+    assert result.exit_code == 1, result.output
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert finding["severity"] == "unknown" and finding["subject"] == "coordinator 1"
+    assert str(status) in finding["evidence"]["reason"]
+    (coordinator,) = [f for f in report(standin, only=["coordinators"]).findings if f.subject == "coordinator 1"]
+    assert coordinator.severity == ("critical" if status == 500 else "unknown")
+    standin.state["coordinators"][1] = dict(standin.state["coordinators"][0])  # it answers again: the stuck one shows
+    again = run_cli(monkeypatch, standin, "--only", "stuck-transactions", "-o", "json")
+    assert again.exit_code == 1 and json.loads(again.stdout)["findings"][0]["subject"] == "(1,5)"
+
+
 def test_assign_topic_partitions_must_match_coordinators():
     standin = BrokerStandIn()
     standin.state["assign_partitions"] = [0, 1, 2]

@@ -171,7 +171,8 @@ class Survey:
     clock: str  # "target" or "unknown"
     coordinators: Optional[list[dict]] = None
     coordinator_stats: dict[int, dict] = field(default_factory=dict)
-    coordinator_errors: dict[int, AdminError] = field(default_factory=dict)
+    coordinator_errors: dict[int, AdminError] = field(default_factory=dict)  # coordinatorStats that failed
+    txn_errors: dict[int, AdminError] = field(default_factory=dict)  # coordinators whose transactions were not read
     tc_disabled: Optional[str] = None  # the 503 reason when transactionCoordinatorEnabled=false
     transactions: dict[str, dict] = field(default_factory=dict)  # "(m,l)" → TransactionMetadata
     topics: dict[str, set[str]] = field(default_factory=dict)  # namespace → every topic listed (system included)
@@ -220,6 +221,7 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
         except MALFORMED as exc:
             s.coordinators, s.coordinator_stats, s.transactions = None, {}, {}
             s.coordinator_errors.clear()
+            s.txn_errors.clear()
             s.errors["coordinators"] = f"an answer doctor cannot read: {_malformed(exc)}"
         if need & {"max-read-position", "recovery", "snapshots", "leftovers", "batched-log", "coverage"}:
             try:
@@ -252,28 +254,33 @@ def _survey_coordinators(admin: TransactionsAdmin, s: Survey, concurrency: int) 
     ids = sorted(int(c["id"]) for c in s.coordinators)
 
     def one(tc_id: int):
+        # Both calls are made whatever the first answers: a coordinator whose stats fail may still list its
+        # transactions, and one whose listing fails leaves them unread — which the checks must say, not skip.
+        stats = txns = stats_error = txns_error = None
         try:
             stats = admin.coordinator_stats(tc_id)
         except TargetUnreachableError:
             raise
         except AdminError as exc:
-            return tc_id, None, None, exc
+            stats_error = exc
         try:
             txns = admin.slow_transactions(0, tc_id)  # every in-memory transaction with a timeout (all of them)
         except TargetUnreachableError:
             raise
         except AdminError as exc:
-            return tc_id, stats, None, exc
-        return tc_id, stats, txns, None
+            txns_error = exc
+        return tc_id, stats, txns, stats_error, txns_error
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for tc_id, stats, txns, error in pool.map(one, ids):
+        for tc_id, stats, txns, stats_error, txns_error in pool.map(one, ids):
             if stats is not None:
                 s.coordinator_stats[tc_id] = stats
             if txns is not None:
                 s.transactions.update(txns)
-            if error is not None:
-                s.coordinator_errors[tc_id] = error
+            if stats_error is not None:
+                s.coordinator_errors[tc_id] = stats_error
+            if txns_error is not None:
+                s.txn_errors[tc_id] = txns_error
 
 
 def _names(value: Any) -> set[str]:
@@ -418,6 +425,10 @@ def check_coordinators(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Fin
         subject = f"coordinator {tc_id}"
         if tc_id in s.coordinator_errors and tc_id not in s.coordinator_stats:
             exc = s.coordinator_errors[tc_id]
+            if exc.status in (401, 403):  # doctor's role may not read it: says nothing about the coordinator
+                out.append(_unknown(name, subject, f"coordinatorStats?coordinatorId={tc_id}: {_problem(exc)}",
+                                    "run doctor as a super-user (transaction admin calls need one)"))
+                continue
             out.append(Finding(name, "critical", subject, {"call": f"coordinatorStats?coordinatorId={tc_id}",
                                                            "status": exc.status, "reason": exc.reason},
                                "the coordinator does not answer: transactions assigned to it cannot begin or end",
@@ -466,10 +477,10 @@ def check_stuck(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
         return [_unknown(name, "cluster", f"coordinators: {s.errors.get('coordinators', 'not read')}",
                          "see the coordinators finding; no transaction was checked")]
     out: list[Finding] = []
-    for tc_id, exc in sorted(s.coordinator_errors.items()):
-        if tc_id in s.coordinator_stats:  # stats answered, the transaction listing did not
-            out.append(_unknown(name, f"coordinator {tc_id}", f"slowTransactions: {_problem(exc)}",
-                                "run doctor again; if it persists, read the owning broker's log"))
+    for tc_id, exc in sorted(s.txn_errors.items()):  # its transactions were not read: nothing proven about them
+        out.append(_unknown(name, f"coordinator {tc_id}", f"slowTransactions?coordinatorId={tc_id}: {_problem(exc)}",
+                            "see the coordinators finding; run doctor again; if it persists, read the owning "
+                            "broker's log"))
     if s.now_ms is None:
         if s.transactions:
             out.append(_unknown(name, "cluster", s.errors["clock"],
@@ -577,7 +588,7 @@ def check_max_read_position(admin: TransactionsAdmin, s: Survey, t: dict) -> lis
                                 "see the stuck-transactions finding for that transaction, then run again"))
             continue
         if not known:
-            if s.coordinator_errors or s.coordinators is None:
+            if s.txn_errors or s.coordinators is None:
                 out.append(_unknown(name, topic, f"{ongoing} ongoing transaction(s) hold the max read position "
                                     f"{stats.get('maxReadPosition')} behind {internal.get('lastConfirmedEntry')}, and "
                                     "not every coordinator could be read to tell how old they are",
