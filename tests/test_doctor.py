@@ -630,6 +630,20 @@ def test_engine_pending_ack_stores_not_reopened_since_the_flag_changed(served):
     assert doctor_json(url, home, "--only", "batched-log")[0] == 0
 
 
+def test_metrics_that_are_not_an_exposition_are_unknown_not_a_claim():
+    """A login page where /metrics should be proves nothing about the batched writers: unknown, not "no writer has
+    flushed"."""
+    standin = BrokerStandIn()
+    standin.state.update(metrics_status=200, metrics="<html><body>Sign in</body></html>")
+    rep = report(standin, only=["batched-log"])
+    (finding,) = [f for f in rep.findings if f.subject == "writer metrics"]
+    assert finding.severity == "unknown" and "not a Prometheus exposition" in finding.evidence["reason"]
+    assert doctor.exit_code(rep, strict=True) == 1
+    standin.state["metrics"] = "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1.0\n"
+    (finding,) = [f for f in report(standin, only=["batched-log"]).findings if f.subject == "writer metrics"]
+    assert finding.severity == "info"  # a real exposition without writer metrics: nothing flushed, said as info
+
+
 # -- 9. bookie RocksDB ----------------------------------------------------------------------------
 
 def _rocksdb(directory, checksum, number=7, format_version=5):

@@ -37,7 +37,12 @@ PIP_TRIGGERS = {"records": "max_records", "size": "max_size", "delay_time": "max
 
 
 class MetricsError(Exception):
-    """A source that cannot be read or holds no writer metrics; the message names it."""
+    """A source that cannot be read or holds no writer metrics; the message names it. ``unreadable``: the text is
+    not a Prometheus exposition at all (it proves nothing, unlike an exposition without writer metrics)."""
+
+    def __init__(self, message: str, unreadable: bool = False):
+        super().__init__(message)
+        self.unreadable = unreadable
 
 
 @dataclass
@@ -123,7 +128,7 @@ def _families(text: str) -> dict[str, list]:
             out.setdefault(family.name, []).extend(family.samples)  # the same name may come back per label set
         return out
     except ValueError as exc:
-        raise MetricsError(f"not a Prometheus exposition ({exc})") from None
+        raise MetricsError(f"not a Prometheus exposition ({exc})", unreadable=True) from None
 
 
 def _histogram(samples: list) -> Histogram:

@@ -772,6 +772,10 @@ def check_batched_log(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Find
     try:
         reports = analyze_text(text, {})
     except MetricsError as exc:
+        if exc.unreadable:  # a login page or garbage where /metrics should be: it says nothing about the writers
+            out.append(_unknown(name, "writer metrics", f"/metrics: {exc}", "point doctor at the broker itself (not a "
+                                "proxy or login page), or run `txnadmin metrics <broker>/metrics` where it is reachable"))
+            return out
         out.append(Finding(name, "info", "writer metrics", {"flags": flags, "metrics": str(exc)},
                            "no batched writer has flushed since the broker started (batching off, or no traffic)",
                            "nothing to do", []))
