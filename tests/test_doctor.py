@@ -98,6 +98,8 @@ def test_embedded_default_is_refused_unless_named(tmp_path):
     (["--fix", "--yes", "--dry-run"], "exclude each other"),
     (["-o", "yaml"], "use table or json"),
     (["--only", "bookie-rocksdb"], "needs --bookie-dir"),
+    # --fix acts on what stuck-transactions finds: without that check "nothing to abort" would be a claim unproven
+    (["--only", "max-read-position", "--fix", "--dry-run"], "--fix aborts what the stuck-transactions check finds"),
 ])
 def test_usage_errors_are_exit_2(monkeypatch, args, message):
     result = run_cli(monkeypatch, BrokerStandIn(), *args)
