@@ -883,3 +883,59 @@ def test_target_lost_mid_run_judges_what_was_read(monkeypatch, stuck, code):
     lost = [f for f in out["findings"] if f["check"] == "coverage" and f["subject"] == "target"]
     assert lost and lost[0]["severity"] == "unknown"
     assert any(f["subject"] == "(0,3)" and f["severity"] == "critical" for f in out["findings"]) is stuck
+
+
+def test_engine_run_faults_are_found_by_doctor_and_cleared_by_the_fixes(tmp_path):
+    """The operator's way: `engine run --fault stuck-open --fault hold-ending` in one shell, doctor in another
+    (through the running engine's server); `--fix --yes` aborts the three stuck ones, a restart of the engine
+    drives the held commit to the end, and doctor is clean."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    txnadmin = str(Path(sys.executable).parent / "txnadmin")
+    engine = tmp_path / "engine"
+    env = dict(os.environ, TXNADMIN_HOME=str(tmp_path))
+    subprocess.run([txnadmin, "engine", "init", str(engine), "-c", "2"], check=True, capture_output=True, env=env)
+    run = subprocess.Popen([txnadmin, "engine", "run", str(engine), "--duration", "0", "--rate", "20",
+                            "--txn-timeout-ms", "300", "--fault", "stuck-open", "--fault", "hold-ending", "-o", "json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    url = f"local:{engine}"
+    checks = ("--only", "stuck-transactions,max-read-position", "--threshold", "stuck-margin=0s",
+              "--threshold", "ending=0s", "--threshold", "stalled=0s")
+    try:
+        for _ in range(200):
+            if (engine / "server.json").exists():
+                break
+            time.sleep(0.1)
+        code, out = doctor_until(url, tmp_path, lambda fs: sum(f["check"] == "stuck-transactions" for f in fs) == 4,
+                                 *checks, deadline=60)
+        stuck = {f["evidence"]["owner"]: [] for f in out["findings"] if f["check"] == "stuck-transactions"}
+        for f in out["findings"]:
+            if f["check"] == "stuck-transactions":
+                assert f["severity"] == "critical"
+                stuck[f["evidence"]["owner"]].append(f["evidence"]["status"])
+        assert stuck == {"fault:stuck-open": ["OPEN"] * 3, "fault:hold-ending": ["COMMITTING"]}, stuck
+        assert code == 1
+        fixed = runner.invoke(app, ["-u", url, "doctor", *checks, "--fix", "--yes", "-o", "json"],
+                              env={"TXNADMIN_HOME": str(tmp_path)})
+        out = json.loads(fixed.stdout)
+        assert [r["result"] for r in out["fix"]["results"]] == ["aborted"] * 3, out["fix"]
+        left = [f for f in out["findings"] if f["check"] == "stuck-transactions"]
+        assert [f["evidence"]["status"] for f in left] == ["COMMITTING"] and fixed.exit_code == 1
+    finally:
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == 0, run.stderr.read().decode()[-2000:]
+    # the held commit's fix on an engine: a restart recovers the coordinator, which drives the end
+    restart = subprocess.run([txnadmin, "engine", "run", str(engine), "--duration", "1", "--rate", "5", "-o", "json"],
+                             capture_output=True, env=env, timeout=120)
+    assert restart.returncode == 0, restart.stderr[-2000:]
+    code, out = doctor_json(url, tmp_path, *checks)
+    assert code == 0 and not out["findings"], out["findings"]
+
+
+def test_engine_run_refuses_an_unknown_fault(tmp_path):
+    result = runner.invoke(app, ["engine", "run", str(tmp_path / "engine"), "--fault", "melt"])
+    assert result.exit_code == 2 and "--fault melt: use one of stuck-open, hold-ending" in result.stderr
