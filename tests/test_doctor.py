@@ -635,12 +635,21 @@ def test_engine_single_snapshot_then_segmented(tmp_path):
         (finding,) = bad(rep)
         assert finding.evidence["snapshotType"] == "Single" and finding.evidence["totalAbortedTransactions"] == 4
         assert finding.evidence["maxMessageSizeAssumed"] is True  # the engine does not publish maxMessageSize
+    # and as the operator runs it, on the stopped engine
+    cli = ["-u", f"local:{directory}", "doctor", "--only", "snapshots", "--threshold", "snapshot-share=0.00001",
+           "-o", "json"]
+    result = runner.invoke(app, cli, env={"TXNADMIN_HOME": str(tmp_path)})
+    assert result.exit_code == 1, result.output
+    assert [f["evidence"]["snapshotType"] for f in json.loads(result.stdout)["findings"]
+            if f["check"] == "snapshots"] == ["Single"]
     config = EngineConfig.load(directory)
     config.transactionBufferSegmentedSnapshotEnabled = True  # the fix, then a restart
     config.save(directory)
     with Engine(directory, EngineConfig.load(directory), maintenance=False) as engine:
         rep = doctor.run(LocalAdmin(engine), f"local:{directory}", ["snapshots"], t)
         assert not bad(rep) and rep.findings[0].evidence["topics"] == 1
+    result = runner.invoke(app, cli, env={"TXNADMIN_HOME": str(tmp_path)})
+    assert result.exit_code == 0, result.output
 
 
 # -- 6. batched log -------------------------------------------------------------------------------
@@ -784,6 +793,8 @@ def test_garbage_answers_never_make_a_traceback(monkeypatch, prefix, garbage, st
         json.loads(result.stdout)
     else:
         assert len(result.stderr.strip().splitlines()) == 1
+    if stuck:  # whatever one path answers, a cluster with a stuck transaction never passes a --strict gate
+        assert run_cli(monkeypatch, standin, "-o", "json", "--strict").exit_code != 0
 
 
 def test_pulsar_5_encoded_subscription_in_a_store_name_is_not_a_leftover():
