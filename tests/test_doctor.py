@@ -82,6 +82,25 @@ def test_unauthorized_target_is_exit_3(monkeypatch):
     standin.handle = original
 
 
+@pytest.mark.parametrize("status, body", [
+    (404, {"reason": "Not Found"}),  # the admin URL points at some other web server
+    (500, {"reason": "Internal Server Error"}),
+    (200, "<html><body>Sign in</body></html>"),  # a proxy's login page
+])
+def test_a_target_that_answers_nothing_as_pulsar_does_is_exit_3_not_healthy(monkeypatch, status, body):
+    import httpx
+
+    standin = BrokerStandIn()
+    original = standin.handle
+    standin.handle = lambda request: (httpx.Response(status, json=body) if isinstance(body, dict)
+                                      else httpx.Response(status, text=body))
+    result = run_cli(monkeypatch, standin, "-o", "json")
+    assert result.exit_code == 3, result.output
+    assert result.stderr.startswith("error: cannot read the target") and len(result.stderr.strip().splitlines()) == 1
+    standin.handle = original  # the right URL: a broker answers
+    assert run_cli(monkeypatch, standin, "-o", "json").exit_code == 0
+
+
 def test_embedded_default_is_refused_unless_named(tmp_path):
     env = {"TXNADMIN_ADMIN_URL": "", "PULSAR_CLIENT_CONF": "", "PULSAR_HOME": str(tmp_path), "HOME": str(tmp_path)}
     result = runner.invoke(app, ["doctor"], env=env)

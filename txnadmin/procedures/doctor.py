@@ -186,13 +186,16 @@ class Survey:
     metrics: Optional[tuple[Optional[str], str]] = None  # /metrics text once read, or why it could not be
     lost: Optional[str] = None  # the target stopped answering after the first call: why
     target: str = ""  # as the operator named it (keys txnadmin's record of batch-flag changes)
+    answered: set[str] = field(default_factory=set)  # calls the target answered as a Pulsar broker does
     bookie_dir: Optional[Path] = None  # --bookie-dir: read by the bookie-rocksdb check only
 
 
 def _read(survey: Survey, area: str, fn, *args):
     """One admin call whose failure is recorded under ``area`` (the checks turn it into an unknown finding)."""
     try:
-        return fn(*args)
+        value = fn(*args)
+        survey.answered.add(area)
+        return value
     except TargetUnreachableError:
         raise
     except AdminError as exc:
@@ -243,11 +246,13 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
 def _survey_coordinators(admin: TransactionsAdmin, s: Survey, concurrency: int) -> None:
     try:
         s.coordinators = admin.list_coordinators()
+        s.answered.add("coordinators")
     except TargetUnreachableError:
         raise
     except AdminError as exc:
         if exc.status == 503:
             s.tc_disabled = exc.reason
+            s.answered.add("coordinators")  # a broker with transactions switched off says so with a 503
         else:
             s.errors["coordinators"] = _problem(exc)
         return
@@ -1157,6 +1162,11 @@ def run(admin: TransactionsAdmin, target: str, only: Optional[list[str]] = None,
     t = parse_thresholds([]) if thresholds is None else thresholds
     s = survey(admin, concurrency, progress, set(names))
     s.bookie_dir, s.target = bookie_dir, target
+    if not s.answered and s.lost is None:
+        # Nothing answered as a broker does (another web server on that port, a login page, a 500 everywhere): a
+        # report of "unknown" findings would exit 0 and pass for healthy. The target cannot be read at all.
+        reasons = "; ".join(f"{area}: {reason}" for area, reason in sorted(s.errors.items()) if area != "clock")
+        raise DoctorError(f"cannot read the target: no admin call answered as a Pulsar broker does ({reasons[:300]})")
     findings: list[Finding] = []
     for name in names:
         try:
