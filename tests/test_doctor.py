@@ -507,6 +507,9 @@ def test_versions_against_known_bugs(version, issues):
     standin.state["version"] = version
     rep = report(standin, only=["versions"])
     assert {f.evidence["ref"] for f in bad(rep)} == issues
+    for finding in bad(rep):  # the fix names the releases to upgrade to, the refs the bug (and its PR when known)
+        assert finding.fix.startswith(f"upgrade to {' / '.join(finding.evidence['fixedIn'])} or later")
+        assert finding.refs[0] == f"apache/pulsar#{finding.evidence['ref']}"
 
 
 def test_pulsar_5_scalable_topic_transactions_are_info_not_healthy_claims():
