@@ -325,6 +325,17 @@ def test_fix_never_aborts_a_transaction_whose_age_the_answer_does_not_prove(monk
     assert strict.exit_code == 1  # it proves nothing, so a CI gate on --strict does not pass
 
 
+def test_a_transaction_listed_under_an_id_doctor_cannot_read_is_unknown_not_skipped(monkeypatch):
+    standin = BrokerStandIn()
+    meta = open_transaction(standin.state, "(1,5)", opened_ago_ms=2 * 3_600_000, timeout_ms=60_000)
+    standin.state["transactions"]["(1,txn-5)"] = standin.state["transactions"].pop("(1,5)")  # a garbled listing key
+    meta["txnId"] = "(1,txn-5)"
+    result = run_cli(monkeypatch, standin, "--only", "stuck-transactions", "--strict", "-o", "json")
+    assert result.exit_code == 1, result.output
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert finding["severity"] == "unknown" and "(1,txn-5)" in finding["evidence"]["reason"]
+
+
 def test_committing_too_long_uses_a_lower_bound():
     standin = BrokerStandIn()
     # ended at the latest at its timeout (9.5 min after open): at most 30 s in COMMITTING — not yet judged
@@ -943,21 +954,24 @@ def test_engine_run_faults_are_found_by_doctor_and_cleared_by_the_fixes(tmp_path
             if (engine / "server.json").exists():
                 break
             time.sleep(0.1)
-        code, out = doctor_until(url, tmp_path, lambda fs: sum(f["check"] == "stuck-transactions" for f in fs) == 4,
-                                 *checks, deadline=60)
-        stuck = {f["evidence"]["owner"]: [] for f in out["findings"] if f["check"] == "stuck-transactions"}
-        for f in out["findings"]:
-            if f["check"] == "stuck-transactions":
-                assert f["severity"] == "critical"
-                stuck[f["evidence"]["owner"]].append(f["evidence"]["status"])
+        def faulted(findings):  # the workload's own 300 ms transactions may be caught overdue on a loaded machine
+            return [f for f in findings if f["check"] == "stuck-transactions"
+                    and str(f["evidence"].get("owner")).startswith("fault:")]
+
+        code, out = doctor_until(url, tmp_path, lambda fs: len(faulted(fs)) == 4, *checks, deadline=60)
+        stuck: dict[str, list[str]] = {}
+        for f in faulted(out["findings"]):
+            assert f["severity"] == "critical"
+            stuck.setdefault(f["evidence"]["owner"], []).append(f["evidence"]["status"])
         assert stuck == {"fault:stuck-open": ["OPEN"] * 3, "fault:hold-ending": ["COMMITTING"]}, stuck
         assert code == 1
+        left_open = {f["subject"] for f in faulted(out["findings"]) if f["evidence"]["status"] == "OPEN"}
         fixed = runner.invoke(app, ["-u", url, "doctor", *checks, "--fix", "--yes", "-o", "json"],
                               env={"TXNADMIN_HOME": str(tmp_path)})
         out = json.loads(fixed.stdout)
-        assert [r["result"] for r in out["fix"]["results"]] == ["aborted"] * 3, out["fix"]
-        left = [f for f in out["findings"] if f["check"] == "stuck-transactions"]
-        assert [f["evidence"]["status"] for f in left] == ["COMMITTING"] and fixed.exit_code == 1
+        aborted = {r["txnId"] for r in out["fix"]["results"] if r["result"] == "aborted"}
+        assert left_open <= aborted, out["fix"]
+        assert [f["evidence"]["status"] for f in faulted(out["findings"])] == ["COMMITTING"] and fixed.exit_code == 1
     finally:
         run.send_signal(signal.SIGTERM)
         assert run.wait(timeout=60) == 0, run.stderr.read().decode()[-2000:]

@@ -493,10 +493,12 @@ def check_stuck(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
                                 "slow-transactions -t 1h` lists long-timeout transactions without judging their age"))
         return out
     oldest: dict[int, tuple[int, dict]] = {}
+    unreadable = []
     for txn_text, meta in sorted(s.transactions.items()):
         try:
             txn = TxnId.parse(txn_text)
         except ValueError:
+            unreadable.append(txn_text)  # listed, so it exists: skipping it silently would pass for "not stuck"
             continue
         status = meta.get("status")
         opened, timeout, missing = _txn_times(meta)
@@ -541,6 +543,10 @@ def check_stuck(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
                     f"unload the coordinator so it recovers and drives the end again: `pulsar-admin topics unload "
                     f"{coordinator_assign_partition(txn.most_bits)}`; upgrade to a release with PR #23551",
                     [_ref(23550), _ref(23551)]))
+    if unreadable:
+        out.append(_unknown(name, "transactions", f"{len(unreadable)} transaction(s) listed under an id that is not "
+                            f"(mostBits,leastBits): {', '.join(repr(t) for t in unreadable[:5])}",
+                            "`pulsar-admin transactions slow-transactions -t 0s` to read the listing by hand"))
     for tc_id, (_, evidence) in sorted(oldest.items()):
         if any(f.subject == evidence["txnId"] for f in out):
             continue
