@@ -231,6 +231,13 @@ class TransactionCoordinator:
         return meta
 
     # -- timeouts ----------------------------------------------------------------------------
+    def forget_timeout(self, seq: int) -> None:
+        """Drop ``seq``'s timeout from the timer (the log keeps it): only the fault verbs do this, to reproduce the
+        coordinator that lost its timeouts in apache/pulsar#19200. Recovery arms it again from the log."""
+        with self._lock:
+            self._deadlines = [(deadline, s) for deadline, s in self._deadlines if s != seq]
+            heapq.heapify(self._deadlines)
+
     def expired(self, now_ms: int | None = None) -> list[int]:
         """Sequences of OPEN transactions whose timeout has passed (each reported once)."""
         now = self.clock_ms() if now_ms is None else now_ms
