@@ -299,3 +299,56 @@ def test_a_deleted_topic_takes_its_stores_along_and_counts_as_done(tmp_path):
         report = checked_status(engine, admin, tmp_path / "s.json")
         gone = [l for l in report.logs if l.name == "persistent://public/default/u-s__transaction_pending_ack"]
         assert gone[0].done and "deleted" in gone[0].reason
+
+
+class Counting(LocalAdmin):
+    """Counts the per-store calls a poll makes."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.calls: list[str] = []
+
+    def pending_ack_internal_stats(self, topic, subscription, metadata=False):
+        self.calls.append("internal")
+        return super().pending_ack_internal_stats(topic, subscription, metadata)
+
+    def pending_ack_stats(self, topic, subscription, low_water_marks=False):
+        self.calls.append("stats")
+        return super().pending_ack_stats(topic, subscription, low_water_marks)
+
+
+def test_a_store_proven_done_then_reopened_with_batching_on_is_caught(tmp_path):
+    """A store proven done is then only asked whether it reopened (one small call per poll): that must still catch
+    a reopen while batching was briefly on, and a reopen the ledgers alone could not show."""
+    with _started(tmp_path) as (engine, admin):
+        assert until_safe(engine, admin, tmp_path / "s.json").safe
+        counting = Counting(engine)
+        again = checked_status(engine, counting, tmp_path / "s.json")
+        assert again.safe and counting.calls == ["stats"] * len(TOPICS)  # no ledgers re-read for proven stores
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "true")
+        engine.reload_topic("persistent://public/default/t")
+        traffic(engine, 30, "t", "s")
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "false")
+        assert live_batched_entries(engine)
+        for _ in range(3):
+            report = checked_status(engine, admin, tmp_path / "s.json")
+            assert not report.safe
+            assert [l.name for l in report.groups()[KIND_REOPENED]] == [
+                "persistent://public/default/t-s__transaction_pending_ack"]
+            load(engine)
+        assert start(admin, tmp_path / "s.json")["rerecorded"] == 1
+        assert until_safe(engine, admin, tmp_path / "s.json").safe
+
+
+def test_a_proven_store_that_answers_404_is_deleted_only_when_gone_from_the_listing(tmp_path):
+    with _started(tmp_path) as (engine, _admin):
+        admin = Unloaded(engine)
+        admin.hidden = "nothing"
+        assert until_safe(engine, admin, tmp_path / "s.json").safe
+        admin.hidden = "persistent://public/default/u"  # proven done earlier, now its broker has not loaded it
+        report = checked_status(engine, admin, tmp_path / "s.json")
+        assert not report.safe and [l.name for l in report.groups()[KIND_NOT_LOADED]] == [
+            "persistent://public/default/u-s__transaction_pending_ack"]
+        admin.deleted = True
+        gone = [l for l in status(admin, tmp_path / "s.json").logs if l.name.startswith(admin.hidden + "-")]
+        assert gone[0].done and "deleted" in gone[0].reason
