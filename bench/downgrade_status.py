@@ -134,7 +134,7 @@ def report_rows(rows, args, built: float, opened: float, started: float, recorde
         row = (c, f"{logs:,}", f"{secs:0.2f}", f"{logs / secs:0.0f}", f"{baseline / secs:0.1f}×")
         table.add_row(*row)
         lines.append(row)
-    console = Console()
+    console = Console(width=max(Console().width, 130))  # the row labels stay on one line in a log file
     console.print(table)
     console.print(f"setup: engine built in {built:0.1f} s, served after {opened:0.1f} s; `downgrade start` "
                   f"(flags, {len(recorded['pendingAckStores']):,} unloads, recording) took {started:0.1f} s")

@@ -352,3 +352,46 @@ def test_a_proven_store_that_answers_404_is_deleted_only_when_gone_from_the_list
         admin.deleted = True
         gone = [l for l in status(admin, tmp_path / "s.json").logs if l.name.startswith(admin.hidden + "-")]
         assert gone[0].done and "deleted" in gone[0].reason
+
+
+def test_batching_switched_on_and_off_again_while_start_reloads_is_caught(tmp_path):
+    """Someone switches batching on while `start` is reloading topics one after another, and off again a few
+    reloads later: both ends of `start` see it off, but the stores reloaded meanwhile opened batching. A fresh
+    subscription's store (nothing before its reopen, so nothing to trim) wrote batched entries then and nothing
+    since: neither its ledgers nor the flush counters would ever show it."""
+    flag = "transactionPendingAckBatchedWriteEnabled"
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        load(engine)
+        engine.subscribe("fresh", "s")
+        engine.store("fresh", "s")  # its pending-ack store, open and empty
+        reloads: list[str] = []
+
+        class Toggling(LocalAdmin):
+            def unload_topic(self, topic):
+                reloads.append(topic)
+                if topic.endswith("/fresh"):
+                    super().update_dynamic_config(flag, "true")
+                    super().unload_topic(topic)
+                    traffic(engine, 10, "fresh", "s")  # its subscription acknowledges, batched, while it is on
+                    return
+                if reloads and any(r.endswith("/fresh") for r in reloads[:-1]):
+                    super().update_dynamic_config(flag, "false")  # off again at a later reload
+                super().unload_topic(topic)
+
+        with pytest.raises(DowngradeError) as err:
+            start(Toggling(engine), tmp_path / "s.json", concurrency=1)
+        assert err.value.exit_code == 1 and "switched back on" in str(err.value)
+        assert live_batched_entries(engine)
+        admin = LocalAdmin(engine)
+        if admin.dynamic_config().get(flag) == "true":
+            admin.update_dynamic_config(flag, "false")
+        with pytest.raises(DowngradeError):
+            status(admin, tmp_path / "s.json")  # nothing was recorded as proven: no verdict at all
+        state = start(admin, tmp_path / "s.json")  # run again: records every log afresh, batching off
+        assert state["rerecorded"] >= 1
+        for _ in range(12):
+            traffic(engine, 20, "fresh", "s")  # its batched ledger is trimmed only as its subscription moves on
+            load(engine)
+            if checked_status(engine, admin, tmp_path / "s.json").safe:
+                break
+        assert checked_status(engine, admin, tmp_path / "s.json").safe

@@ -4,7 +4,8 @@
 target the operator meant. The evidence, per log (a coordinator's transaction log or a pending-ack store):
 
 1. **Flags off everywhere.** Both batching flags are switched off (dynamic config) and confirmed off in the
-   runtime configuration of *every* active broker, before any store is reloaded and again after.
+   runtime configuration of *every* active broker, before any store is reloaded, after each topic's reload, and
+   at the end.
 2. **A reopen with batching off.** A store reads the flags only when it opens. So ``start`` reads the store's
    ``recoverStartTime`` (coordinator-stats / pending-ack-stats) and its ledgers *after* the flags are confirmed
    off, reloads it, and requires a new ``recoverStartTime``: that reopen happened with batching off. LastBatched
@@ -428,31 +429,42 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
                 out.append((log, _after_reload_unknown(log)))
             else:
                 out.append((log, _after_reload(log, ledgers_before, start_before)))
+        # After every reload, not only at the end: batching switched on and off again while we reload topic after
+        # topic leaves both ends off, yet every store reopened meanwhile batches, and one that then stays idle
+        # never shows it again. Only a switch shorter than one reload can still slip between two checks.
+        on_now = flags_on_brokers(admin, brokers)
+        if on_now:
+            raise _SwitchedOn(on_now)
         return out
 
     try:
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            for items in pool.map(record_unit, list(by_unit)):
-                for log, rec in items:
-                    if rec is None:
-                        continue
-                    bucket = "coordinators" if log.component == "coordinator" else "pendingAckStores"
-                    state[bucket][log.key] = dict(log.info, **rec) if log.component == "pending-ack" else rec
-                    this_run.append((bucket, log.key))
-                done += 1
-                if progress:
-                    progress(done, total)
-                if done % 200 == 0:
-                    save_state(state_path, state)
-        # Both ends: if batching was switched back on while we reloaded, those reopens prove nothing.
-        on = flags_on_brokers(admin, brokers)
+        try:
+            with ThreadPoolExecutor(max_workers=concurrency) as pool:
+                # (a failing unit ends the map: the units not started yet are cancelled, none is reloaded)
+                for items in pool.map(record_unit, list(by_unit)):
+                    for log, rec in items:
+                        if rec is None:
+                            continue
+                        bucket = "coordinators" if log.component == "coordinator" else "pendingAckStores"
+                        state[bucket][log.key] = dict(log.info, **rec) if log.component == "pending-ack" else rec
+                        this_run.append((bucket, log.key))
+                    done += 1
+                    if progress:
+                        progress(done, total)
+                    if done % 200 == 0:
+                        save_state(state_path, state)
+            # Both ends: if batching was switched back on while we reloaded, those reopens prove nothing.
+            on = flags_on_brokers(admin, brokers)
+        except _SwitchedOn as exc:
+            on = exc.on
         if on:
             for bucket, key in this_run:
                 state[bucket][key]["recoverStartTime"] = None
             state["phase"] = "disabled"
             save_state(state_path, state)
             raise DowngradeError(f"batching was switched back on while recording ({_describe_on(on)}); nothing "
-                                 "recorded in this run counts: run `txnadmin downgrade start` again", 1)
+                                 "recorded in this run counts: switch it off (or let `txnadmin downgrade start` "
+                                 "do it) and run `txnadmin downgrade start` again", 1)
     finally:
         save_state(state_path, state)
     state["phase"] = "recorded"
@@ -461,6 +473,14 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
     state["batchedFlushesByBroker"] = batched_flushes(admin, brokers)  # the baselines status compares against
     save_state(state_path, state)
     return state
+
+
+class _SwitchedOn(Exception):
+    """A check after a reload found a batching flag on (broker → flags)."""
+
+    def __init__(self, on: dict[str, list[str]]):
+        super().__init__(_describe_on(on))
+        self.on = on
 
 
 def _after_reload_unknown(log: _Log) -> Optional[dict]:
