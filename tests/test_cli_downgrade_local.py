@@ -1,6 +1,6 @@
 """Cases of issue #14 that were driven through the CLI only against `txnadmin serve` (an http:// target), now also
 with a plain `-u local:PATH` target, as an operator of the embedded engine types it: re-enabled between polls, no
-reload, a deleted store. With an engine running, `local:PATH` goes through its server.json; stopped, through the
+reload, a deleted store, a hung engine under `wait --timeout 10`, an engine restart during `wait`. With an engine running, `local:PATH` goes through its server.json; stopped, through the
 read-only view. Every "safe" is checked against the entry-log files once the engine has stopped.
 """
 
@@ -91,3 +91,50 @@ def test_a_deleted_store_counts_as_done_through_a_plain_local_target_running_and
     assert stopped[u_store]["done"] is True and "deleted" in stopped[u_store]["reason"]
     assert {n: c["done"] for n, c in stopped.items() if n != u_store} == \
         {n: c["done"] for n, c in polled.items() if n != u_store}
+
+
+def test_a_hung_engine_during_wait_is_bounded_by_timeout_through_a_plain_local_target(tmp_path):
+    import os
+    import signal
+    import time
+
+    d = _loaded_engine(tmp_path)
+    state = str(tmp_path / "s.json")
+    with serving(d, tmp_path / "home"):
+        assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0
+        pid = json.loads((d / "server.json").read_text())["pid"]
+        os.kill(pid, signal.SIGSTOP)  # the broker hangs: connections are accepted by the kernel, never answered
+        try:
+            t = time.monotonic()
+            hung = local(d, "downgrade", "wait", "--state", state, "--timeout", "10", "--interval", "1", timeout=90)
+            assert hung.returncode == 3 and "within --timeout 10" in hung.stderr, hung.stderr
+            assert "Traceback" not in hung.stderr and time.monotonic() - t < 60  # generous: not a timing test
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_wait_rides_out_an_engine_restart_through_a_plain_local_target(tmp_path):
+    """The engine's server stops and comes back at the same address (`serve --port --token-file`): `wait` keeps
+    retrying, and the restart reopened every store, so the verdict says so instead of "safe"."""
+    import time
+
+    from txnadmin.server.run import free_port
+
+    from test_cli_downgrade_serve import _serve
+
+    d = _loaded_engine(tmp_path)
+    state = str(tmp_path / "s.json")
+    port = free_port()
+    with _serve(tmp_path, d, port):
+        assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0
+        waiter = subprocess.Popen(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", state, "--timeout",
+                                              "40", "--interval", "0.5", "-o", "json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2)
+    time.sleep(2)
+    with _serve(tmp_path, d, port):
+        out, err = waiter.communicate(timeout=120)
+    assert "retrying" in err and "Traceback" not in err
+    report = json.loads(out)
+    assert waiter.returncode == 1 and report["safe"] is False
+    assert report["waitingByReason"].get("reopened since recording")
