@@ -111,9 +111,6 @@ class PendingAckStore:
         self._max_acked: Position | None = None
 
     # -- log --------------------------------------------------------------------------------
-    def _append(self, record: PendingAckMetadataEntry) -> TxnPosition:
-        return self.writer.add_sync(record.SerializeToString())
-
     def _note_logged(self, log_pos: TxnPosition, records: int, acked: list[Position]) -> None:
         for pos in acked:
             if self._max_acked is None or pos > self._max_acked:
@@ -167,6 +164,12 @@ class PendingAckStore:
 
         Pulsar checks after the record is written; checking first keeps refused acks out of the log.
         """
+        self.ack_async(txn, positions, cumulative, subscription_cursor)()
+
+    def ack_async(self, txn: tuple[int, int], positions: list[tuple[Position, list[int] | None, int | None]],
+                  cumulative: bool = False, subscription_cursor: ManagedCursor | None = None) -> Callable[[], None]:
+        """As :meth:`ack`, but only queue the ACK record: a refusal raises at once, and the returned function waits
+        until the record is durable."""
         if cumulative and len(positions) != 1:
             raise PendingAckNotAllowed(f"{self._prefix(txn)} invalid cumulative ack received with multiple "
                                        "message ids.")
@@ -195,9 +198,16 @@ class PendingAckStore:
             # held, as Pulsar does: whether the record reached the log is unknown, so the transaction has to end
             # (abort or time out) to release them.
             self._apply_ack(txn, positions, cumulative)
-        log_pos = self._append(rec)
-        with self._lock:
-            self._note_logged(log_pos, 1, [p for p, _, _ in positions])
+            done = Completion()
+            # Queued under the store lock, so ACK records reach the log in the order their checks passed.
+            self.writer.add(rec.SerializeToString(), done)
+
+        def finish() -> None:
+            log_pos = done.result(30, f"{self.name}: write")
+            with self._lock:
+                self._note_logged(log_pos, 1, [p for p, _, _ in positions])
+
+        return finish
 
     def _apply_ack(self, txn, positions, cumulative: bool) -> None:
         if cumulative:
