@@ -621,8 +621,17 @@ class Engine:
         """Roll over full ledgers and trim consumed ones; each managed ledger takes only its own lock."""
         with self._lock:
             mls = self._managed_ledgers()
+            stores = [(store, self.topics.get(key[0]), key[1]) for key, store in self.stores.items()]
         trimmed = set()
         for ml in mls:
+            if ml is None:
+                # Topics (and the subscriptions' lazily applied commits) are flushed by now: each store's log may
+                # drop what its subscription's persisted mark-delete covers, as Pulsar's clearUselessLogData does.
+                for store, topic, subscription in stores:
+                    cursor = topic.ledger.cursors().get(subscription) if topic is not None else None
+                    if cursor is not None:
+                        store.clear_useless_log_data(cursor.persisted_mark_delete_position)
+                continue
             ml.flush_cursors()
             ml.maybe_rollover()
             if ml.trim():
@@ -637,10 +646,13 @@ class Engine:
     def tc_records_written(self) -> int:
         return sum(tc.log.records_written for tc in self.coordinators.values())
 
-    def _managed_ledgers(self):
-        mls = [tc.log.ledger for tc in self.coordinators.values()]
-        mls += [s.ledger for s in self.stores.values()]
+    def _managed_ledgers(self) -> list:
+        """Every managed ledger, topics before pending-ack stores, with None between them (see sweep_ledgers): a
+        subscription's cursor is persisted before its store's log is cleaned behind it."""
+        mls: list = [tc.log.ledger for tc in self.coordinators.values()]
         mls += [t.ledger for t in self.topics.values()]
+        mls.append(None)
+        mls += [s.ledger for s in self.stores.values()]
         mls += self.snapshots.managed_ledgers()
         return mls
 

@@ -278,7 +278,9 @@ class PendingAckStore:
                 return
             if commit:
                 _apply_to_subscription(acks, subscription_cursor)
-            self.clear_useless_log_data(subscription_cursor.mark_delete_position)
+            # Only up to what the subscription has persisted: the acks just applied may still be in memory only,
+            # and until they are on disk this log's COMMIT is what a restart re-applies them from.
+            self.clear_useless_log_data(subscription_cursor.persisted_mark_delete_position)
 
         return finish
 
@@ -399,14 +401,18 @@ class PendingAckStore:
 
 
 def _apply_to_subscription(acks: _TxnAcks, cursor: ManagedCursor) -> None:
-    """A committed transaction's acks reach the subscription: individual deletes, then the cumulative ack."""
+    """A committed transaction's acks reach the subscription: individual deletes, then the cumulative ack.
+
+    In memory, persisted with the cursor's next persisted change or the maintenance sweep (about a second), as
+    Pulsar persists a subscription's acks lazily: the store's log keeps the COMMIT until the subscription's
+    persisted mark-delete covers it (clear_useless_log_data), so a crash before then re-applies it on replay."""
     if acks.positions:
-        cursor.delete_many([(p, a) for p, (a, _) in acks.positions.items()])
+        cursor.delete_many([(p, a) for p, (a, _) in acks.positions.items()], persist=False)
     if acks.cumulative is not None:
         _, pos, ack_set = acks.cumulative
         if ack_set:
             # Pulsar's mark-delete with an ack set: up to the entry before, and the batch indexes on the entry
-            cursor.mark_delete(Position(pos.ledger_id, pos.entry_id - 1))
-            cursor.delete(pos, ack_set)
+            cursor.mark_delete(Position(pos.ledger_id, pos.entry_id - 1), persist=False)
+            cursor.delete_many([(pos, ack_set)], persist=False)
         else:
-            cursor.mark_delete(pos)
+            cursor.mark_delete(pos, persist=False)
