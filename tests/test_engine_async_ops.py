@@ -50,8 +50,11 @@ def test_gather_returns_each_result_or_exception_in_order():
 @pytest.mark.parametrize("batched", [False, True])
 def test_sends_and_an_ack_together_commit_like_one_at_a_time(tmp_path, batched):
     flag = "true" if batched else "false"
+    # A long max delay: ticks are 50 ms apart, so at most one can fall between the registrations a gather queues one
+    # right after the other, and at least two of the three share an entry.
     engine = open_engine(tmp_path / "e", transactionLogBatchedWriteEnabled=flag,
-                         transactionPendingAckBatchedWriteEnabled=flag, managedLedgerMaxEntriesPerLedger=1000)
+                         transactionPendingAckBatchedWriteEnabled=flag, managedLedgerMaxEntriesPerLedger=1000,
+                         transactionLogBatchedWriteMaxDelayInMillis=50)
     try:
         engine.subscribe(T1, "s")
         first = engine.publish(T1, b"to ack")
@@ -68,7 +71,7 @@ def test_sends_and_an_ack_together_commit_like_one_at_a_time(tmp_path, batched):
         assert sum(1 for _, r in adds if r.metadata_op == TxnOp.ADD_SUBSCRIPTION) == 1
         committing = next(i for i, r in records if r.metadata_op == TxnOp.UPDATE)
         assert all(i <= committing for i, _ in adds)
-        if batched:  # issued together, the three registrations share batched entries
+        if batched:  # issued together, the registrations share batched entries
             assert len({i for i, _ in adds}) < len(adds)
         # the messages sit before their commit markers, and are delivered; the ack reached the subscription
         engine.subscribe(T2, "s")
