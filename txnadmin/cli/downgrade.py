@@ -318,16 +318,26 @@ def exit_hard_requested() -> bool:
 def verify(
     dumps: list[Path] = typer.Option(..., "--dumps", help="Entry logs or readledger/readlog dumps (repeatable)."),
     ledgers: Optional[Path] = typer.Option(None, "--ledgers", help="listledgers -meta output (live ledgers)."),
+    txn_ledgers: Optional[str] = typer.Option(None, "--txn-ledgers", help="Transaction ledger ids, comma-separated, "
+                                              "when the list has no metadata (as `txnadmin scan`)."),
+    ledger_id_format: str = typer.Option("long", "--ledger-id-format",
+                                         help="How the dumps print ledger ids (-ledgeridformat): long or hex."),
+    fmt: str = typer.Option("auto", "--format", help="Force a dump format (see docs/scan.md)."),
     state: Path = StateOpt,
     engine: str = typer.Option("auto", "--engine", help="auto, spark or python."),
     output: str = OutputOpt,
 ) -> None:
     """Scan dumps for batched entries and fold the result into the verdict (0 clean, 1 batched, 3 incomplete)."""
     from ..procedures.downgrade import record_verification
-    from ..scan import ScanInputError, run_scan
+    from ..scan import ScanInputError, ScanUsageError, run_scan
+    from ..scan.job import parse_txn_ledgers
 
     try:
-        result = run_scan([str(p) for p in dumps], ledgers_file=ledgers, engine=engine)
+        named = parse_txn_ledgers(txn_ledgers, ledger_id_format if ledger_id_format in ("long", "hex") else "long")
+        result = run_scan([str(p) for p in dumps], ledgers_file=ledgers, engine=engine, fmt=fmt, txn_ledgers=named,
+                          ledger_id_format=ledger_id_format)
+    except ScanUsageError as exc:
+        fail(str(exc), EXIT_USAGE)
     except ScanInputError as exc:
         fail(str(exc), EXIT_UNREADABLE)
     summary = {"verdict": result.verdict, "liveBatchedEntries": result.live_batched_entries, "engine": result.engine,

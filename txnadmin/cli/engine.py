@@ -88,12 +88,18 @@ def run(
     seed: int = typer.Option(1, "--seed"),
     journal: Optional[Path] = typer.Option(None, "--journal",
                                            help="Append each committed transaction and its acks as JSON lines."),
+    fault: list[str] = typer.Option([], "--fault", help="Put the running engine into a broken state for `txnadmin "
+                                    "doctor` to find (repeatable): stuck-open (3 transactions left OPEN, their "
+                                    "timeouts lost, apache/pulsar#19200), hold-ending (1 transaction held in "
+                                    "COMMITTING, apache/pulsar#23550)."),
     output: str = output_option("table", help="table (live view), or json or yaml (final counters)."),
 ) -> None:
     """Run a transactional workload; Ctrl-C stops cleanly, kill -9 loses nothing acknowledged."""
     from ..engine.engine import Engine
     from ..engine.manage import EngineDirError, require_engine
     from ..engine.workload import WorkloadSpec, run_workload
+
+    from ..engine.faults import FAULTS, inject
 
     if abort_ratio + timeout_ratio > 1:
         fail("--abort-ratio plus --timeout-ratio must not exceed 1", EXIT_USAGE)
@@ -106,6 +112,9 @@ def run(
                  EXIT_USAGE)
     if concurrency < 1:
         fail(f"--concurrency {concurrency}: must be at least 1", EXIT_USAGE)
+    for name in fault:
+        if name not in FAULTS:
+            fail(f"--fault {name}: use one of {', '.join(FAULTS)}", EXIT_USAGE)
     path, source = _run_dir(ctx, directory)
     try:
         engine = Engine(require_engine(path))
@@ -126,6 +135,13 @@ def run(
         if journal_fh:
             journal_fh.write(json.dumps({"txn": list(txn), "produced": produced, "acked": acked}) + "\n")
 
+    try:
+        said = inject(engine, fault, spec.topic_names()[0], txn_timeout_ms)  # before other shells can look
+    except Exception as exc:  # noqa: BLE001 — a fault that cannot be set up is a one-line exit 3, not a traceback
+        engine.close()
+        fail(f"{path}: --fault: {exc}", EXIT_UNREADABLE)
+    for line in said:
+        typer.echo(line, err=True)
     from ..server.run import BackgroundServer
     from .render import workload_view
 

@@ -37,7 +37,12 @@ PIP_TRIGGERS = {"records": "max_records", "size": "max_size", "delay_time": "max
 
 
 class MetricsError(Exception):
-    """A source that cannot be read or holds no writer metrics; the message names it."""
+    """A source that cannot be read or holds no writer metrics; the message names it. ``unreadable``: the text is
+    not a Prometheus exposition at all (it proves nothing, unlike an exposition without writer metrics)."""
+
+    def __init__(self, message: str, unreadable: bool = False):
+        super().__init__(message)
+        self.unreadable = unreadable
 
 
 @dataclass
@@ -122,7 +127,7 @@ def _families(text: str) -> dict[str, list]:
     except ValueError as exc:
         detail = " ".join(str(exc).split())
         detail = detail if len(detail) <= 160 else detail[:157] + "..."  # the parser quotes the whole bad line
-        raise MetricsError(f"not a Prometheus exposition ({detail})") from None
+        raise MetricsError(f"not a Prometheus exposition ({detail})", unreadable=True) from None
 
 
 def _histogram(samples: list) -> Histogram:
