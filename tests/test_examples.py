@@ -18,6 +18,7 @@ def test_ci_smoke_script():
                          env=dict(os.environ, TXNADMIN=TXNADMIN), timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "smoke: ok" in out.stdout
+    assert "smoke: doctor healthy (8 checks, strict=True)" in out.stdout  # the smoke gates on doctor --strict
 
 
 def test_downgrade_checklist_against_a_running_engine(tmp_path):

@@ -286,9 +286,14 @@ class HttpAdmin:
     @classmethod
     def from_target(cls, target) -> "HttpAdmin":
         tls = dict(target.tls)
-        auth = auth_from(target.auth_plugin, target.auth_params, tls)
+        return cls.with_settings(target.url, tls, auth=auth_from(target.auth_plugin, target.auth_params, tls))
+
+    @classmethod
+    def with_settings(cls, base_url: str, tls: dict, *, auth: Optional[Auth] = None,
+                      token: Optional[str] = None) -> "HttpAdmin":
+        """An admin for ``base_url`` under client.conf-style settings (``requestTimeout`` and the TLS keys)."""
         timeout = tls.get("requestTimeout")
-        return cls(target.url, auth=auth,
+        return cls(base_url, auth=auth, token=token,
                    timeout=30.0 if timeout is None else _seconds(timeout),
                    tls_trust_certs=tls.get("tlsTrustCertsFilePath"),
                    tls_allow_insecure=str(tls.get("tlsAllowInsecureConnection", "false")).lower() == "true",
@@ -676,7 +681,11 @@ class HttpAdmin:
             return None  # no (or a garbled) Date header: the caller says it cannot judge ages
 
     def metrics_text(self) -> str:
-        response = self._call("GET", "/metrics/", {}, None)
+        return self.text("/metrics/")
+
+    def text(self, path: str) -> str:
+        """A plain-text GET (``path`` may carry its query), under the same deadline, retries and redirect rules."""
+        response = self._call("GET", path, {}, None)
         if response.status_code != 200:
             self._result(response)
         return response.text

@@ -54,6 +54,8 @@ def doctor(
         fail(str(exc), EXIT_USAGE)
     except proc.DoctorError as exc:
         fail(str(exc), exc.code)
+    if fix and checks and "stuck-transactions" not in checks:
+        fail("--fix aborts what the stuck-transactions check finds: add stuck-transactions to --only", EXIT_USAGE)
     if bookie_dir is not None and not bookie_dir.is_dir():
         fail(f"--bookie-dir {bookie_dir}: not a directory", EXIT_UNREADABLE)
     # doctor judges a whole cluster and --fix aborts transactions: never on the embedded default unless named

@@ -120,6 +120,21 @@ def _position(text: Any) -> Optional[tuple[int, int]]:
         return None
 
 
+def _txn_times(meta: dict) -> tuple[Optional[int], Optional[int], list[str]]:
+    """A transaction's ``openTimestamp`` and ``timeoutAt`` as the coordinator sent them, and which are missing.
+
+    Both are required to judge an age: reading a missing open time as 0 ("opened in 1970") would make a live
+    transaction look decades overdue, and ``--fix`` would abort it. So a missing, non-integer or non-positive open
+    time, or a missing or negative timeout, is reported (unknown), never judged."""
+    def number(name: str, low: int) -> Optional[int]:
+        value = meta.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= low else None
+
+    opened, timeout = number("openTimestamp", 1), number("timeoutAt", 0)
+    missing = [name for name, value in (("openTimestamp", opened), ("timeoutAt", timeout)) if value is None]
+    return opened, timeout, missing
+
+
 # What a garbled answer (a list where Pulsar sends an object, a string where it sends a number) raises in the
 # code that reads it. Caught per survey part and per check: doctor reports it as unknown, never a traceback.
 MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
@@ -156,7 +171,8 @@ class Survey:
     clock: str  # "target" or "unknown"
     coordinators: Optional[list[dict]] = None
     coordinator_stats: dict[int, dict] = field(default_factory=dict)
-    coordinator_errors: dict[int, AdminError] = field(default_factory=dict)
+    coordinator_errors: dict[int, AdminError] = field(default_factory=dict)  # coordinatorStats that failed
+    txn_errors: dict[int, AdminError] = field(default_factory=dict)  # coordinators whose transactions were not read
     tc_disabled: Optional[str] = None  # the 503 reason when transactionCoordinatorEnabled=false
     transactions: dict[str, dict] = field(default_factory=dict)  # "(m,l)" → TransactionMetadata
     topics: dict[str, set[str]] = field(default_factory=dict)  # namespace → every topic listed (system included)
@@ -170,13 +186,16 @@ class Survey:
     metrics: Optional[tuple[Optional[str], str]] = None  # /metrics text once read, or why it could not be
     lost: Optional[str] = None  # the target stopped answering after the first call: why
     target: str = ""  # as the operator named it (keys txnadmin's record of batch-flag changes)
+    answered: set[str] = field(default_factory=set)  # calls the target answered as a Pulsar broker does
     bookie_dir: Optional[Path] = None  # --bookie-dir: read by the bookie-rocksdb check only
 
 
 def _read(survey: Survey, area: str, fn, *args):
     """One admin call whose failure is recorded under ``area`` (the checks turn it into an unknown finding)."""
     try:
-        return fn(*args)
+        value = fn(*args)
+        survey.answered.add(area)
+        return value
     except TargetUnreachableError:
         raise
     except AdminError as exc:
@@ -199,12 +218,14 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
     s = Survey(now_ms=now, clock="target" if now is not None else "unknown")
     if now is None:
         s.errors["clock"] = "the target's answers carry no Date header, so ages cannot be judged on its clock"
+    topics_read = False
     try:
         try:
             _survey_coordinators(admin, s, concurrency)
         except MALFORMED as exc:
             s.coordinators, s.coordinator_stats, s.transactions = None, {}, {}
             s.coordinator_errors.clear()
+            s.txn_errors.clear()
             s.errors["coordinators"] = f"an answer doctor cannot read: {_malformed(exc)}"
         if need & {"max-read-position", "recovery", "snapshots", "leftovers", "batched-log", "coverage"}:
             try:
@@ -212,6 +233,7 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
             except MALFORMED as exc:
                 s.buffers, s.stores = {}, []
                 s.errors["namespaces"] = f"an answer doctor cannot read: {_malformed(exc)}"
+            topics_read = "namespaces" not in s.errors
         if need & {"batched-log", "snapshots", "coordinators"}:
             s.runtime = _read(s, "runtime-config", admin.runtime_config)
         if "versions" in need:
@@ -220,45 +242,59 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
         # Read once, then lost: what was read is still judged (a warning found wins, exit 1); the rest is unknown
         # and, with nothing wrong found, the run cannot call the target healthy (exit 3).
         s.lost = exc.reason
+        return s
+    if not (s.coordinators is not None or s.tc_disabled or topics_read or s.runtime is not None
+            or s.versions is not None):
+        # Every call answered, but nothing in a form doctor can use (a proxy's login page, another service, garbage):
+        # checks with nothing to look at would pass vacuously, so this is "cannot tell", never "healthy".
+        first = next((v for k, v in s.errors.items() if k != "clock"), "no usable answer")
+        raise DoctorError(f"cannot read the target: none of its answers could be used ({first})")
     return s
 
 
 def _survey_coordinators(admin: TransactionsAdmin, s: Survey, concurrency: int) -> None:
     try:
         s.coordinators = admin.list_coordinators()
+        s.answered.add("coordinators")
     except TargetUnreachableError:
         raise
     except AdminError as exc:
         if exc.status == 503:
             s.tc_disabled = exc.reason
+            s.answered.add("coordinators")  # a broker with transactions switched off says so with a 503
         else:
             s.errors["coordinators"] = _problem(exc)
         return
     ids = sorted(int(c["id"]) for c in s.coordinators)
 
     def one(tc_id: int):
+        # Both calls are made whatever the first answers: a coordinator whose stats fail may still list its
+        # transactions, and one whose listing fails leaves them unread — which the checks must say, not skip.
+        stats = txns = stats_error = txns_error = None
         try:
             stats = admin.coordinator_stats(tc_id)
         except TargetUnreachableError:
             raise
         except AdminError as exc:
-            return tc_id, None, None, exc
+            stats_error = exc
         try:
             txns = admin.slow_transactions(0, tc_id)  # every in-memory transaction with a timeout (all of them)
         except TargetUnreachableError:
             raise
         except AdminError as exc:
-            return tc_id, stats, None, exc
-        return tc_id, stats, txns, None
+            txns_error = exc
+        return tc_id, stats, txns, stats_error, txns_error
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for tc_id, stats, txns, error in pool.map(one, ids):
+        for tc_id, stats, txns, stats_error, txns_error in pool.map(one, ids):
             if stats is not None:
                 s.coordinator_stats[tc_id] = stats
             if txns is not None:
                 s.transactions.update(txns)
-            if error is not None:
-                s.coordinator_errors[tc_id] = error
+            if stats_error is not None:
+                s.coordinator_errors[tc_id] = stats_error
+            if txns_error is not None:
+                s.txn_errors[tc_id] = txns_error
 
 
 def _names(value: Any) -> set[str]:
@@ -403,6 +439,10 @@ def check_coordinators(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Fin
         subject = f"coordinator {tc_id}"
         if tc_id in s.coordinator_errors and tc_id not in s.coordinator_stats:
             exc = s.coordinator_errors[tc_id]
+            if exc.status in (401, 403):  # doctor's role may not read it: says nothing about the coordinator
+                out.append(_unknown(name, subject, f"coordinatorStats?coordinatorId={tc_id}: {_problem(exc)}",
+                                    "run doctor as a super-user (transaction admin calls need one)"))
+                continue
             out.append(Finding(name, "critical", subject, {"call": f"coordinatorStats?coordinatorId={tc_id}",
                                                            "status": exc.status, "reason": exc.reason},
                                "the coordinator does not answer: transactions assigned to it cannot begin or end",
@@ -451,10 +491,10 @@ def check_stuck(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
         return [_unknown(name, "cluster", f"coordinators: {s.errors.get('coordinators', 'not read')}",
                          "see the coordinators finding; no transaction was checked")]
     out: list[Finding] = []
-    for tc_id, exc in sorted(s.coordinator_errors.items()):
-        if tc_id in s.coordinator_stats:  # stats answered, the transaction listing did not
-            out.append(_unknown(name, f"coordinator {tc_id}", f"slowTransactions: {_problem(exc)}",
-                                "run doctor again; if it persists, read the owning broker's log"))
+    for tc_id, exc in sorted(s.txn_errors.items()):  # its transactions were not read: nothing proven about them
+        out.append(_unknown(name, f"coordinator {tc_id}", f"slowTransactions?coordinatorId={tc_id}: {_problem(exc)}",
+                            "see the coordinators finding; run doctor again; if it persists, read the owning "
+                            "broker's log"))
     if s.now_ms is None:
         if s.transactions:
             out.append(_unknown(name, "cluster", s.errors["clock"],
@@ -462,15 +502,27 @@ def check_stuck(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
                                 "slow-transactions -t 1h` lists long-timeout transactions without judging their age"))
         return out
     oldest: dict[int, tuple[int, dict]] = {}
+    unreadable = []
     for txn_text, meta in sorted(s.transactions.items()):
         try:
             txn = TxnId.parse(txn_text)
         except ValueError:
+            unreadable.append(txn_text)  # listed, so it exists: skipping it silently would pass for "not stuck"
             continue
-        opened = int(meta.get("openTimestamp") or 0)
-        timeout = int(meta.get("timeoutAt") or 0)
-        age = s.now_ms - opened
         status = meta.get("status")
+        opened, timeout, missing = _txn_times(meta)
+        if opened is None or timeout is None:
+            if status == "OPEN" or status in ENDING_STATES:
+                out.append(Finding(
+                    name, "unknown", str(txn),
+                    {"reason": f"the coordinator's answer has no usable {' or '.join(missing)} for this "
+                               "transaction, so its age cannot be judged", "txnId": str(txn), "status": status,
+                     "openTimestamp": meta.get("openTimestamp"), "timeoutAt": meta.get("timeoutAt")},
+                    "this transaction could not be judged, so nothing is proven about it (and --fix leaves it alone)",
+                    f"`txnadmin transactions transaction-metadata -m {txn.most_bits} -l {txn.least_bits}` to read it "
+                    "again", []))
+            continue
+        age = s.now_ms - opened
         evidence = {"txnId": str(txn), "status": status, "openTimestamp": opened, "age": _age(age), "ageMs": age,
                     "timeoutMs": timeout, "owner": meta.get("owner"), "targetNowMs": s.now_ms, "clock": s.clock,
                     "producedPartitions": sorted(meta.get("producedPartitions") or {}),
@@ -500,6 +552,10 @@ def check_stuck(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding]:
                     f"unload the coordinator so it recovers and drives the end again: `pulsar-admin topics unload "
                     f"{coordinator_assign_partition(txn.most_bits)}`; upgrade to a release with PR #23551",
                     [_ref(23550), _ref(23551)]))
+    if unreadable:
+        out.append(_unknown(name, "transactions", f"{len(unreadable)} transaction(s) listed under an id that is not "
+                            f"(mostBits,leastBits): {', '.join(repr(t) for t in unreadable[:5])}",
+                            "`pulsar-admin transactions slow-transactions -t 0s` to read the listing by hand"))
     for tc_id, (_, evidence) in sorted(oldest.items()):
         if any(f.subject == evidence["txnId"] for f in out):
             continue
@@ -518,10 +574,15 @@ def check_max_read_position(admin: TransactionsAdmin, s: Survey, t: dict) -> lis
     name = "max-read-position"
     out: list[Finding] = []
     by_topic: dict[str, list[tuple[int, str, dict]]] = {}
+    unproven: dict[str, list[str]] = {}  # topic → ongoing transactions whose age the answer does not give
     for txn_text, meta in s.transactions.items():
         if meta.get("status") in ("OPEN",) + ENDING_STATES:
+            opened, timeout, _ = _txn_times(meta)
             for topic in meta.get("producedPartitions") or {}:
-                by_topic.setdefault(topic, []).append((int(meta.get("openTimestamp") or 0), txn_text, meta))
+                if opened is None or timeout is None:
+                    unproven.setdefault(topic, []).append(txn_text)
+                else:
+                    by_topic.setdefault(topic, []).append((opened, txn_text, meta))
     for topic, stats in sorted(s.buffers.items()):
         ongoing = int(stats.get("ongoingTxnSize") or 0)
         mrp = _position(stats.get("maxReadPosition"))
@@ -540,8 +601,14 @@ def check_max_read_position(admin: TransactionsAdmin, s: Survey, t: dict) -> lis
         if lac[0] == mrp[0]:
             evidence["entriesBehind"] = lac[1] - mrp[1]
         known = sorted(by_topic.get(topic, []))
+        if topic in unproven:
+            out.append(_unknown(name, topic, f"the max read position {stats.get('maxReadPosition')} is behind "
+                                f"{internal.get('lastConfirmedEntry')} and the age of {', '.join(sorted(unproven[topic]))} "
+                                "is not in the coordinator's answer (no openTimestamp or timeoutAt)",
+                                "see the stuck-transactions finding for that transaction, then run again"))
+            continue
         if not known:
-            if s.coordinator_errors or s.coordinators is None:
+            if s.txn_errors or s.coordinators is None:
                 out.append(_unknown(name, topic, f"{ongoing} ongoing transaction(s) hold the max read position "
                                     f"{stats.get('maxReadPosition')} behind {internal.get('lastConfirmedEntry')}, and "
                                     "not every coordinator could be read to tell how old they are",
@@ -725,6 +792,10 @@ def check_batched_log(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Find
     try:
         reports = analyze_text(text, {})
     except MetricsError as exc:
+        if exc.unreadable:  # a login page or garbage where /metrics should be: it says nothing about the writers
+            out.append(_unknown(name, "writer metrics", f"/metrics: {exc}", "point doctor at the broker itself (not a "
+                                "proxy or login page), or run `txnadmin metrics <broker>/metrics` where it is reachable"))
+            return out
         out.append(Finding(name, "info", "writer metrics", {"flags": flags, "metrics": str(exc)},
                            "no batched writer has flushed since the broker started (batching off, or no traffic)",
                            "nothing to do", []))
@@ -790,13 +861,11 @@ def check_leftovers(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Findin
             if internal is not None and store.subscription not in (internal.get("cursors") or {}):
                 gone = {"store": store.name, "topic": store.topic, "missing": "subscription",
                         "subscriptions": sorted(internal.get("cursors") or {})}
-        elif store.error is not None:
-            out.append(_unknown(name, store.name, f"pendingAckStats: {_problem(store.error)}",
-                                "grant topic access or run again"))
+        # a store that answered anything but 404 is reported by `coverage`, which runs with this check
         if gone:
             out.append(Finding(name, "warning", store.name, gone, why,
                                f"`pulsar-admin topics delete {store.name}` (after checking the subscription is really gone)",
-                               [_ref(11000), _ref(13793)]))
+                               [_ref(11000), _ref(11023)]))
     out += _idle_stores(admin, s, t)
     return out
 
@@ -861,6 +930,18 @@ def check_coverage(admin: TransactionsAdmin, s: Survey, t: dict) -> list[Finding
     by_status: dict[int, list[str]] = {}
     for topic, exc in s.buffer_errors.items():
         by_status.setdefault(exc.status, []).append(topic)
+    unread: dict[int, list[Store]] = {}
+    for store in s.stores:
+        if store.error is not None and store.stats is None and not isinstance(store.error, NotFoundError):
+            unread.setdefault(store.error.status, []).append(store)
+    for status, stores in sorted(unread.items()):
+        names = sorted(store.name for store in stores)
+        out.append(Finding(name, "unknown", "pending-ack stores",
+                           {"status": status, "stores": len(names), "examples": names[:5],
+                            "reason": _problem(stores[0].error) if stores[0].error else ""},
+                           "these pending-ack stores could not be read, so the recovery and leftovers checks say "
+                           "nothing about them", "run again; for 401/403 grant doctor's role access to those topics",
+                           []))
     for status, topics in sorted(by_status.items()):
         topics.sort()
         evidence = {"status": status, "topics": len(topics), "examples": topics[:5],
@@ -886,10 +967,11 @@ KNOWN_BUGS: list[dict] = [
      "what": "timed-out transactions never end after a coordinator recovers (max read position frozen)"},
     {"ref": 17040, "fix": 18833, "fixed": {(2, 9): (2, 9, 5), (2, 10): (2, 10, 4), (2, 11): (2, 11, 1)},
      "what": "transaction buffer recovery blocked in the snapshot reader's readNext (transactional produce hangs)"},
-    {"ref": 22943, "fix": 23189, "fixed": {(4, 0): (4, 0, 0)},
+    {"ref": 22943, "fix": 23189, "fixed": {(3, 0): (3, 0, 7), (3, 3): (3, 3, 2), (4, 0): (4, 0, 0)},
      "what": "high CPU from a tailing read while a transaction is ongoing (mitigated; the full fix, PR #22944, is open)"},
-    {"ref": 23550, "fix": 23551, "fixed": {(4, 2): (4, 2, 0)}, "what": "transactions stuck in COMMITTING"},
-    {"ref": 24945, "fix": None, "fixed": {(4, 2): (4, 2, 0)},
+    {"ref": 23550, "fix": 23551, "fixed": {(3, 0): (3, 0, 15), (4, 0): (4, 0, 8), (4, 1): (4, 1, 2)},
+     "what": "transactions stuck in COMMITTING"},
+    {"ref": 24945, "fix": None, "fixed": {(4, 0): (4, 0, 8), (4, 1): (4, 1, 2)},
      "what": "transactional sends fail for good when they race the buffer's first snapshot"},
 ]
 
@@ -1068,6 +1150,12 @@ def exit_code(report: Report, strict: bool = False) -> int:
     return EXIT_UNREADABLE if report.lost else EXIT_HEALTHY
 
 
+# Checks that judge what the topic survey read (buffers, pending-ack stores): `coverage`, which reports what that
+# survey could not read (a 403 on a namespace, buffers or stores that did not answer), always runs with them, or
+# `--only recovery` on a namespace doctor may not list would pass for a clean run.
+TOPIC_CHECKS = ("max-read-position", "recovery", "snapshots", "leftovers")
+
+
 def select_checks(only: Optional[list[str]], bookie_dir: Optional[Path] = None) -> list[str]:
     names = [n for n in CHECKS if n != "bookie-rocksdb" or bookie_dir is not None]
     if not only:
@@ -1077,7 +1165,8 @@ def select_checks(only: Optional[list[str]], bookie_dir: Optional[Path] = None) 
         raise DoctorError(f"--only {','.join(unknown)}: no such check (checks: {', '.join(CHECKS)})", 2)
     if "bookie-rocksdb" in only and bookie_dir is None:
         raise DoctorError("--only bookie-rocksdb needs --bookie-dir DIR", 2)
-    return [n for n in CHECKS if n in only]
+    chosen = set(only) | ({"coverage"} if set(only) & set(TOPIC_CHECKS) else set())
+    return [n for n in CHECKS if n in chosen]
 
 
 def run(admin: TransactionsAdmin, target: str, only: Optional[list[str]] = None,
@@ -1088,6 +1177,11 @@ def run(admin: TransactionsAdmin, target: str, only: Optional[list[str]] = None,
     t = parse_thresholds([]) if thresholds is None else thresholds
     s = survey(admin, concurrency, progress, set(names))
     s.bookie_dir, s.target = bookie_dir, target
+    if not s.answered and s.lost is None:
+        # Nothing answered as a broker does (another web server on that port, a login page, a 500 everywhere): a
+        # report of "unknown" findings would exit 0 and pass for healthy. The target cannot be read at all.
+        reasons = "; ".join(f"{area}: {reason}" for area, reason in sorted(s.errors.items()) if area != "clock")
+        raise DoctorError(f"cannot read the target: no admin call answered as a Pulsar broker does ({reasons[:300]})")
     findings: list[Finding] = []
     for name in names:
         try:
@@ -1113,8 +1207,11 @@ def fix_plan(report: Report) -> list[TxnId]:
     if report.clock != "target":
         raise DoctorError("cannot plan a fix: the target's clock is unknown (no Date header), and doctor will not "
                           "judge timeouts on this machine's clock", EXIT_UNREADABLE)
+    # Only findings that carry their own proof: the broker's open time and a positive overdue on its clock.
     return sorted({TxnId.parse(f.subject) for f in report.findings
-                   if f.check == "stuck-transactions" and f.severity == "critical" and f.evidence.get("status") == "OPEN"})
+                   if f.check == "stuck-transactions" and f.severity == "critical" and f.evidence.get("status") == "OPEN"
+                   and f.evidence.get("clock") == "target" and isinstance(f.evidence.get("openTimestamp"), int)
+                   and f.evidence["openTimestamp"] > 0 and f.evidence.get("overdueMs", 0) > 0})
 
 
 def apply_fix(admin: TransactionsAdmin, plan: list[TxnId]) -> list[dict]:
