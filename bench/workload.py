@@ -3,7 +3,8 @@
     python bench/workload.py [--quick] [--seconds 5] [--clients 1,16,64,256] [--curve 1,4] [--delays 5]
                              [--baseline REF] [--write-docs]
 
-For every client count a fresh engine (16 coordinators) runs the real CLI in a child process, once with PIP-160
+For every client count a fresh engine (16 coordinators, as `initialize-transaction-coordinator-metadata` creates by
+default; Pulsar standalone creates 1) runs the real CLI in a child process, once with PIP-160
 batching off and once on (transaction log and pending-ack stores); the child's CPU time comes from its rusage.
 Afterwards the entry logs are read back (read-only storage, every entry CRC-checked and decoded) to count the
 transaction-log entries and the records in each batched entry. `--curve` adds runs at the largest client count
@@ -168,7 +169,8 @@ def markdown(rows: list[dict], seconds: float, baseline: float, load: tuple[floa
     lines = [HEADER, "",
              f"`.venv/bin/python bench/workload.py {' '.join(sys.argv[1:])}` — the real `txnadmin engine "
              "run --rate 0` in a child process per row (fresh engine, default workload: 2 topics, 2 subscriptions, "
-             "2 messages and up to 2 acks per transaction, 10 % aborted), measured "
+             "2 messages and up to 2 acks per transaction, sent and acknowledged together and awaited once before "
+             "the commit as with Pulsar's sendAsync / acknowledgeAsync, 10 % aborted), measured "
              f"{time.strftime('%Y-%m-%d')}. Records per batched entry are read back from the entry logs; CPU per "
              f"transaction is the child's user + system time less an idle run's ({baseline:.2f} s). The machine is "
              f"shared: 1-minute load average {load[0]:.1f} before the runs, {load[1]:.1f} after."

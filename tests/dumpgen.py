@@ -1,5 +1,6 @@
 """Dump fixtures written straight from the published formats (bookkeeper-formats.md, BookKeeper's DigestManager,
-ReadLedgerCommand, FormatUtil, ListLedgersCommand sources), not with txnadmin's scan code."""
+ReadLedgerCommand, FormatUtil, ListLedgersCommand sources; Pulsar's .proto files), with nothing from txnadmin: not
+its scan code, not its codec."""
 
 from __future__ import annotations
 
@@ -12,30 +13,43 @@ from pathlib import Path
 
 import google_crc32c
 
-from txnadmin.codec import (PendingAckMetadata, PendingAckMetadataEntry, PendingAckOp, TransactionMetadataEntry,
-                            TxnOp, encode_batched, encode_plain)
-
 TC_ML = "pulsar/system/persistent/__transaction_log_{}"
 ACK_ML = "public/default/persistent/orders-billing__transaction_pending_ack"
 MSG_ML = "public/default/persistent/orders"
 
 
-def txn_record(seq: int) -> TransactionMetadataEntry:
-    return TransactionMetadataEntry(metadata_op=TxnOp.NEW, txnid_most_bits=1, txnid_least_bits=seq, timeout_ms=1000,
-                                    start_time=1, last_modification_time=1, max_local_txn_id=seq)
+# Records are built field by field from PulsarTransactionMetadata.proto and TransactionPendingAck.proto, never with
+# txnadmin's codec: a fixture the scanner's own encoder wrote would agree with its decoder by construction.
+
+def _field(number: int, value) -> bytes:
+    if isinstance(value, bytes):
+        return _varint(number << 3 | 2) + _varint(len(value)) + value
+    return _varint(number << 3) + _varint(value)
 
 
-def ack_record(seq: int) -> PendingAckMetadataEntry:
-    return PendingAckMetadataEntry(pending_ack_op=PendingAckOp.ACK, txnid_most_bits=1, txnid_least_bits=seq,
-                                   pending_ack_metadata=[PendingAckMetadata(ledgerId=5, entryId=seq)])
+def txn_record(seq: int) -> bytes:
+    """TransactionMetadataEntry NEW: metadata_op=NEW(0), txnid (2 least, 3 most), timeout_ms(8), start_time(9),
+    last_modification_time(10), max_local_txn_id(11)."""
+    return raw_txn_record(seq)
+
+
+def ack_record(seq: int) -> bytes:
+    """PendingAckMetadataEntry: pending_ack_op=ACK(1), txnid (3 least, 4 most), one PendingAckMetadata(5) with
+    ledgerId(1), entryId(2)."""
+    position = _field(1, 5) + _field(2, seq)
+    return _field(1, 1) + _field(3, seq) + _field(4, 1) + _field(5, position)
 
 
 def batched(n: int, seq: int = 0) -> bytes:
-    return encode_batched([txn_record(seq + i) for i in range(n)])
+    return raw_batch([txn_record(seq + i) for i in range(n)])
+
+
+def ack_batch(records: list[bytes]) -> bytes:
+    return raw_batch(records)
 
 
 def plain(seq: int = 0) -> bytes:
-    return encode_plain(txn_record(seq))
+    return txn_record(seq)
 
 
 def pulsar_message(i: int) -> bytes:
@@ -84,22 +98,22 @@ def stored_entry(ledger: int, entry: int, payload: bytes, length: int, kind: str
 
 
 def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_last: int = 0,
-                    digests: dict[int, str] | None = None, password: bytes = b"",
+                    digests: dict | None = None, password: bytes = b"",
                     corrupt: set[tuple[int, int]] | None = None,
                     corrupt_header: set[tuple[int, int]] | None = None, finished: bool = True) -> None:
     """A DefaultEntryLogger file: header, [size][32-byte header][digest][payload] records and, once finished
     (rotated), the ledgers map: per ledger the bytes it holds in the file, each record counted with its 4-byte
     size (`EntryLogMetadata.addLedgerSize(ledgerId, entrySize + 4)`).
 
-    ``digests`` gives a ledger's digest type (CRC32C by default); ``corrupt`` flips a byte of those entries' payload
+    ``digests`` gives a ledger's digest type (CRC32C by default), or one entry's, keyed by (ledger, entry); ``corrupt`` flips a byte of those entries' payload
     after the digest was computed (a damaged byte on disk); ``corrupt_header`` flips a bit of their ledger id."""
     out = bytearray(b"BKLO" + struct.pack(">i", 1) + bytes(1016))
     lengths: dict[int, int] = {}
     counts: dict[int, int] = {}
     for ledger, entry, payload in entries:
         lengths[ledger] = lengths.get(ledger, 0) + len(payload)
-        record = bytearray(stored_entry(ledger, entry, payload, lengths[ledger], (digests or {}).get(ledger, "CRC32C"),
-                                        password))
+        kind = (digests or {}).get((ledger, entry)) or (digests or {}).get(ledger, "CRC32C")
+        record = bytearray(stored_entry(ledger, entry, payload, lengths[ledger], kind, password))
         if corrupt and (ledger, entry) in corrupt:
             record[-len(payload)] ^= 0x40  # 0E → 4E: the damaged prefix byte no longer looks like the magic
         if corrupt_header and (ledger, entry) in corrupt_header:
@@ -119,28 +133,91 @@ def write_entry_log(path: Path, entries: list[tuple[int, int, bytes]], truncate_
     path.write_bytes(bytes(out))
 
 
+def write_direct_entry_log(path: Path, entries: list[tuple[int, int, bytes]], flush_every: int = 2,
+                           finished: bool = True, preallocated: int = 8192,
+                           corrupt: set[tuple[int, int]] | None = None) -> None:
+    """A DirectEntryLogger file (BookKeeper 4.16+, `dbStorage_directIOEntryLogger`), from its Header, DirectWriter,
+    Buffer and LogMetadata sources: a 4096-byte header whose bytes 1024.. are a dummy record (size 3068, ledger
+    id -1) so the legacy reader skips to the first block; `[size][entry]` records; each flush pads with 0xF0 to
+    the next 4096-byte boundary (read as a negative size: skip to the boundary); once finished, the ledgers map
+    batches and the header rewritten with the map's offset; fallocate'd space reads as zeros (size 0: the end)."""
+    align = 4096
+    out = bytearray(b"BKLO" + struct.pack(">i", 1) + bytes(1016))
+    out += struct.pack(">iq", align - 1024 - 4, -1) + bytes(align - 1024 - 12)
+    lengths: dict[int, int] = {}
+    counts: dict[int, int] = {}
+
+    def pad() -> None:
+        out.extend(b"\xf0" * (-len(out) % align))
+
+    for n, (ledger, entry, payload) in enumerate(entries, 1):
+        lengths[ledger] = lengths.get(ledger, 0) + len(payload)
+        record = bytearray(stored_entry(ledger, entry, payload, lengths[ledger]))
+        if corrupt and (ledger, entry) in corrupt:
+            record[-len(payload)] ^= 0x40
+        out += struct.pack(">i", len(record)) + record
+        counts[ledger] = counts.get(ledger, 0) + len(record) + 4
+        if n % flush_every == 0:
+            pad()
+    pad()
+    if finished:
+        map_offset = len(out)
+        body = struct.pack(">qqi", -1, -2, len(counts)) + b"".join(struct.pack(">qq", l, c) for l, c in counts.items())
+        out += struct.pack(">i", len(body)) + body
+        pad()
+        out[8:20] = struct.pack(">qi", map_offset, len(counts))
+    path.write_bytes(bytes(out) + bytes(preallocated))
+
+
 def ledger_list(path: Path, ledgers: dict[int, str], cursor: dict[int, str] | None = None,
                 last: dict[int, int | None] | None = None, digest_type: str | dict[int, str] = "CRC32C",
-                meta: bool = True, prefix: str = "pulsar", password: bytes = b"") -> None:
-    """`listledgers -meta` (or without -meta) as the shell logs it; ``last[lid]`` None makes the ledger OPEN."""
+                meta: bool = True, prefix: str = "pulsar", password: bytes = b"", command: str = "listledgers",
+                id_format=str) -> None:
+    """`listledgers -meta` (or without -meta, or `ledgermetadata` per ledger) as the shell logs it; ``last[lid]``
+    None makes the ledger OPEN.
+
+    ``prefix`` "4.18" is BookKeeper 4.18 (slog, BP-69) under a console layout with ``%X`` (``%m %X%n``, as its
+    shell's rolling-file layout): ListLedgersCommand logs one ``log entry`` event with the attributes ledgerId and
+    metadata, LedgerMetaDataCommand a ``ledgerID`` event (ledgerId) then a ``log entry`` event (metadata);
+    "4.18-console" is the same under the default console layout, which prints no attributes at all."""
     lines = []
     pre = {"pulsar": "12:00:00.000 [main] INFO  org.apache.bookkeeper.tools.cli.commands.client.ListLedgersCommand - ",
-           "bk": "12:00:00,000 INFO  ", "none": ""}[prefix]
+           "bk": "12:00:00,000 INFO  ", "none": "", "4.18": "12:00:00,000 INFO  ",
+           "4.18-console": "12:00:00,000 INFO  "}[prefix]
     for lid, ml in ledgers.items():
-        lines.append(f"{pre}ledgerID: {lid}")
-        if not meta:
-            continue
-        custom = {"application": "pulsar", "component": "managed-ledger", "pulsar/managed-ledger": ml}
-        if cursor and lid in cursor:
-            custom["pulsar/cursor"] = cursor[lid]
-        custom_text = ", ".join(f"{k}=base64:{base64.b64encode(v.encode()).decode()}" for k, v in custom.items())
-        lac = (last or {}).get(lid)
-        kind = digest_type if isinstance(digest_type, str) else digest_type.get(lid, "CRC32C")
-        state = "state=CLOSED, length=63, lastEntryId=" + str(lac) if lac is not None else "state=OPEN"
-        lines.append(f"{pre}LedgerMetadata{{formatVersion=3, ensembleSize=2, writeQuorumSize=2, ackQuorumSize=2, "
-                     f"{state}, digestType={kind}, password=base64:{base64.b64encode(password).decode()}, "
-                     f"ensembles={{0=[10.0.0.1:3181, 10.0.0.2:3181]}}, customMetadata={{{custom_text}}}}}")
+        text = None
+        if meta:
+            text = _metadata_text(lid, ml, cursor, last, digest_type, password)
+        if prefix == "4.18-console":
+            lines.append(f"{pre}log entry" if command == "listledgers" else f"{pre}ledgerID")
+            if text and command != "listledgers":
+                lines.append(f"{pre}log entry")
+        elif prefix == "4.18" and command == "listledgers":
+            attrs = f"ledgerId={id_format(lid)}" + (f", metadata={text}" if text else "")
+            lines.append(f"{pre}log entry {{{attrs}}}")
+        elif prefix == "4.18":
+            lines.append(f"{pre}ledgerID {{ledgerId={id_format(lid)}}}")
+            if text:
+                lines.append(f"{pre}log entry {{metadata={text}}}")
+        else:
+            lines.append(f"{pre}ledgerID: {id_format(lid)}")
+            if text:
+                lines.append(f"{pre}{text}")
     path.write_text("\n".join(lines) + "\n")
+
+
+def _metadata_text(lid: int, ml: str, cursor, last, digest_type, password: bytes) -> str:
+    """`LedgerMetadataImpl.toString()`: Guava's toStringHelper, customMetadata values as `base64:`."""
+    custom = {"application": "pulsar", "component": "managed-ledger", "pulsar/managed-ledger": ml}
+    if cursor and lid in cursor:
+        custom["pulsar/cursor"] = cursor[lid]
+    custom_text = ", ".join(f"{k}=base64:{base64.b64encode(v.encode()).decode()}" for k, v in custom.items())
+    lac = (last or {}).get(lid)
+    kind = digest_type if isinstance(digest_type, str) else digest_type.get(lid, "CRC32C")
+    state = "state=CLOSED, length=63, lastEntryId=" + str(lac) if lac is not None else "state=OPEN"
+    return (f"LedgerMetadata{{formatVersion=3, ensembleSize=2, writeQuorumSize=2, ackQuorumSize=2, "
+            f"{state}, digestType={kind}, password=base64:{base64.b64encode(password).decode()}, "
+            f"ensembles={{0=[10.0.0.1:3181, 10.0.0.2:3181]}}, customMetadata={{{custom_text}}}}}")
 
 
 def hexdump(data: bytes) -> str:

@@ -220,6 +220,7 @@ def test_tls_client_certificate_errors_name_the_file(pki, tls_broker, tmp_path):
 @pytest.mark.parametrize("plugin, named", [
     ("org.apache.pulsar.client.impl.auth.AuthenticationAthenz", "Athenz"),
     ("org.apache.pulsar.client.impl.auth.AuthenticationSasl", "SASL"),
+    ("org.apache.pulsar.client.impl.auth.AuthenticationKeyStoreTls", "keystore TLS"),
     ("com.example.auth.MyCompanyAuth", "unknown authentication plugin"),
 ])
 def test_unsupported_plugins_are_refused_by_name(plugin, named, tmp_path):
@@ -250,3 +251,28 @@ def test_pulsar_home_client_conf_is_read_after_pulsar_client_conf(tmp_path):
     assert json.loads(result.stdout)["target"] == "http://from-pulsar-home:8080"
     result = runner.invoke(app, ["target", "-o", "json"], env={**env, "PULSAR_CLIENT_CONF": str(explicit)})
     assert json.loads(result.stdout)["target"] == "http://from-env:8080"
+
+
+# -- token ---------------------------------------------------------------------------------------------
+
+def test_token_from_flags_file_json_and_client_conf(tmp_path):
+    token = "tok-" + "x" * 40
+    server = Server(_coordinators_if(lambda headers, peer: headers.get("Authorization") == f"Bearer {token}"))
+    plugin = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+    (tmp_path / "token.jwt").write_text(token + "\n")
+    conf = tmp_path / "client.conf"
+    conf.write_text(f"webServiceUrl={server.url}\nauthPlugin={plugin}\nauthParams=file://{tmp_path / 'token.jwt'}\n")
+    try:
+        for args in (["--auth-plugin", plugin, "--auth-params", f"token:{token}"],
+                     ["--auth-plugin", plugin, "--auth-params", f"file://{tmp_path / 'token.jwt'}"],
+                     ["--auth-plugin", plugin, "--auth-params", json.dumps({"token": token})]):
+            result = _list("-u", server.url, *args)
+            assert result.exit_code == 0 and result.stdout.startswith("0 "), (args, result.output)
+        assert _list("--conf", str(conf)).exit_code == 0
+        wrong = _list("-u", server.url, "--auth-plugin", plugin, "--auth-params", "token:wrong-token-value")
+        assert wrong.exit_code == 1 and "not authorized" in wrong.stderr and "wrong-token-value" not in wrong.output
+        missing = _list("-u", server.url, "--auth-plugin", plugin, "--auth-params", f"file://{tmp_path / 'none'}")
+        assert missing.exit_code == 1 and str(tmp_path / "none") in missing.stderr
+    finally:
+        server.close()
+    assert all(h.get("Authorization") for _, _, h, _ in server.seen)  # an unreadable token file sends nothing

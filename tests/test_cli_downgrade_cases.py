@@ -1,6 +1,7 @@
 """The cases of issue #14 that were only tested in-process, now driven through the CLI against real engine servers
 (`txnadmin serve`, and `engine run` reached as `local:PATH`): a store reopened by someone else, a rollover between
-recording and reload, a store listed but not loaded, and batched-writer flush counters on every broker.
+recording and reload (behind a front door, and with a plain `-u local:PATH`), a store listed but not loaded, and
+batched-writer flush counters on every broker.
 
 Where a real cluster varies in ways one engine cannot (several brokers behind one admin URL, a slow unload, a
 broker that has not loaded a topic), a loopback front door (tests/http_front.py) forwards to the real server and
@@ -120,6 +121,82 @@ def test_a_rollover_between_recording_and_a_slow_reload_moves_last_batched_up(tm
             done = cli(door.url, "downgrade", "wait", "--state", str(state), "--timeout", "90", "--interval", "0.5",
                        "-o", "json", timeout=240)
             assert done.returncode == 0 and _report(done)["safe"] is True, done.stderr
+    assert live_batched_entries_in(d) == []
+
+
+# The same race with a plain `-u local:PATH` target: no front door, the CLI reaches the running `engine run`
+# through its server.json. The broker itself is slow this time: the `engine run` process is started with its unload
+# held (inside that process) until the log, still batching, has rolled over to a new ledger.
+_SLOW_UNLOADS = """
+import json, re, sys, time
+from txnadmin.admin.local import LocalAdmin
+
+_unload = LocalAdmin.unload_topic
+
+
+def _newest(admin, topic):
+    tc = re.search(r"transaction_coordinator_assign-partition-(\\d+)$", topic)
+    if tc:
+        stats = admin.coordinator_internal_stats(int(tc.group(1)))["transactionLogStats"]
+        return "tc-" + tc.group(1), max(int(l["ledgerId"]) for l in stats["managedLedgerInternalStats"]["ledgers"])
+    return None, None
+
+
+def _slow_unload(self, topic):
+    name, first = _newest(self, topic)
+    if name is not None:
+        now, deadline = first, time.monotonic() + 20
+        while now == first and time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = _newest(self, topic)[1]
+        with open({log!r}, "a") as out:
+            out.write(json.dumps([name, first, now]) + "\\n")
+    return _unload(self, topic)
+
+
+LocalAdmin.unload_topic = _slow_unload
+"""
+
+
+def test_a_rollover_between_recording_and_a_slow_reload_with_a_plain_local_target(tmp_path):
+    import subprocess
+    import sys
+
+    d = _batching_engine(tmp_path)
+    _load(d)
+    hook, held = tmp_path / "slow_unloads.py", tmp_path / "held.jsonl"
+    hook.write_text(_SLOW_UNLOADS.format(log=str(held)))
+    run = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); "
+                            "import slow_unloads; from txnadmin.cli.main import main; main()",
+                            "engine", "run", str(d), "--duration", "0", "--rate", "150", "--concurrency", "4",
+                            "--abort-ratio", "0", "-o", "json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def local(*args, timeout=240):
+        return subprocess.run([sys.executable, "-m", "txnadmin.cli.main", "-u", f"local:{d}", *args],
+                              capture_output=True, text=True, timeout=timeout)
+
+    state = tmp_path / "s.json"
+    try:
+        for _ in range(400):
+            if (d / "server.json").exists():
+                break
+            time.sleep(0.05)
+        time.sleep(1.0)
+        started = local("downgrade", "start", "--yes", "--state", str(state), "-o", "json")
+        assert started.returncode == 0, started.stderr
+        assert _report(started)["target"] == {"url": f"local:{d}", "source": "--admin-url"}
+        seen = {name: (first, now) for name, first, now in map(json.loads, held.read_text().splitlines())}
+        assert set(seen) == {"tc-0", "tc-1"}
+        assert all(now > first for first, now in seen.values()), seen  # each log did roll while its unload waited
+        checklist = json.loads(state.read_text())
+        for name, (_, just_before_reload) in seen.items():
+            assert checklist["coordinators"][name[3:]]["lastBatchedLedgerId"] >= just_before_reload
+        done = local("downgrade", "wait", "--state", str(state), "--timeout", "90", "--interval", "0.5", "-o",
+                     "json")
+        assert done.returncode == 0 and _report(done)["safe"] is True, done.stderr
+    finally:
+        run.terminate()
+        run.wait(timeout=60)
     assert live_batched_entries_in(d) == []
 
 

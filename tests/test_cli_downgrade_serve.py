@@ -149,3 +149,24 @@ def test_a_401_during_wait_stops_at_once_and_a_hung_broker_is_bounded_by_timeout
     with _fake("hang") as url:
         hung = cli(url, "downgrade", "wait", "--state", state, "--timeout", "10", "--interval", "1", timeout=90)
         assert hung.returncode == 3 and "within --timeout 10" in hung.stderr, hung.stderr
+
+
+def test_dry_run_and_a_checklist_from_another_target_through_serve(tmp_path):
+    """--dry-run changes nothing on an http:// target either; a checklist recorded against one served engine is
+    refused against another, saying how to proceed."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = _engine(tmp_path / "a"), _engine(tmp_path / "b")
+    state = str(tmp_path / "s.json")
+    with _serve(tmp_path / "a", a) as (url_a, _), _serve(tmp_path / "b", b) as (url_b, _):
+        dry = cli(url_a, "downgrade", "start", "--dry-run", "--state", state)
+        assert dry.returncode == 0 and "nothing was changed" in dry.stdout, dry.stderr
+        assert not (tmp_path / "s.json").exists()
+        flags = HttpAdmin(url_a, token=TOKEN).runtime_config()
+        assert flags["transactionLogBatchedWriteEnabled"] == "true"  # still on: nothing changed
+        assert cli(url_a, "downgrade", "start", "--yes", "--state", state).returncode == 0
+        for cmd in (["downgrade", "start", "--yes"], ["downgrade", "status"]):
+            refused = cli(url_b, *cmd, "--state", state)
+            assert refused.returncode == 3, refused.stderr
+            assert "recorded on another target" in refused.stderr and "reset" in refused.stderr
+            assert "Traceback" not in refused.stderr

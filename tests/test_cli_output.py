@@ -91,13 +91,31 @@ def test_tables_are_sections_and_rows_not_dotted_keys(engine):
     assert "ago)" in stats.stdout  # timestamps for people
 
 
-@pytest.mark.parametrize("command", [
-    ["transactions", "coordinator-stats"], ["downgrade", "status"], ["upgrade"], ["target"], ["scan", "x"],
-    ["rehearse"], ["metrics"],
-])
+def _commands_with_output():
+    """Every command that has -o/--output, found in the command tree (so a command added later is covered too)."""
+    import typer
+
+    def walk(command, path):
+        if hasattr(command, "commands"):
+            for name, sub in command.commands.items():
+                if not (path == [] and name == "txn"):  # the hidden alias of `transactions`
+                    yield from walk(sub, [*path, name])
+        elif any("--output" in getattr(param, "opts", ()) for param in command.params):
+            yield path
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+def test_the_output_walk_finds_the_commands_of_every_group():
+    found = {tuple(c[:1]) for c in _commands_with_output()}
+    assert {("transactions",), ("downgrade",), ("engine",), ("doctor",), ("metrics",), ("scan",)} <= found
+
+
+@pytest.mark.parametrize("command", _commands_with_output(), ids=" ".join)
 def test_an_unknown_output_format_is_a_usage_error(command, tmp_path):
     result = runner.invoke(app, ["-u", f"local:{tmp_path}", *command, "-o", "xml"])
-    assert result.exit_code == 2 and "'xml' is not one of" in result.stderr
+    assert result.exit_code == 2, result.output
+    assert "'xml' is not one of" in result.stderr or "--output 'xml': use" in result.stderr
 
 
 def test_h_v_and_help_show_metavars_only_for_options_with_values():
@@ -140,3 +158,18 @@ def test_engine_txn_commit_and_abort_take_txn_id_too(engine):
     aborted = runner.invoke(app, ["engine", "txn", "abort", "--dir", directory, "-m", most, "-l", least])
     assert aborted.exit_code == 0, aborted.output
     assert runner.invoke(app, ["engine", "txn", "abort", "--dir", directory]).exit_code == 2
+
+
+def test_engine_txn_errors_are_one_line_and_a_bad_produce_opens_nothing(engine):
+    directory = engine[1].removeprefix("local:")
+    for txn_id in ("(7,0)", "(-1,-1)", "(0,999999)"):  # no such coordinator; no such transaction
+        ended = runner.invoke(app, ["engine", "txn", "commit", "--dir", directory, "--txn-id", txn_id])
+        assert ended.exit_code == 1 and ended.stderr.count("\n") == 1, ended.output
+        assert "unexpected" not in ended.stderr and "not found" in ended.stderr
+    before = len(json.loads(runner.invoke(app, [*engine, "transactions", "list", "-o", "json"]).stdout))
+    for item in ("garbage", "=x"):
+        begun = runner.invoke(app, ["engine", "txn", "begin", "--dir", directory, "--produce", "t1=a",
+                                    "--produce", item])
+        assert begun.exit_code == 2 and "TOPIC=TEXT" in begun.stderr
+    after = json.loads(runner.invoke(app, [*engine, "transactions", "list", "-o", "json"]).stdout)
+    assert len(after) == before  # refused before a transaction was opened

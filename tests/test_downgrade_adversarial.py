@@ -299,3 +299,99 @@ def test_a_deleted_topic_takes_its_stores_along_and_counts_as_done(tmp_path):
         report = checked_status(engine, admin, tmp_path / "s.json")
         gone = [l for l in report.logs if l.name == "persistent://public/default/u-s__transaction_pending_ack"]
         assert gone[0].done and "deleted" in gone[0].reason
+
+
+class Counting(LocalAdmin):
+    """Counts the per-store calls a poll makes."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.calls: list[str] = []
+
+    def pending_ack_internal_stats(self, topic, subscription, metadata=False):
+        self.calls.append("internal")
+        return super().pending_ack_internal_stats(topic, subscription, metadata)
+
+    def pending_ack_stats(self, topic, subscription, low_water_marks=False):
+        self.calls.append("stats")
+        return super().pending_ack_stats(topic, subscription, low_water_marks)
+
+
+def test_a_store_proven_done_then_reopened_with_batching_on_is_caught(tmp_path):
+    """A store proven done is then only asked whether it reopened (one small call per poll): that must still catch
+    a reopen while batching was briefly on, and a reopen the ledgers alone could not show."""
+    with _started(tmp_path) as (engine, admin):
+        assert until_safe(engine, admin, tmp_path / "s.json").safe
+        counting = Counting(engine)
+        again = checked_status(engine, counting, tmp_path / "s.json")
+        assert again.safe and counting.calls == ["stats"] * len(TOPICS)  # no ledgers re-read for proven stores
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "true")
+        engine.reload_topic("persistent://public/default/t")
+        traffic(engine, 30, "t", "s")
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "false")
+        assert live_batched_entries(engine)
+        for _ in range(3):
+            report = checked_status(engine, admin, tmp_path / "s.json")
+            assert not report.safe
+            assert [l.name for l in report.groups()[KIND_REOPENED]] == [
+                "persistent://public/default/t-s__transaction_pending_ack"]
+            load(engine)
+        assert start(admin, tmp_path / "s.json")["rerecorded"] == 1
+        assert until_safe(engine, admin, tmp_path / "s.json").safe
+
+
+def test_a_proven_store_that_answers_404_is_deleted_only_when_gone_from_the_listing(tmp_path):
+    with _started(tmp_path) as (engine, _admin):
+        admin = Unloaded(engine)
+        admin.hidden = "nothing"
+        assert until_safe(engine, admin, tmp_path / "s.json").safe
+        admin.hidden = "persistent://public/default/u"  # proven done earlier, now its broker has not loaded it
+        report = checked_status(engine, admin, tmp_path / "s.json")
+        assert not report.safe and [l.name for l in report.groups()[KIND_NOT_LOADED]] == [
+            "persistent://public/default/u-s__transaction_pending_ack"]
+        admin.deleted = True
+        gone = [l for l in status(admin, tmp_path / "s.json").logs if l.name.startswith(admin.hidden + "-")]
+        assert gone[0].done and "deleted" in gone[0].reason
+
+
+def test_batching_switched_on_and_off_again_while_start_reloads_is_caught(tmp_path):
+    """Someone switches batching on while `start` is reloading topics one after another, and off again a few
+    reloads later: both ends of `start` see it off, but the stores reloaded meanwhile opened batching. A fresh
+    subscription's store (nothing before its reopen, so nothing to trim) wrote batched entries then and nothing
+    since: neither its ledgers nor the flush counters would ever show it."""
+    flag = "transactionPendingAckBatchedWriteEnabled"
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        load(engine)
+        engine.subscribe("fresh", "s")
+        engine.store("fresh", "s")  # its pending-ack store, open and empty
+        reloads: list[str] = []
+
+        class Toggling(LocalAdmin):
+            def unload_topic(self, topic):
+                reloads.append(topic)
+                if topic.endswith("/fresh"):
+                    super().update_dynamic_config(flag, "true")
+                    super().unload_topic(topic)
+                    traffic(engine, 10, "fresh", "s")  # its subscription acknowledges, batched, while it is on
+                    return
+                if reloads and any(r.endswith("/fresh") for r in reloads[:-1]):
+                    super().update_dynamic_config(flag, "false")  # off again at a later reload
+                super().unload_topic(topic)
+
+        with pytest.raises(DowngradeError) as err:
+            start(Toggling(engine), tmp_path / "s.json", concurrency=1)
+        assert err.value.exit_code == 1 and "switched back on" in str(err.value)
+        assert live_batched_entries(engine)
+        admin = LocalAdmin(engine)
+        if admin.dynamic_config().get(flag) == "true":
+            admin.update_dynamic_config(flag, "false")
+        with pytest.raises(DowngradeError):
+            status(admin, tmp_path / "s.json")  # nothing was recorded as proven: no verdict at all
+        state = start(admin, tmp_path / "s.json")  # run again: records every log afresh, batching off
+        assert state["rerecorded"] >= 1
+        for _ in range(12):
+            traffic(engine, 20, "fresh", "s")  # its batched ledger is trimmed only as its subscription moves on
+            load(engine)
+            if checked_status(engine, admin, tmp_path / "s.json").safe:
+                break
+        assert checked_status(engine, admin, tmp_path / "s.json").safe

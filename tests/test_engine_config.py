@@ -116,3 +116,14 @@ def test_an_engine_needs_at_least_one_coordinator(tmp_path, args):
     assert result.exit_code == 2, result.output
     assert "coordinators" in result.output or "transactionCoordinatorCount" in result.stderr
     assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--duration", "-1"), ("--duration", "nan"), ("--rate", "-5"),
+                                         ("--rate", "inf"), ("--concurrency", "0")])
+def test_engine_run_refuses_nonsense_numbers_before_it_starts(tmp_path, flag, value):
+    """A negative or NaN --duration used to run until killed (it is not > 0); refused, nothing run."""
+    runner = CliRunner()
+    assert runner.invoke(app, ["engine", "init", str(tmp_path / "e"), "-c", "1"]).exit_code == 0
+    result = runner.invoke(app, ["engine", "run", str(tmp_path / "e"), flag, value])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {flag} "), result.output
+    assert not (tmp_path / "e" / "server.json").exists()

@@ -109,3 +109,15 @@ def test_recover_refuses_an_engine_in_use_and_needs_a_directory(engine, tmp_path
     assert runner.invoke(app, ["engine", "recover"]).exit_code == 2  # never an implicit default
     missing = runner.invoke(app, ["engine", "recover", str(tmp_path / "nothing")])
     assert missing.exit_code == 3 and "missing" in missing.stderr
+
+
+def test_recover_leaves_a_sound_metadata_db_alone_unless_forced(engine):
+    before = (engine / "metadata.db").read_bytes()
+    result = runner.invoke(app, ["engine", "recover", str(engine)])
+    assert result.exit_code == 0 and "nothing to recover" in result.stdout, result.output
+    assert (engine / "metadata.db").read_bytes() == before and not list(engine.glob("metadata.db.damaged-*"))
+    forced = runner.invoke(app, ["engine", "recover", str(engine), "--force", "-o", "json"])
+    assert forced.exit_code == 0 and json.loads(forced.stdout)["lost"] == [], forced.output
+    assert list(engine.glob("metadata.db.damaged-*"))
+    listed = runner.invoke(app, ["-u", f"local:{engine}", "transactions", "coordinators-list"])
+    assert listed.exit_code == 0, listed.output

@@ -98,3 +98,56 @@ def test_unreadable_or_empty_sources_exit_3(tmp_path):
     assert result.exit_code == 3 and "pulsar_txn_tc_bufferedwriter_*" in result.stderr
     result = runner.invoke(app, ["metrics", f"local:{tmp_path}"])
     assert result.exit_code == 3 and "no running engine" in result.stderr
+
+
+def _exposition() -> str:
+    return (FIXTURES / "broker-implemented.prom").read_text()
+
+
+def test_a_metrics_url_keeps_the_shared_retry_policy_and_honours_retry_after():
+    """`metrics URL` goes through the same HTTP policy as every admin call: a 429 with Retry-After is waited out."""
+    from test_http_faults import Misbehaving
+
+    hits: list[str] = []
+
+    def reply(path, headers):
+        hits.append(headers.get("authorization", ""))
+        return (429, "slow down", {"Retry-After": "1"}) if len(hits) == 1 else (200, _exposition(), {})
+
+    server = Misbehaving(reply)
+    try:
+        result = runner.invoke(app, ["--request-timeout", "10", "metrics", f"{server.url}/metrics", "--token",
+                                     "metrics-secret", "-o", "json"])
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["components"][0]["flushes"] == 990
+    assert hits == ["Bearer metrics-secret"] * 2
+
+
+def test_a_metrics_url_is_bounded_by_request_timeout_even_when_the_body_trickles():
+    from test_http_policy import _trickler
+
+    sock, url = _trickler(_exposition().encode(), 0.3)  # thousands of bytes at 0.3 s each
+    try:
+        result = runner.invoke(app, ["--request-timeout", "1", "metrics", f"{url}/metrics"])
+    finally:
+        sock.close()
+    assert result.exit_code == 3
+    assert "within --request-timeout 1 s" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_metrics_url_does_not_follow_a_redirect_off_the_cluster():
+    """Credentials and the reading both stay with the host named (the admin calls' redirect rule)."""
+    from test_http_faults import Misbehaving
+
+    elsewhere = Misbehaving((200, _exposition(), {}))
+    named = Misbehaving(lambda path, headers: (307, "", {"Location": f"http://localhost:{elsewhere.port}/metrics"})
+                        if path.startswith("/metrics") else (404, "", {}))
+    try:
+        result = runner.invoke(app, ["metrics", f"{named.url}/metrics", "--token", "metrics-secret"])
+    finally:
+        named.close()
+        elsewhere.close()
+    assert result.exit_code == 3 and "refusing a redirect" in result.stderr, result.output
+    assert elsewhere.hits == []

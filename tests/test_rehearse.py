@@ -30,3 +30,22 @@ def test_rehearsal_reaches_safe_and_all_three_agree(tmp_path):
     batched_before = next(s for s in out["steps"] if s["step"] == "workload running with batching on")
     assert batched_before["batchedEntries"] > 0  # there was something to downgrade from
     assert (tmp_path / "txnadmin-downgrade.json").exists() and (tmp_path / "dump" / "ledgers.txt").exists()
+
+
+def test_no_java_a_bad_scan_engine_or_bad_seconds_are_refused_before_the_rehearsal_starts(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    no_java = tmp_path / "bin"
+    no_java.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(no_java)  # no java anywhere
+    for engine, code, says, *more in (("spark", 3, "--scan-engine python"), ("bogus", 2, "use auto, spark or python"),
+                                      ("python", 2, "--warmup -1: not a number", "--warmup", "-1"),
+                                      ("python", 2, "--timeout nan: not a number", "--timeout", "nan")):
+        done = subprocess.run([sys.executable, "-m", "txnadmin", "rehearse", "--dir", str(tmp_path / engine),
+                               "--scan-engine", engine, *more], capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == code, done.stderr
+        assert done.stderr.count("\n") == 1 and says in done.stderr and "unexpected" not in done.stderr
+        assert done.stdout == "" and not (tmp_path / engine / "engine").exists()  # refused before any step

@@ -23,7 +23,7 @@ def bookie(tmp_path):
     d.mkdir(parents=True)
     g.write_entry_log(d / "0.log", [
         (9, 0, g.batched(3)), (10, 0, g.batched(2, 10)), (12, 0, g.pulsar_message(0)), (10, 1, g.plain(20)),
-        (11, 0, __import__("txnadmin.codec", fromlist=["encode_batched"]).encode_batched([g.ack_record(1)])),
+        (11, 0, g.ack_batch([g.ack_record(1)])),
     ])
     g.write_entry_log(d / "1.log", [(12, i, g.pulsar_message(i)) for i in range(1, 50)]
                       + [(10, 2, g.batched(1, 30)), (13, 0, g.batched(2))])
@@ -214,8 +214,10 @@ def test_without_a_ledger_list_messages_never_count_and_the_best_is_incomplete(t
     assert run_scan([str(tmp_path / "1.log")], engine="python").verdict == "batched"
 
 
-def test_both_engines_give_identical_reports(tmp_path, spark):
-    """Same dumps, same list: the reports differ only in the engine field (damage, replicas, formats, coverage)."""
+def test_both_engines_give_identical_reports(tmp_path, spark, monkeypatch):
+    """Same dumps, same list: the reports differ only in the engine field (damage, replicas, formats, coverage),
+    also when the operator names the dumps with a relative path (executors need absolute ones)."""
+    monkeypatch.chdir(tmp_path)
     d = tmp_path / "dumps"
     d.mkdir()
     g.write_entry_log(d / "0.log", [(10, i, g.plain(i)) for i in range(6)] + [(11, 0, g.batched(2))],
@@ -225,17 +227,26 @@ def test_both_engines_give_identical_reports(tmp_path, spark):
     g.write_entry_log(d / "2.log", [(13, i, g.plain(i)) for i in range(3)], truncate_last=5)
     (d / "hex.txt").write_text(g.readledger_hex([(14, 0, g.batched(1)), (14, 1, g.plain(1))], "4.18"))
     (d / "junk.log").write_bytes(b"BKLO" + bytes(1020) + b"\x00\x00\x00\x05abc")
+    (d / "readlog.txt").write_text(g.readlog([(15, 0, g.plain(0)), (15, 1, g.plain(1))], "4.18"))
+    (d / "bookie.txt").write_text(g.readledger_bookie([(16, 0, g.plain(0))], "4.17"))
+    (d / "string.txt").write_bytes(g.readledger_string([(17, 0, g.plain(0))], "4.14"))
+    g.write_direct_entry_log(d / "direct.log", [(18, i, g.plain(i)) for i in range(3)])
     g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0), 11: g.ACK_ML, 12: g.MSG_ML, 13: g.TC_ML.format(1),
-                                       14: g.TC_ML.format(2)}, last={10: 6, 11: 0, 12: 0, 13: 2, 14: 1})
+                                       14: g.TC_ML.format(2), 15: g.TC_ML.format(3), 16: g.TC_ML.format(4),
+                                       17: g.TC_ML.format(5), 18: g.TC_ML.format(6)},
+                  last={10: 6, 11: 0, 12: 0, 13: 2, 14: 1, 15: 1, 16: 0, 17: 0, 18: 2}, prefix="4.18")
     reports = {}
     for engine in ("python", "spark"):
-        out = run_scan([str(d)], tmp_path / "l.txt", engine=engine).to_json()
+        out = run_scan(["dumps"], tmp_path / "l.txt", engine=engine).to_json()
         assert out.pop("engine").startswith(engine)
         reports[engine] = out
     assert reports["python"] == reports["spark"]
     assert reports["python"]["verdict"] == "batched" and reports["python"]["liveBatchedEntries"] == 2
     by_id = {l["ledgerId"]: l for l in reports["python"]["ledgers"]}
     assert by_id[10]["missing"] == [[6, 6]] and by_id[13]["missing"] == [[2, 2]]
+    assert all(by_id[lid]["missing"] == [] and by_id[lid]["foundEntries"] for lid in (15, 16, 17, 18)), by_id
+    assert {i["format"] for i in reports["python"]["inputs"]} == {"entrylog", "readledger-hex", "readlog",
+                                                                  "readledger-bookie", "readledger-string"}
     spark_report = tmp_path / "findings"
     run_scan([str(d)], tmp_path / "l.txt", engine="spark", report=spark_report)
     rows = [json.loads(line) for part in spark_report.glob("part-*") for line in part.read_text().splitlines()]

@@ -30,10 +30,17 @@ def _seeds() -> dict[str, bytes]:
     with tempfile.TemporaryDirectory() as d:
         g.write_entry_log(Path(d, "0.log"), ENTRIES)
         log = Path(d, "0.log").read_bytes()
-        g.ledger_list(Path(d, "l.txt"), {10: TC, 12: g.MSG_ML}, last={10: 2, 12: None})
-        lst = Path(d, "l.txt").read_bytes()
+        g.write_direct_entry_log(Path(d, "1.log"), ENTRIES, preallocated=64)
+        direct = Path(d, "1.log").read_bytes()
+        lists = {}
+        for name, prefix, command in (("list", "pulsar", "listledgers"), ("list418", "4.18", "listledgers"),
+                                      ("meta418", "4.18", "ledgermetadata")):
+            g.ledger_list(Path(d, "l.txt"), {10: TC, 12: g.MSG_ML}, last={10: 2, 12: None}, prefix=prefix,
+                          command=command)
+            lists[name] = Path(d, "l.txt").read_bytes()
     return {
         "entrylog": log,
+        "direct": direct,
         "hex417": g.readledger_hex(ENTRIES, "4.17").encode(),
         "hex418": g.readledger_hex(ENTRIES, "4.18").encode(),
         "string": g.readledger_string(ENTRIES),
@@ -41,7 +48,7 @@ def _seeds() -> dict[str, bytes]:
         "bookie418": g.readledger_bookie(ENTRIES[:2], "4.18").encode(),
         "readlog": g.readlog(ENTRIES[:2]).encode(),
         "readlog418": g.readlog(ENTRIES[:2], "4.18").encode(),
-        "list": lst,
+        **lists,
     }
 
 
@@ -49,7 +56,8 @@ SEEDS = _seeds()
 NASTY = [b"=", b",", b"{", b"}", b"\xff\xfe", b"9" * 5000, b"-1", b"-99999999999999999999", b"base64:!!!",
          b"Lid=", b"Eid=x", b"-ledgerId=", b"ledgerId=", b"Entry {", b"\n", b"\r", b"|00000000|", b"00000000 ",
          b"--------- ", struct.pack(">i", -5), struct.pack(">i", 0x7FFFFFFF), b"\x00" * 40, b"ByteOffset=",
-         b"EntrySize=-3", b"lastEntryId=abc", b"digestType=FOO", b"ledgerID: zz", b"password=base64:%%%"]
+         b"EntrySize=-3", b"lastEntryId=abc", b"digestType=FOO", b"ledgerID: zz", b"password=base64:%%%",
+         b"log entry {ledgerId=", b"LedgerMetadata{", b"ledgerID {", b"}}", b"log entry\n"]
 
 
 @st.composite
@@ -81,7 +89,8 @@ def _write(data: bytes, name: str = "dump") -> str:
     return path
 
 
-DUMPS = [k for k in SEEDS if k != "list"]
+LISTS = ["list", "list418", "meta418"]
+DUMPS = [k for k in SEEDS if k not in LISTS]
 PLAN = ReadPlan(frozenset({12}), {10: ("CRC32C", b"")})
 
 
@@ -100,7 +109,7 @@ def test_every_reader_returns_findings_and_never_raises(data, reader):
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=mutated(["list"]))
+@given(data=mutated(LISTS))
 def test_the_ledger_list_parser_raises_only_its_own_error(data):
     path = _write(data, "list")
     try:
@@ -114,7 +123,7 @@ def test_the_ledger_list_parser_raises_only_its_own_error(data):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dump=mutated(DUMPS), lst=mutated(["list"]), named=st.sampled_from([(), (10,), (10, 99)]))
+@given(dump=mutated(DUMPS), lst=mutated(LISTS), named=st.sampled_from([(), (10,), (10, 99)]))
 def test_run_scan_gives_a_verdict_or_one_line(dump, lst, named):
     d = tempfile.mkdtemp(prefix="fuzz-scan-")
     try:

@@ -105,3 +105,15 @@ def test_upgrade_failures_are_its_own_error_not_the_downgrades(tmp_path, monkeyp
     from txnadmin.engine.config import read_dynamic
 
     assert "transactionLogBatchedWriteEnabled" not in read_dynamic(d)  # refused before any flag was set
+
+
+def test_bad_flags_are_usage_errors_before_any_call(tmp_path):
+    """Refused before the target is touched: a garbage --min-version used to end in 'unexpected ValueError', and a
+    negative threshold went into the plan."""
+    d = tmp_path / "never-created"
+    for args, says in ((["--min-version", "garbage"], "--min-version 'garbage'"),
+                       (["--max-records", "-1"], "--max-records -1"), (["--max-size", "0"], "--max-size 0"),
+                       (["--max-delay-ms", "-5"], "--max-delay-ms -5")):
+        result = runner.invoke(app, ["-u", f"local:{d}", "upgrade", "--dry-run", *args])
+        assert result.exit_code == 2 and result.stderr.startswith(f"error: {says}"), (args, result.output)
+        assert "unexpected" not in result.stderr

@@ -48,3 +48,41 @@ def txn_id_from(most: "int | None", least: "int | None", txn_id: "str | None") -
     if most is None or least is None:
         raise ValueError("Missing required option: give --most-sig-bits/-m and --least-sig-bits/-l, or --txn-id")
     return most, least
+
+
+def waiting_notice(admin: Any, where: str):
+    """On a terminal, a spinner appears once a call has waited a second, naming the call and the target; silent
+    when piped (scripts) and for fast answers (people should not see it flash)."""
+    import contextlib
+    import sys
+    import threading
+
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def spinner():
+        from rich.console import Console
+
+        done = threading.Event()
+
+        def show():
+            if done.wait(1.0):
+                return
+            def text() -> str:
+                call = getattr(admin, "in_flight", None) or "the target"
+                return f"waiting for {call} on {where} (Ctrl-C to give up)"
+
+            with Console(stderr=True).status(text(), spinner="dots") as status:
+                while not done.wait(0.25):  # a command of several calls: name the one waiting now
+                    status.update(text())
+
+        thread = threading.Thread(target=show, name="txnadmin-spinner", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=1)
+
+    return spinner()

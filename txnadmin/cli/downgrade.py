@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from .render import output_option
-from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
+from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal, waiting_notice
 from ..procedures.state import DEFAULT_STATE, StateError
 from ._target import AdminUrl, Conf, open_target
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
@@ -95,7 +95,8 @@ def start(
     target, admin = open_target(ctx, admin_url, conf, require_named="downgrade start")  # closed when the command ends
     try:
         _header(target, output) if not dry_run else None
-        counts = _guard(do_plan, admin, concurrency)
+        with waiting_notice(admin, target.url):  # the plan's calls have no progress display of their own
+            counts = _guard(do_plan, admin, concurrency)
         steps = ["set transactionLogBatchedWriteEnabled=false and transactionPendingAckBatchedWriteEnabled=false "
                  "(dynamic config) and confirm both off on every active broker"]
         if no_reload:
@@ -317,16 +318,26 @@ def exit_hard_requested() -> bool:
 def verify(
     dumps: list[Path] = typer.Option(..., "--dumps", help="Entry logs or readledger/readlog dumps (repeatable)."),
     ledgers: Optional[Path] = typer.Option(None, "--ledgers", help="listledgers -meta output (live ledgers)."),
+    txn_ledgers: Optional[str] = typer.Option(None, "--txn-ledgers", help="Transaction ledger ids, comma-separated, "
+                                              "when the list has no metadata (as `txnadmin scan`)."),
+    ledger_id_format: str = typer.Option("long", "--ledger-id-format",
+                                         help="How the dumps print ledger ids (-ledgeridformat): long or hex."),
+    fmt: str = typer.Option("auto", "--format", help="Force a dump format (see docs/scan.md)."),
     state: Path = StateOpt,
     engine: str = typer.Option("auto", "--engine", help="auto, spark or python."),
     output: str = OutputOpt,
 ) -> None:
     """Scan dumps for batched entries and fold the result into the verdict (0 clean, 1 batched, 3 incomplete)."""
     from ..procedures.downgrade import record_verification
-    from ..scan import ScanInputError, run_scan
+    from ..scan import ScanInputError, ScanUsageError, run_scan
+    from ..scan.job import parse_txn_ledgers
 
     try:
-        result = run_scan([str(p) for p in dumps], ledgers_file=ledgers, engine=engine)
+        named = parse_txn_ledgers(txn_ledgers, ledger_id_format if ledger_id_format in ("long", "hex") else "long")
+        result = run_scan([str(p) for p in dumps], ledgers_file=ledgers, engine=engine, fmt=fmt, txn_ledgers=named,
+                          ledger_id_format=ledger_id_format)
+    except ScanUsageError as exc:
+        fail(str(exc), EXIT_USAGE)
     except ScanInputError as exc:
         fail(str(exc), EXIT_UNREADABLE)
     summary = {"verdict": result.verdict, "liveBatchedEntries": result.live_batched_entries, "engine": result.engine,

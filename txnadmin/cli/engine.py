@@ -103,6 +103,15 @@ def run(
 
     if abort_ratio + timeout_ratio > 1:
         fail("--abort-ratio plus --timeout-ratio must not exceed 1", EXIT_USAGE)
+    import math
+
+    # A negative or NaN duration used to mean "forever" (it is not > 0), a negative rate "unlimited".
+    for flag, value in (("--duration", duration), ("--rate", rate)):
+        if not (math.isfinite(value) and value >= 0):
+            fail(f"{flag} {value:g}: must be 0 or more (0 = {'until Ctrl-C' if flag == '--duration' else 'unlimited'})",
+                 EXIT_USAGE)
+    if concurrency < 1:
+        fail(f"--concurrency {concurrency}: must be at least 1", EXIT_USAGE)
     for name in fault:
         if name not in FAULTS:
             fail(f"--fault {name}: use one of {', '.join(FAULTS)}", EXIT_USAGE)
@@ -217,14 +226,17 @@ def txn_begin(
     produce: list[str] = typer.Option([], "--produce", help="TOPIC=TEXT: publish a message in the transaction."),
 ) -> None:
     """Open a transaction (and optionally produce in it); prints its id."""
+    messages = []
+    for item in produce:  # all checked before the transaction opens: a usage error must not leave one open
+        topic, sep, text = item.partition("=")
+        if not sep or not topic.strip():
+            fail(f"--produce {item!r}: expected TOPIC=TEXT", EXIT_USAGE)
+        messages.append((topic, text.encode()))
     engine = _client_engine(directory)
     try:
         txn = engine.begin(timeout_ms, owner)
-        for item in produce:
-            topic, sep, text = item.partition("=")
-            if not sep:
-                fail(f"--produce {item!r}: expected TOPIC=TEXT", EXIT_USAGE)
-            engine.produce(txn, topic, text.encode())
+        for topic, payload in messages:
+            engine.produce(txn, topic, payload)
     finally:
         engine.close()
     print_json({"txnId": f"({txn[0]},{txn[1]})", "mostSigBits": txn[0], "leastSigBits": txn[1]})
@@ -233,6 +245,7 @@ def txn_begin(
 def _end(directory, most: Optional[int], least: Optional[int], client_name: Optional[str], commit: bool,
          txn_id: Optional[str] = None) -> None:
     from ..engine.coordinator import CoordinatorError
+    from ..engine.engine import NotFound
     from ._common import txn_id_from
 
     try:
@@ -243,7 +256,7 @@ def _end(directory, most: Optional[int], least: Optional[int], client_name: Opti
     engine = _client_engine(directory)
     try:
         status = engine.end_transaction((most, least), commit, client_name)
-    except CoordinatorError as exc:
+    except (CoordinatorError, NotFound) as exc:  # no such transaction, or no such coordinator
         fail(str(exc), 1)
     finally:
         engine.close()
@@ -277,21 +290,26 @@ def txn_abort(
 @app.command("recover")
 def recover(
     directory: Path = typer.Argument(..., help="The engine directory whose metadata.db is damaged (stop it first)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when metadata.db passes SQLite's quick_check."),
     output: str = output_option("table"),
 ) -> None:
     """Rebuild a damaged metadata.db: keep it aside, salvage what SQLite can read, re-index the entry logs.
 
-    Exit 0 when nothing was lost, 1 when the engine opens again but something could not be rebuilt (listed),
-    3 when the directory cannot be recovered.
+    A metadata.db that passes SQLite's quick_check is left alone (exit 0) unless --force. Exit 0 when nothing was
+    lost, 1 when the engine opens again but something could not be rebuilt (listed), 3 when the directory cannot
+    be recovered.
     """
     from ..engine.storage import LedgerStorage, StorageError
 
     try:
-        report = LedgerStorage.recover(directory)
+        report = LedgerStorage.recover(directory, force)
     except StorageError as exc:
         fail(str(exc), EXIT_UNREADABLE)
     if output == "json":
         print_json(report)
+    elif report.get("sound"):
+        typer.echo(f"{directory / 'metadata.db'} passes SQLite's quick_check: nothing to recover, nothing changed "
+                   "(--force rebuilds it anyway)")
     else:
         rebuilt = report["rebuiltFromEntryLogs"]
         typer.echo(f"kept the damaged file as {report['damagedCopy']}")
@@ -301,4 +319,4 @@ def recover(
             typer.echo(f"lost: {item}")
         typer.echo("recovered: nothing lost" if not report["lost"] else
                    "recovered with losses (above); the entries are intact in the entry logs")
-    raise typer.Exit(0 if not report["lost"] else 1)
+    raise typer.Exit(0 if not report.get("lost") else 1)

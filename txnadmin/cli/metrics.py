@@ -12,6 +12,7 @@ from ._common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
 
 
 def metrics(
+    ctx: typer.Context,
     source: str = typer.Argument(..., help="A broker's /metrics URL, a saved exposition file, or local:PATH."),
     token: Optional[str] = typer.Option(None, "--token", envvar="TXNADMIN_TOKEN", help="Bearer token for the URL."),
     config: Optional[Path] = typer.Option(None, "--config", help="broker.conf / engine.conf with the current thresholds."),
@@ -27,9 +28,10 @@ def metrics(
         fail(f"--output {output!r}: use table or json", EXIT_USAGE)
     thresholds = _thresholds(config) if config else {}
     try:
-        reports = analyze_text(fetch(source, token), thresholds)
+        reports = analyze_text(fetch(source, token, _http_get(ctx)), thresholds)
     except MetricsError as exc:
-        fail(str(exc), EXIT_UNREADABLE)
+        message = str(exc)
+        fail(message if message.startswith(source) or "://" in message else f"{source}: {message}", EXIT_UNREADABLE)
     if output == "json":
         print_json({"source": source, "components": [r.to_json() for r in reports]})
         raise typer.Exit(EXIT_OK)
@@ -53,6 +55,32 @@ def metrics(
             console.print(f"  set {key}={value:g}")
         if rec.get("assumedDefaults"):
             console.print("  (current thresholds assumed to be Pulsar's defaults 512 / 4 MiB / 1 ms; pass --config)")
+
+
+def _http_get(ctx: typer.Context):
+    """Read a metrics URL with HttpAdmin, under the root options (--request-timeout, TLS): the same deadline, retry
+    policy and redirect rules as every admin call, and secrets masked in what it reports."""
+
+    def get(url: str, token: Optional[str]) -> str:
+        import httpx
+
+        from ..admin.http import HttpAdmin
+        from ..admin.protocol import AdminError
+        from ..metrics import MetricsError
+
+        tls = {k: v for k, v in ((ctx.find_root().obj or {}).get("tls") or {}).items() if v is not None}
+        try:
+            parsed = httpx.URL(url)
+            origin = f"{parsed.scheme}://{parsed.netloc.decode()}"
+            with HttpAdmin.with_settings(origin, tls, token=token) as admin:
+                return admin.text(parsed.raw_path.decode() or "/")
+        except httpx.InvalidURL as exc:
+            raise MetricsError(f"{url}: not a valid URL ({exc})") from None
+        except AdminError as exc:
+            reason = exc.reason if url in exc.reason or origin in exc.reason else f"{url}: {exc.reason}"
+            raise MetricsError(reason) from None
+
+    return get
 
 
 def _thresholds(path: Path) -> dict[str, float]:

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from .render import output_option
-from ._common import EXIT_FAILURE, EXIT_OK, print_json
+from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
 
 
 def rehearse(
@@ -24,13 +24,32 @@ def rehearse(
     Exit 0 only when the procedure, the scan and the engine's own census all say no batched entry is live.
     """
     from ..procedures.rehearsal import rehearse as run
+    from ..scan import ScanInputError, ScanUsageError
+    from ..scan.job import java_available
+
+    import math
+
+    for flag, seconds in (("--warmup", warmup), ("--timeout", timeout)):
+        if not (math.isfinite(seconds) and seconds >= 0):
+            fail(f"{flag} {seconds:g}: not a number of seconds (0 or more)", EXIT_USAGE)
+    # Both checked before the workload: a rehearsal takes minutes, and would only fail at its scan.
+    if scan_engine not in ("auto", "spark", "python"):
+        fail(f"--scan-engine {scan_engine!r}: use auto, spark or python", EXIT_USAGE)
+    if scan_engine == "spark" and not java_available():
+        fail("--scan-engine spark needs Java 17: install a JDK 17 and put java on PATH or set JAVA_HOME, or use "
+             "--scan-engine python", EXIT_UNREADABLE)
 
     def show(name: str, info: dict) -> None:
         if output != "json":
             details = ", ".join(f"{k}={v}" for k, v in info.items())
             typer.echo(f"• {name}" + (f": {details}" if details else ""))
 
-    result = run(directory, warmup, timeout, scan_engine, show)
+    try:
+        result = run(directory, warmup, timeout, scan_engine, show)
+    except ScanUsageError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except ScanInputError as exc:  # Java went away (or broke) between the check and the scan
+        fail(str(exc).replace("--engine python", "--scan-engine python"), EXIT_UNREADABLE)
     if output == "json":
         print_json(result.to_json())
     else:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 import typer
 
 from .confirm import DryRunOpt, YesOpt
+from ._common import waiting_notice as waiting_notice  # re-exported: the spinner of every call
 from .render import FORMATS, output_option
 
 if TYPE_CHECKING:
@@ -63,40 +64,6 @@ def _run(ctx: typer.Context, call: Callable[[Any], Any]) -> Any:
         _unreachable(exc)
     except AdminError as exc:
         _fail(f"{exc.reason}\n\nReason: {exc.reason}")
-
-
-def waiting_notice(admin: Any, where: str):
-    """On a terminal, a spinner appears once a call has waited a second, naming the call and the target; silent
-    when piped (scripts) and for fast answers (people should not see it flash)."""
-    import contextlib
-    import sys
-    import threading
-
-    if not sys.stderr.isatty():
-        return contextlib.nullcontext()
-
-    @contextlib.contextmanager
-    def spinner():
-        from rich.console import Console
-
-        done = threading.Event()
-
-        def show():
-            if done.wait(1.0):
-                return
-            call = getattr(admin, "in_flight", None) or "the target"
-            with Console(stderr=True).status(f"waiting for {call} on {where} (Ctrl-C to give up)", spinner="dots"):
-                done.wait()
-
-        thread = threading.Thread(target=show, name="txnadmin-spinner", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join(timeout=1)
-
-    return spinner()
 
 
 def _txn_id(most: Optional[int], least: Optional[int], txn_id: Optional[str]):

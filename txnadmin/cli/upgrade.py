@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from .render import output_option
-from ._common import EXIT_FAILURE, EXIT_OK, fail, print_json
+from ._common import EXIT_FAILURE, EXIT_OK, fail, print_json, waiting_notice
 from ._target import AdminUrl, Conf, open_target
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
 
@@ -34,10 +34,18 @@ def upgrade(
     Shows its plan and asks first (--yes to skip, --dry-run to only print it). Exit 0 when every store reports
     enabled, 1 when not (or brokers are too old), 2 without confirmation, 3 when the target is unreadable.
     """
-    from ..procedures.upgrade import UpgradeError, check_versions, upgrade as run
+    from ..procedures.upgrade import UpgradeError, check_versions, parse_version, upgrade as run
+    from ._common import EXIT_USAGE
 
+    try:
+        parse_version(min_version)
+    except ValueError:
+        fail(f"--min-version {min_version!r}: not a version such as 2.11.0", EXIT_USAGE)
     thresholds = {}
     for suffix, value in (("MaxRecords", max_records), ("MaxSize", max_size), ("MaxDelayInMillis", max_delay_ms)):
+        if value is not None and value < 1:  # Pulsar's buffered writer takes only positive thresholds
+            flag = {"MaxRecords": "--max-records", "MaxSize": "--max-size", "MaxDelayInMillis": "--max-delay-ms"}[suffix]
+            fail(f"{flag} {value}: must be at least 1", EXIT_USAGE)
         if value is not None:
             thresholds[f"transactionLogBatchedWrite{suffix}"] = str(value)
             thresholds[f"transactionPendingAckBatchedWrite{suffix}"] = str(value)
@@ -46,7 +54,8 @@ def upgrade(
         if output != "json" and not dry_run:
             typer.echo(f"target: {target.label}")
         assume = [b.strip() for b in (assume_version_ok or "").split(",") if b.strip()]
-        versions, _ = check_versions(admin, min_version, assume)
+        with waiting_notice(admin, target.url):
+            versions, _ = check_versions(admin, min_version, assume)
         steps = [f"brokers checked: {', '.join(f'{b} runs {v}' for b, v in sorted(versions.items()))} "
                  f"(all >= {min_version})",
                  "set transactionLogBatchedWriteEnabled=true and transactionPendingAckBatchedWriteEnabled=true"]
@@ -56,7 +65,8 @@ def upgrade(
         if not confirm(Plan("PIP-160 upgrade: enable batching", target.label, steps, {"reload": not no_reload}),
                        yes=yes, dry_run=dry_run, output=output):
             return
-        result = run(admin, target.url, min_version, not no_reload, thresholds, assume)
+        with waiting_notice(admin, target.url):
+            result = run(admin, target.url, min_version, not no_reload, thresholds, assume)
     except UpgradeError as exc:
         fail(str(exc), exc.exit_code)
     if output == "json":

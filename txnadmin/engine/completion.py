@@ -1,7 +1,8 @@
 """One result handed from a callback thread to the one thread waiting for it.
 
 A bare lock, released by the callback: about a third of what a ``threading.Event`` costs to set and wait for,
-and a transaction waits for a dozen of them.
+and a transaction waits for a dozen of them. A waiter that gets the lock hands it straight back, so any number of
+threads may wait for the same result (every send of a transaction to one topic waits for its one registration).
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ class Completion:
         self._lock.release()
 
     def wait(self, timeout: float = -1) -> bool:
-        return self._lock.acquire(timeout=timeout)
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        self._lock.release()  # done for good: the next waiter passes at once
+        return True
 
     def result(self, timeout: float = -1, what: str = "write") -> Any:
         """The value, or raise the callback's exception (TimeoutError if none came within ``timeout`` s)."""

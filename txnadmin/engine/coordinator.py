@@ -15,6 +15,7 @@ from typing import Callable
 
 from ..codec import Subscription, TransactionMetadataEntry, TxnOp, TxnStatus
 from .buffered_writer import TxnPosition
+from .completion import Completion
 from .transaction_log import TransactionLog
 
 STATUS_NAMES = {v: k for k, v in TxnStatus.items()}
@@ -67,6 +68,10 @@ class TxnMeta:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     # Held by the broker role across a whole end-transaction (status, markers, final record).
     end_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # The ADD_PARTITION / ADD_SUBSCRIPTION record of each partition (topic name) and subscription ((topic,
+    # subscription)) registered by this process, keyed as in produced/acked_partitions: what a send or an ack
+    # waits for before it reaches the topic or the pending-ack store (a record recovered from the log is durable).
+    registrations: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def txn_id(self) -> tuple[int, int]:
@@ -172,33 +177,77 @@ class TransactionCoordinator:
         return meta
 
     def add_produced_partitions(self, seq: int, partitions: list[str]) -> None:
-        self._add(seq, TxnOp.ADD_PARTITION, partitions=partitions)
+        self._add_async(seq, TxnOp.ADD_PARTITION, partitions=partitions)()
 
     def add_acked_subscriptions(self, seq: int, subscriptions: list[tuple[str, str]]) -> None:
         subs = [Subscription(topic=t, subscription=s) for t, s in subscriptions]
-        self._add(seq, TxnOp.ADD_SUBSCRIPTION, subscriptions=subs)
+        self._add_async(seq, TxnOp.ADD_SUBSCRIPTION, subscriptions=subs)()
 
-    def _add(self, seq: int, op: TxnOp, **fields) -> None:
-        with self.get(seq).lock:
-            self._add_locked(seq, op, **fields)
+    def register_partition(self, seq: int, partition: str) -> Callable[[], object]:
+        """What a client's send waits for before its message reaches ``partition`` (Pulsar's client waits for its
+        addPublishPartitionToTxn): the partition's ADD_PARTITION record durable. The first send to a partition
+        writes it; the others wait for the same record."""
+        return self._register(seq, partition, TxnOp.ADD_PARTITION)
 
-    def _add_locked(self, seq: int, op: TxnOp, **fields) -> None:
+    def register_subscription(self, seq: int, topic: str, subscription: str) -> Callable[[], object]:
+        """As :meth:`register_partition`, for an ack's ADD_SUBSCRIPTION record (addSubscriptionToTxn)."""
+        return self._register(seq, (topic, subscription), TxnOp.ADD_SUBSCRIPTION)
+
+    def _register(self, seq: int, key, op: TxnOp) -> Callable[[], object]:
+        meta = self.get(seq)
+        with meta.lock:
+            wait = meta.registrations.get(key)
+            if wait is not None:
+                return wait
+            known = meta.produced_partitions if op == TxnOp.ADD_PARTITION else meta.acked_partitions
+            if key in known:  # recovered from the log: durable already
+                return _durable
+            if op == TxnOp.ADD_PARTITION:
+                return self._add_queued(meta, op, partitions=[key])
+            return self._add_queued(meta, op, subscriptions=[Subscription(topic=key[0], subscription=key[1])])
+
+    def _add_async(self, seq: int, op: TxnOp, **fields) -> Callable[[], object]:
+        meta = self.get(seq)
+        with meta.lock:
+            return self._add_queued(meta, op, **fields)
+
+    def _add_queued(self, meta: TxnMeta, op: TxnOp, **fields) -> Callable[[], object]:
+        """Queue an ADD_* record (under the transaction's lock); the returned function waits until it is durable.
+
+        The transaction knows the partitions from the moment the record is queued: an end queues its COMMITTING
+        record after this one (it takes the same lock to change the status), so the log holds them in that order,
+        and the end reads the partitions only once COMMITTING is durable, that is, once this record is too. The
+        record's position is kept in its write callback, which runs before that of any record queued after it,
+        so the terminal UPDATE deletes it with the rest even if nobody waits for it."""
         with self._lock:
             self._ready()
-            meta = self.get(seq)
-            if meta.status != OPEN:
+            if meta.status != OPEN or self.txns.get(meta.seq) is not meta:
                 raise InvalidTxnStatus(
                     f"Expect Txn {meta} to be in OPEN status but it is in {meta.status_name} status"
                 )
-            rec = self._record(op, seq, **fields)
-        pos = self.log.append_sync(rec)
-        with self._lock:
-            meta.positions.append(pos)
+            rec = self._record(op, meta.seq, **fields)
             meta.last_modified = rec.last_modification_time
             if op == TxnOp.ADD_PARTITION:
-                _extend_unique(meta.produced_partitions, list(fields["partitions"]))
+                keys = list(fields["partitions"])
+                _extend_unique(meta.produced_partitions, keys)
             else:
-                _extend_unique(meta.acked_partitions, [(s.topic, s.subscription) for s in fields["subscriptions"]])
+                keys = [(s.topic, s.subscription) for s in fields["subscriptions"]]
+                _extend_unique(meta.acked_partitions, keys)
+        done = Completion()
+        positions = meta.positions
+
+        def logged(pos: TxnPosition | None, exc: BaseException | None) -> None:
+            if pos is not None:
+                positions.append(pos)
+            done(pos, exc)
+
+        def wait() -> object:
+            return done.result(30, f"{self.log.name}: write")
+
+        for key in keys:
+            meta.registrations.setdefault(key, wait)
+        self.log.append(rec, logged)
+        return wait
 
     def update_status(self, seq: int, new_status: int, expected: int) -> TxnMeta:
         """Pulsar's updateTxnStatus: current must equal ``expected``; no-op when already ``new_status``."""
@@ -281,6 +330,10 @@ class TransactionCoordinator:
             self.state = "Closing"
         self.log.close()
         self.state = "Close"
+
+
+def _durable() -> None:
+    """The wait of a registration that is durable already."""
 
 
 def _extend_unique(target: list, items) -> None:

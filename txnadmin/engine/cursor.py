@@ -47,6 +47,10 @@ class ManagedCursor:
             self.mark_delete_position = Position.parse(state["markDelete"])
             self._deleted = {int(k): [list(r) for r in v] for k, v in state.get("deleted", {}).items()}
             self._ack_sets = {Position.parse(k): list(v) for k, v in state.get("ackSets", {}).items()}
+        # The mark-delete of the newest state known to be persisted (Pulsar's getPersistentMarkDeletedPosition): a
+        # pending-ack store trims its log only up to here, so a commit applied lazily to this cursor can still be
+        # replayed from the store's log after a crash.
+        self.persisted_mark_delete_position = self.mark_delete_position
 
     # -- persistence -----------------------------------------------------------------------
     def to_state(self) -> dict:
@@ -56,16 +60,20 @@ class ManagedCursor:
             "ackSets": {str(k): v for k, v in self._ack_sets.items()},
         }
 
-    def _snapshot(self) -> tuple[bytes, int]:
-        """The state to persist and its version; taken under the cursor lock."""
+    def _snapshot(self) -> tuple[bytes, int, Position]:
+        """The state to persist, its version and its mark-delete; taken under the cursor lock."""
         self._dirty = False
-        return dumps_state(self), self.ledger.storage.next_meta_version()
+        return dumps_state(self), self.ledger.storage.next_meta_version(), self.mark_delete_position
 
-    def _persist(self, snapshot: tuple[bytes, int]) -> None:
+    def _persist(self, snapshot: tuple[bytes, int, Position]) -> None:
         """Make a snapshot durable. Called without the cursor lock, so concurrent acks of one cursor share one
         group commit instead of queueing behind each other's sync; the version keeps an older snapshot from
         overwriting a newer one."""
-        self.ledger.persist_cursor(self, *snapshot)
+        state, version, mark_delete = snapshot
+        self.ledger.persist_cursor(self, state, version)
+        with self._lock:
+            if mark_delete > self.persisted_mark_delete_position:
+                self.persisted_mark_delete_position = mark_delete
 
     # -- queries ---------------------------------------------------------------------------
     @property

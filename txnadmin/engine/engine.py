@@ -23,6 +23,7 @@ from .coordinator import (
     ABORTED, ABORTING, COMMITTED, COMMITTING, OPEN, STATUS_NAMES,
     CoordinatorError, InvalidTxnStatus, TransactionCoordinator, TransactionNotFound, TxnMeta,
 )
+from .ops import Op, run as run_op
 from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
 from .pending_ack import PendingAckStore
 from .pending_ack_metrics import PendingAckMetrics
@@ -332,17 +333,23 @@ class Engine:
         return meta.txn_id
 
     def produce(self, txn: tuple[int, int], topic: str, payload: bytes) -> Position:
+        return run_op(self.produce_async(txn, topic, payload))
+
+    def produce_async(self, txn: tuple[int, int], topic: str, payload: bytes) -> Op:
+        """A transactional send as an operation for :func:`ops.gather` (a client's ``sendAsync``): the topic's
+        ADD_PARTITION durable first (the coordinator must know the partition before it holds a message of the
+        transaction), then the message; its result is the message's position."""
         tc = self.coordinator(txn[0])
         t = self.topic(topic)
         meta = tc.get(txn[1])
-        # Under the transaction's end lock: a message must land before the end's marker or not at all. One
+        yield tc.register_partition(txn[1], t.name)
+        # Under the transaction's end lock: a message is queued before the end's marker or not at all. One
         # published after an abort (say by the timeout) would sit in the buffer as ongoing forever and hold
-        # every reader of the topic at its max read position.
+        # every reader of the topic at its max read position. Only the queueing is under the lock.
         with meta.end_lock:
             _require_open(meta)
-            if t.name not in meta.produced_partitions:
-                tc.add_produced_partitions(txn[1], [t.name])
-            return t.publish(payload, txn)
+            wait = t.publish_async(payload, txn)
+        return (yield wait)
 
     def publish(self, topic: str, payload: bytes) -> Position:
         return self.topic(topic).publish(payload)
@@ -366,15 +373,22 @@ class Engine:
 
     def ack(self, txn: tuple[int, int], topic: str, subscription: str,
             positions: list[Position | tuple[Position, list[int] | None, int | None]], cumulative: bool = False) -> None:
+        run_op(self.ack_async(txn, topic, subscription, positions, cumulative))
+
+    def ack_async(self, txn: tuple[int, int], topic: str, subscription: str,
+                  positions: list[Position | tuple[Position, list[int] | None, int | None]],
+                  cumulative: bool = False) -> Op:
+        """A transactional ack as an operation for :func:`ops.gather` (a client's ``acknowledgeAsync``): the
+        subscription's ADD_SUBSCRIPTION durable first, then the pending-ack store's ACK record."""
         tc = self.coordinator(txn[0])
         t = self.topic(topic)
         meta = tc.get(txn[1])
         items = [p if isinstance(p, tuple) else (p, None, None) for p in positions]
-        with meta.end_lock:  # as in produce: an ack after the end would stay pending in the store forever
+        yield tc.register_subscription(txn[1], t.name, subscription)
+        with meta.end_lock:  # as in produce: an ack queued after the end would stay pending in the store forever
             _require_open(meta)
-            if (t.name, subscription) not in meta.acked_partitions:
-                tc.add_acked_subscriptions(txn[1], [(t.name, subscription)])
-            self.store(t.name, subscription).ack(txn, items, cumulative, t.subscription(subscription))
+            wait = self.store(t.name, subscription).ack_async(txn, items, cumulative, t.subscription(subscription))
+        yield wait
 
     def commit(self, txn: tuple[int, int], client_name: str | None = None) -> str:
         return self.end_transaction(txn, commit=True, client_name=client_name)
@@ -607,8 +621,17 @@ class Engine:
         """Roll over full ledgers and trim consumed ones; each managed ledger takes only its own lock."""
         with self._lock:
             mls = self._managed_ledgers()
+            stores = [(store, self.topics.get(key[0]), key[1]) for key, store in self.stores.items()]
         trimmed = set()
         for ml in mls:
+            if ml is None:
+                # Topics (and the subscriptions' lazily applied commits) are flushed by now: each store's log may
+                # drop what its subscription's persisted mark-delete covers, as Pulsar's clearUselessLogData does.
+                for store, topic, subscription in stores:
+                    cursor = topic.ledger.cursors().get(subscription) if topic is not None else None
+                    if cursor is not None:
+                        store.clear_useless_log_data(cursor.persisted_mark_delete_position)
+                continue
             ml.flush_cursors()
             ml.maybe_rollover()
             if ml.trim():
@@ -623,10 +646,13 @@ class Engine:
     def tc_records_written(self) -> int:
         return sum(tc.log.records_written for tc in self.coordinators.values())
 
-    def _managed_ledgers(self):
-        mls = [tc.log.ledger for tc in self.coordinators.values()]
-        mls += [s.ledger for s in self.stores.values()]
+    def _managed_ledgers(self) -> list:
+        """Every managed ledger, topics before pending-ack stores, with None between them (see sweep_ledgers): a
+        subscription's cursor is persisted before its store's log is cleaned behind it."""
+        mls: list = [tc.log.ledger for tc in self.coordinators.values()]
         mls += [t.ledger for t in self.topics.values()]
+        mls.append(None)
+        mls += [s.ledger for s in self.stores.values()]
         mls += self.snapshots.managed_ledgers()
         return mls
 

@@ -111,9 +111,6 @@ class PendingAckStore:
         self._max_acked: Position | None = None
 
     # -- log --------------------------------------------------------------------------------
-    def _append(self, record: PendingAckMetadataEntry) -> TxnPosition:
-        return self.writer.add_sync(record.SerializeToString())
-
     def _note_logged(self, log_pos: TxnPosition, records: int, acked: list[Position]) -> None:
         for pos in acked:
             if self._max_acked is None or pos > self._max_acked:
@@ -167,6 +164,12 @@ class PendingAckStore:
 
         Pulsar checks after the record is written; checking first keeps refused acks out of the log.
         """
+        self.ack_async(txn, positions, cumulative, subscription_cursor)()
+
+    def ack_async(self, txn: tuple[int, int], positions: list[tuple[Position, list[int] | None, int | None]],
+                  cumulative: bool = False, subscription_cursor: ManagedCursor | None = None) -> Callable[[], None]:
+        """As :meth:`ack`, but only queue the ACK record: a refusal raises at once, and the returned function waits
+        until the record is durable."""
         if cumulative and len(positions) != 1:
             raise PendingAckNotAllowed(f"{self._prefix(txn)} invalid cumulative ack received with multiple "
                                        "message ids.")
@@ -195,9 +198,16 @@ class PendingAckStore:
             # held, as Pulsar does: whether the record reached the log is unknown, so the transaction has to end
             # (abort or time out) to release them.
             self._apply_ack(txn, positions, cumulative)
-        log_pos = self._append(rec)
-        with self._lock:
-            self._note_logged(log_pos, 1, [p for p, _, _ in positions])
+            done = Completion()
+            # Queued under the store lock, so ACK records reach the log in the order their checks passed.
+            self.writer.add(rec.SerializeToString(), done)
+
+        def finish() -> None:
+            log_pos = done.result(30, f"{self.name}: write")
+            with self._lock:
+                self._note_logged(log_pos, 1, [p for p, _, _ in positions])
+
+        return finish
 
     def _apply_ack(self, txn, positions, cumulative: bool) -> None:
         if cumulative:
@@ -268,7 +278,9 @@ class PendingAckStore:
                 return
             if commit:
                 _apply_to_subscription(acks, subscription_cursor)
-            self.clear_useless_log_data(subscription_cursor.mark_delete_position)
+            # Only up to what the subscription has persisted: the acks just applied may still be in memory only,
+            # and until they are on disk this log's COMMIT is what a restart re-applies them from.
+            self.clear_useless_log_data(subscription_cursor.persisted_mark_delete_position)
 
         return finish
 
@@ -389,14 +401,18 @@ class PendingAckStore:
 
 
 def _apply_to_subscription(acks: _TxnAcks, cursor: ManagedCursor) -> None:
-    """A committed transaction's acks reach the subscription: individual deletes, then the cumulative ack."""
+    """A committed transaction's acks reach the subscription: individual deletes, then the cumulative ack.
+
+    In memory, persisted with the cursor's next persisted change or the maintenance sweep (about a second), as
+    Pulsar persists a subscription's acks lazily: the store's log keeps the COMMIT until the subscription's
+    persisted mark-delete covers it (clear_useless_log_data), so a crash before then re-applies it on replay."""
     if acks.positions:
-        cursor.delete_many([(p, a) for p, (a, _) in acks.positions.items()])
+        cursor.delete_many([(p, a) for p, (a, _) in acks.positions.items()], persist=False)
     if acks.cumulative is not None:
         _, pos, ack_set = acks.cumulative
         if ack_set:
             # Pulsar's mark-delete with an ack set: up to the entry before, and the batch indexes on the entry
-            cursor.mark_delete(Position(pos.ledger_id, pos.entry_id - 1))
-            cursor.delete(pos, ack_set)
+            cursor.mark_delete(Position(pos.ledger_id, pos.entry_id - 1), persist=False)
+            cursor.delete_many([(pos, ack_set)], persist=False)
         else:
-            cursor.mark_delete(pos)
+            cursor.mark_delete(pos, persist=False)

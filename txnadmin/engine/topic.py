@@ -208,8 +208,12 @@ class Topic:
         return self._submit(entry, txn)()
 
     def publish(self, payload: bytes, txn: Optional[tuple[int, int]] = None) -> Position:
+        return self.publish_async(payload, txn)()
+
+    def publish_async(self, payload: bytes, txn: Optional[tuple[int, int]] = None) -> Callable[[], Position]:
+        """Queue a message; the returned function waits until it is durable and gives its position."""
         meta = {"txn": list(txn)} if txn else {}
-        return self._add(encode_message(meta, payload), txn)
+        return self._submit(encode_message(meta, payload), txn)
 
     def end_transaction(self, txn: tuple[int, int], commit: bool) -> Position:
         """Write the commit/abort marker (idempotent per transaction end, like Pulsar's TB).

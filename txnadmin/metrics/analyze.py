@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -95,8 +95,12 @@ class ComponentReport:
                 "recommendation": self.recommendation}
 
 
-def fetch(source: str, token: Optional[str] = None, timeout: float = 10.0) -> str:
-    """Exposition text from a URL, a file, or `local:PATH` (the /metrics of the engine running there)."""
+def fetch(source: str, token: Optional[str] = None, get: Optional[Callable[[str, Optional[str]], str]] = None) -> str:
+    """Exposition text from a URL, a file, or `local:PATH` (the /metrics of the engine running there).
+
+    URLs are read by ``get(url, token)``: the caller's HTTP client, so a metrics URL keeps the rules of every other
+    call (one deadline, the shared retry policy, credentials only within the cluster). Without one, a URL is refused.
+    """
     if source.startswith("local:"):
         directory = Path(source[len("local:"):])
         try:
@@ -105,16 +109,9 @@ def fetch(source: str, token: Optional[str] = None, timeout: float = 10.0) -> st
             raise MetricsError(f"{source}: no running engine (start `txnadmin engine run` or `txnadmin serve`)") from None
         source, token = info["url"].rstrip("/") + "/metrics", info.get("token")
     if source.startswith(("http://", "https://")):
-        import httpx
-
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        try:
-            response = httpx.get(source, headers=headers, timeout=timeout, follow_redirects=True)
-        except httpx.HTTPError as exc:
-            raise MetricsError(f"{source}: cannot fetch ({type(exc).__name__})") from None
-        if response.status_code != 200:
-            raise MetricsError(f"{source}: HTTP {response.status_code}")
-        return response.text
+        if get is None:
+            raise MetricsError(f"{source}: no HTTP client given to read it")
+        return get(source, token)
     try:
         return Path(source).read_text()
     except OSError as exc:
@@ -128,7 +125,9 @@ def _families(text: str) -> dict[str, list]:
             out.setdefault(family.name, []).extend(family.samples)  # the same name may come back per label set
         return out
     except ValueError as exc:
-        raise MetricsError(f"not a Prometheus exposition ({exc})", unreadable=True) from None
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 160 else detail[:157] + "..."  # the parser quotes the whole bad line
+        raise MetricsError(f"not a Prometheus exposition ({detail})", unreadable=True) from None
 
 
 def _histogram(samples: list) -> Histogram:

@@ -218,6 +218,7 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
     s = Survey(now_ms=now, clock="target" if now is not None else "unknown")
     if now is None:
         s.errors["clock"] = "the target's answers carry no Date header, so ages cannot be judged on its clock"
+    topics_read = False
     try:
         try:
             _survey_coordinators(admin, s, concurrency)
@@ -232,6 +233,7 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
             except MALFORMED as exc:
                 s.buffers, s.stores = {}, []
                 s.errors["namespaces"] = f"an answer doctor cannot read: {_malformed(exc)}"
+            topics_read = "namespaces" not in s.errors
         if need & {"batched-log", "snapshots", "coordinators"}:
             s.runtime = _read(s, "runtime-config", admin.runtime_config)
         if "versions" in need:
@@ -240,6 +242,13 @@ def survey(admin: TransactionsAdmin, concurrency: int = 16, progress: Progress =
         # Read once, then lost: what was read is still judged (a warning found wins, exit 1); the rest is unknown
         # and, with nothing wrong found, the run cannot call the target healthy (exit 3).
         s.lost = exc.reason
+        return s
+    if not (s.coordinators is not None or s.tc_disabled or topics_read or s.runtime is not None
+            or s.versions is not None):
+        # Every call answered, but nothing in a form doctor can use (a proxy's login page, another service, garbage):
+        # checks with nothing to look at would pass vacuously, so this is "cannot tell", never "healthy".
+        first = next((v for k, v in s.errors.items() if k != "clock"), "no usable answer")
+        raise DoctorError(f"cannot read the target: none of its answers could be used ({first})")
     return s
 
 

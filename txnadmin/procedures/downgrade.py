@@ -4,7 +4,8 @@
 target the operator meant. The evidence, per log (a coordinator's transaction log or a pending-ack store):
 
 1. **Flags off everywhere.** Both batching flags are switched off (dynamic config) and confirmed off in the
-   runtime configuration of *every* active broker, before any store is reloaded and again after.
+   runtime configuration of *every* active broker, before any store is reloaded, after each topic's reload, and
+   at the end.
 2. **A reopen with batching off.** A store reads the flags only when it opens. So ``start`` reads the store's
    ``recoverStartTime`` (coordinator-stats / pending-ack-stats) and its ledgers *after* the flags are confirmed
    off, reloads it, and requires a new ``recoverStartTime``: that reopen happened with batching off. LastBatched
@@ -14,7 +15,9 @@ target the operator meant. The evidence, per log (a coordinator's transaction lo
    store reopened by anyone since recording may have reopened with batching on, so it is never "done" ("reopened
    since recording") until ``start`` re-records it. A managed ledger always opens a new ledger, so while a log's
    newest ledger is the one already checked, it cannot have reopened: the extra stats call is made only when the
-   newest ledger changed, which keeps a 10,000-store poll at one call per store in the common case.
+   newest ledger changed, which keeps a 10,000-store poll at one call per store in the common case. A store seen
+   done stays done while it has not reopened (it writes nothing batched while open, and deleted ledgers never come
+   back), so later polls read only its ``recoverStartTime`` (pending-ack-stats), not its ledgers.
 4. **The batched ledgers are gone.** Done when the oldest live ledger is newer than LastBatched. A store answers
    "deleted" only when it is gone from the topic listing; a 404 while listed means "not loaded" and keeps waiting.
 5. **The same target.** The checklist records the admin URL, the cluster name, the metadata/BookKeeper URIs and
@@ -426,31 +429,42 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
                 out.append((log, _after_reload_unknown(log)))
             else:
                 out.append((log, _after_reload(log, ledgers_before, start_before)))
+        # After every reload, not only at the end: batching switched on and off again while we reload topic after
+        # topic leaves both ends off, yet every store reopened meanwhile batches, and one that then stays idle
+        # never shows it again. Only a switch shorter than one reload can still slip between two checks.
+        on_now = flags_on_brokers(admin, brokers)
+        if on_now:
+            raise _SwitchedOn(on_now)
         return out
 
     try:
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            for items in pool.map(record_unit, list(by_unit)):
-                for log, rec in items:
-                    if rec is None:
-                        continue
-                    bucket = "coordinators" if log.component == "coordinator" else "pendingAckStores"
-                    state[bucket][log.key] = dict(log.info, **rec) if log.component == "pending-ack" else rec
-                    this_run.append((bucket, log.key))
-                done += 1
-                if progress:
-                    progress(done, total)
-                if done % 200 == 0:
-                    save_state(state_path, state)
-        # Both ends: if batching was switched back on while we reloaded, those reopens prove nothing.
-        on = flags_on_brokers(admin, brokers)
+        try:
+            with ThreadPoolExecutor(max_workers=concurrency) as pool:
+                # (a failing unit ends the map: the units not started yet are cancelled, none is reloaded)
+                for items in pool.map(record_unit, list(by_unit)):
+                    for log, rec in items:
+                        if rec is None:
+                            continue
+                        bucket = "coordinators" if log.component == "coordinator" else "pendingAckStores"
+                        state[bucket][log.key] = dict(log.info, **rec) if log.component == "pending-ack" else rec
+                        this_run.append((bucket, log.key))
+                    done += 1
+                    if progress:
+                        progress(done, total)
+                    if done % 200 == 0:
+                        save_state(state_path, state)
+            # Both ends: if batching was switched back on while we reloaded, those reopens prove nothing.
+            on = flags_on_brokers(admin, brokers)
+        except _SwitchedOn as exc:
+            on = exc.on
         if on:
             for bucket, key in this_run:
                 state[bucket][key]["recoverStartTime"] = None
             state["phase"] = "disabled"
             save_state(state_path, state)
             raise DowngradeError(f"batching was switched back on while recording ({_describe_on(on)}); nothing "
-                                 "recorded in this run counts: run `txnadmin downgrade start` again", 1)
+                                 "recorded in this run counts: switch it off (or let `txnadmin downgrade start` "
+                                 "do it) and run `txnadmin downgrade start` again", 1)
     finally:
         save_state(state_path, state)
     state["phase"] = "recorded"
@@ -459,6 +473,14 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
     state["batchedFlushesByBroker"] = batched_flushes(admin, brokers)  # the baselines status compares against
     save_state(state_path, state)
     return state
+
+
+class _SwitchedOn(Exception):
+    """A check after a reload found a batching flag on (broker → flags)."""
+
+    def __init__(self, on: dict[str, list[str]]):
+        super().__init__(_describe_on(on))
+        self.on = on
 
 
 def _after_reload_unknown(log: _Log) -> Optional[dict]:
@@ -513,6 +535,20 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
                       "until it is loaded", "load its topic (e.g. `pulsar-admin topics stats <topic>`), then run "
                       "`txnadmin downgrade start` again to record it")
 
+    start_now = None
+    if (log.component == "pending-ack" and rec.get("recoverStartTime") is not None and rec.get("batchingOff")
+            and rec.get("provenDone") == rec["recoverStartTime"]):
+        # Proven done at an earlier poll by this same open store. A store reads the batching flags only when it
+        # opens, so while it has not reopened (same recoverStartTime) it writes no batched entry, and ledgers up to
+        # LastBatched, once gone, never come back: it is still done. One small call instead of its ledgers.
+        try:
+            start_now = log.recover_start()
+        except NotFoundError:
+            return missing(), None, None
+        if start_now == rec["recoverStartTime"]:
+            return (status(KIND_DONE, f"oldest live ledger {rec.get('provenOldest')} was newer than LastBatched "
+                           f"{last} when last read, and the store has not reopened since (recoverStartTime "
+                           "unchanged)", done=True, oldest=rec.get("provenOldest")), None, None)
     try:
         ids = log.ledgers()
     except NotFoundError:
@@ -525,10 +561,11 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
         return (status(KIND_REOPENED, "no recoverStartTime was recorded for this store (it was not loaded when "
                        "recorded, or batching was switched on meanwhile)", REOPENED_HINT, oldest=min(ids, default=None)),
                 ids, None)
-    if newest is None or newest != rec.get("confirmedLedger"):
-        # The newest ledger changed since we last saw the same recoverStartTime: a rollover, or a reopen.
+    if start_now is not None or newest is None or newest != rec.get("confirmedLedger"):
+        # The newest ledger changed since we last saw the same recoverStartTime: a rollover, or a reopen (or the
+        # store was read above and has reopened).
         try:
-            now = log.recover_start()
+            now = log.recover_start() if start_now is None else start_now
         except NotFoundError:
             return missing(), None, None
         if now != rec["recoverStartTime"]:
@@ -648,6 +685,12 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
             logs.append(result)
             if confirmed is not None and confirmed != rec.get("confirmedLedger"):
                 rec["confirmedLedger"] = confirmed
+                changed = True
+            if (result.component == "pending-ack" and result.done and result.oldest_ledger_id is not None
+                    and rec.get("provenDone") != rec.get("recoverStartTime")):
+                # Done from its ledgers, with recoverStartTime confirmed unchanged in this poll (an unchanged newest
+                # ledger, or the stats call): the next polls only need to see that it did not reopen.
+                rec["provenDone"], rec["provenOldest"] = rec["recoverStartTime"], result.oldest_ledger_id
                 changed = True
             if progress:
                 progress(len(logs), len(jobs))

@@ -34,11 +34,12 @@ class Finding:
     first8: str  # first 8 payload bytes as hex
     digest: str = digests.UNCHECKED  # verified | unchecked | failed
     kind: str = ""  # txn-log | pending-ack when a batch decodes as that log's
+    digest_type: str = ""  # the digest type that verified it (from the metadata, or detected)
 
     def to_json(self) -> dict:
         return {"file": self.file, "offset": self.offset, "ledgerId": self.ledger_id, "entryId": self.entry_id,
                 "form": self.form, "detail": self.detail, "first8": self.first8, "digest": self.digest,
-                "kind": self.kind}
+                "kind": self.kind, "digestType": self.digest_type}
 
 
 @dataclass(frozen=True)
@@ -178,11 +179,12 @@ def _entry_id(text: bytes) -> Optional[int]:
     return value if -MAX_ID <= value <= MAX_ID else None
 
 
-def _finding(path, offset, ledger, entry, payload: bytes, digest: str = digests.UNCHECKED, note: str = "") -> Finding:
+def _finding(path, offset, ledger, entry, payload: bytes, digest: str = digests.UNCHECKED, note: str = "",
+             digest_type: str = "") -> Finding:
     form, detail, kind = classify(payload)
     if note:
         detail = f"{detail}; {note}" if detail else note
-    return Finding(path, offset, ledger, entry, form, detail, payload[:8].hex(), digest, kind)
+    return Finding(path, offset, ledger, entry, form, detail, payload[:8].hex(), digest, kind, digest_type)
 
 
 def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: bytes, plan: ReadPlan,
@@ -190,7 +192,8 @@ def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: byt
     """A stored entry (32-byte header, digest, payload) judged by its ledger's digest type, then classified.
 
     Without metadata the type is detected once per ledger (in ``detected``) and then held to: an entry that fails
-    the detected type is a mismatch, never re-tried with a weaker one.
+    the detected type is a mismatch, never re-tried with a weaker one. Another file of the same ledger detects
+    afresh; the verifying type goes with each finding, so the tally catches a ledger verified under two types.
     """
     kind, password = plan.digests.get(ledger, (None, None))
     held = None
@@ -208,7 +211,8 @@ def _stored_finding(path: str, offset: int, ledger: int, entry: int, stored: byt
     note = "" if kind or not found_type else f"digest {found_type} (detected)"
     if detail:
         note = f"{note}; {detail}" if note else detail
-    return _finding(path, offset, ledger, entry, stored[start:], status, note)
+    return _finding(path, offset, ledger, entry, stored[start:], status, note,
+                    found_type or "" if status == digests.VERIFIED else "")
 
 
 # -- BookKeeper entry-log files ------------------------------------------------------------------
@@ -265,8 +269,16 @@ def read_entrylog(path: str, plan=NO_PLAN, start: int = ENTRYLOG_HEADER,
                 length, ledger, entry = unpack(mm, pos)
                 body = pos + 4
                 if length < 16:
-                    yield Finding(path, pos, -1, -1, UNREADABLE, f"bad record size {length}", "")
-                    return
+                    skip_to = _direct_io_skip(mm, pos, length, size)
+                    if skip_to is None:
+                        yield Finding(path, pos, -1, -1, UNREADABLE, f"bad record size {length}", "")
+                        return
+                    pos = skip_to
+                    continue
+                if pos == ENTRYLOG_HEADER and (length, ledger) == DIRECT_HEADER_FILLER[:2] and \
+                        not any(mm[pos + 12:DIRECT_ALIGNMENT]):
+                    pos = DIRECT_ALIGNMENT  # DirectEntryLogger's header block: a dummy record up to 4096
+                    continue
                 if body + length > size:
                     # Torn: the header is there, the body is not. The ids are stated, so the damage has a place.
                     known = ledger >= 0 and entry >= 0
@@ -300,6 +312,30 @@ def read_entrylog(path: str, plan=NO_PLAN, start: int = ENTRYLOG_HEADER,
                         yield Finding(path, map_at, lid, -1, UNREADABLE,
                                       f"the ledgers map gives ledger {lid} {mapped.get(lid, 0)} bytes, the records "
                                       f"hold {walked.get(lid, 0)} (a damaged ledger id moves an entry)", "")
+
+
+# DirectEntryLogger (BookKeeper 4.16+): a 4096-byte header block whose bytes from 1024 are a dummy record (size
+# 3068, ledger id -1, zeros) for the legacy reader to step over; each flush pads with 0xF0 up to the next 4096
+# boundary (a negative size when read); fallocate'd space past the data reads as zeros.
+DIRECT_ALIGNMENT = 4096
+DIRECT_HEADER_FILLER = (DIRECT_ALIGNMENT - ENTRYLOG_HEADER - 4, -1, 0)
+DIRECT_PADDING = 0xF0
+
+
+def _direct_io_skip(mm, pos: int, length: int, size: int) -> Optional[int]:
+    """Where the walk goes on after DirectEntryLogger padding (to the next block) or its zeroed tail (the end);
+    None when the bytes are not exactly that, so damage stays damage."""
+    if length == 0:
+        chunk = 1 << 20
+        for at in range(pos, size, chunk):
+            if mm[at:min(at + chunk, size)].count(0) != min(at + chunk, size) - at:
+                return None
+        return size
+    if length < 0 and pos % DIRECT_ALIGNMENT:
+        boundary = min(size, pos + (-pos % DIRECT_ALIGNMENT))
+        if mm[pos:boundary].count(DIRECT_PADDING) == boundary - pos:
+            return boundary
+    return None
 
 
 def _read_ledgers_map(mm, body: int, length: int, into: dict[int, int]) -> bool:
@@ -486,6 +522,14 @@ def _make_hex_reader(kind: str) -> Reader:
                 if not rows:
                     yield Finding(path, item.offset, ledger, entry, UNREADABLE,
                                   "no hex dump after the header (was -msg given?)", "")
+                    continue
+                if len(data) >= 16 and struct.unpack_from(">qq", data) != (ledger, entry):
+                    # The header prints the ids asked for; the stored entry carries its own (the client's
+                    # verifyDigest refuses a mismatch as it refuses a bad digest).
+                    said = struct.unpack_from(">qq", data)
+                    yield Finding(path, item.offset, ledger, entry, BAD_DIGEST,
+                                  f"stored header says ledger {said[0]} entry {said[1]}, not the ledger {ledger} "
+                                  f"entry {entry} the dump prints", data[32:40].hex(), digests.FAILED)
                     continue
                 yield _stored_finding(path, item.offset, ledger, entry, data, plan, detected)
             else:

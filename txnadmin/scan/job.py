@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -70,15 +71,27 @@ def collect_inputs(paths: Iterable[str], fmt: str = "auto") -> tuple[list[ScanIn
                 chosen = REGISTRY[fmt] if fmt != "auto" else detect(str(file))
             except OSError as exc:
                 raise ScanInputError(f"{file}: cannot read ({exc.strerror or exc})") from None
+            if chosen is None and path.is_dir() and _named_like_an_entry_log(file):
+                chosen = REGISTRY["entrylog"]  # its header is damaged: read it, so the damage is located, not skipped
             if chosen is None:
                 if path.is_dir():
                     notes.append(f"skipped {file}: not a dump format txnadmin knows")
                     continue
                 raise ScanInputError(f"{file}: not a known dump format (use --format; known: {', '.join(sorted(REGISTRY))})")
-            inputs.append(ScanInput(str(file), chosen.name, file.stat().st_size))
+            # Absolute, as Spark's executors need it; both engines report the same path.
+            inputs.append(ScanInput(os.path.abspath(file), chosen.name, file.stat().st_size))
     if not inputs:
         raise ScanInputError("no dump files found in " + ", ".join(paths))
     return inputs, notes
+
+
+ENTRY_LOG_NAME = re.compile(r"[0-9a-fA-F]{1,16}\.log")
+
+
+def _named_like_an_entry_log(file: Path) -> bool:
+    """A bookie names its entry logs `<hex id>.log`; so does RocksDB its write-ahead logs (`000004.log`), but those
+    sit next to RocksDB's `CURRENT` file (DbLedgerStorage's `ledgers/` and `locations/`)."""
+    return bool(ENTRY_LOG_NAME.fullmatch(file.name)) and not (file.parent / "CURRENT").exists()
 
 
 def read_plan(live: Optional[dict[int, LiveLedger]], named: frozenset = frozenset(),
@@ -89,7 +102,10 @@ def read_plan(live: Optional[dict[int, LiveLedger]], named: frozenset = frozense
     """
     if live is None:
         return ReadPlan(frozenset(), {}, id_format, verify_all)
-    skip = frozenset(l.ledger_id for l in live.values() if not l.transaction_ledger and l.ledger_id not in named)
+    # Only a ledger whose metadata says what it is may be skipped: one listed without metadata is read like a
+    # ledger of a scan without a list (a batch that decodes makes it a transaction ledger).
+    skip = frozenset(l.ledger_id for l in live.values()
+                     if l.has_metadata and not l.transaction_ledger and l.ledger_id not in named)
     kinds = {l.ledger_id: (l.digest_type, l.password) for l in live.values() if l.digest_type}
     return ReadPlan(skip, kinds, id_format, verify_all)
 
@@ -145,7 +161,7 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
         txn: Optional[bool]
         if lid in judged:
             txn = True
-        elif live is not None and info is not None:
+        elif live is not None and info is not None and info.has_metadata:
             txn = info.transaction_ledger
         else:
             txn = True if t.kinds else None  # unlisted: only a decoding batch says "transaction ledger"
@@ -170,8 +186,9 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
             if last is not None:
                 expected = last + 1
                 beyond = found.clip(last + 1, 1 << 62)
-                if beyond:
-                    problems.append(f"entries past lastEntryId {last} ignored: {_fmt_ranges(beyond.to_json())}")
+                if beyond:  # written to a bookie, never confirmed: recovery closed the ledger before them
+                    notes.append(f"ledger {lid}: entries past lastEntryId {last} are not part of the ledger "
+                                 f"(never confirmed; no reader reads them): {_fmt_ranges(beyond.to_json())}")
                 found, batched = found.clip(0, last), batched.clip(0, last)
                 missing = found.missing(0, last) if last >= 0 else []
             else:
@@ -191,6 +208,20 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
                                     f"unreadable in every copy{at}")
                 if absent:
                     problems.append(f"entries {_fmt_ranges(absent.to_json())} are in no dump")
+            # A copy that failed its digest although the entry has a good one (or lies past the end): the digest
+            # covers the header, so the damage may be in the ids, and the copy another ledger's entry.
+            stray = t.failed.minus(RangeSet(missing))
+            if stray:
+                first = next((x for x in sorted(t.examples, key=_example_order)
+                              if x["form"] != "batched" and stray.clip(x["entryId"], x["entryId"])), None)
+                at = f" (first: {_where(first)})" if first else ""
+                problems.append(f"a copy of entries {_fmt_ranges(stray.to_json())} failed its digest or was unreadable, "
+                                f"although the entry has a good copy or is past the end: a damaged header can "
+                                f"hide another ledger's entry; repair or remove that copy{at}")
+            if len(t.types) > 1:
+                problems.append(f"copies verify under different digest types ({', '.join(sorted(t.types))}), but "
+                                "BookKeeper keeps one per ledger: some copies are not this ledger's entries as "
+                                "written (the type is detected per file when the list does not name it)")
             if t.unplaced:
                 first = next((x for x in sorted(t.examples, key=_example_order) if x["entryId"] < 0), None)
                 at = f" (first: {_where(first)})" if first else ""
@@ -212,7 +243,14 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
         reasons.append(f"{tally.damage_count} unreadable spots whose ledger the dump does not state, first: "
                        f"{_where(tally.damage[0])}" if tally.damage else f"{tally.damage_count} unreadable spots")
     if not tally.ledgers and not tally.damage_count:
-        raise ScanInputError("nothing readable in the inputs (no entries)")
+        if not judged:
+            raise ScanInputError("nothing readable in the inputs (no entries)")
+        # Files were read, but every entry in them belongs to a ledger passed over by id: no entry of any judged
+        # ledger is in the dumps. Vacuous coverage of open ledgers is no proof of anything here.
+        raise ScanInputError(
+            f"no entry of any of the {len(judged)} transaction ledgers in the dumps (first: {min(judged)}; the "
+            "dumps hold only other ledgers' entries or none): cannot tell; copy the entry logs of the bookies in "
+            "those ledgers' ensembles (see `ensembles` in the list)")
     if not tally.ledgers and not judged:
         where = "; ".join(_where(u) for u in tally.damage[:3])
         raise ScanInputError(f"nothing readable in the inputs ({where})")
@@ -297,7 +335,7 @@ def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str
                                  "(or use --engine python)")
         from .spark import scan_with_spark
 
-        tally = scan_with_spark(inputs, plan, master, report)
+        tally = scan_with_spark(inputs, plan, master, report, progress)
         return judge(tally, live, f"spark ({master or 'local[*]'})", inputs, notes, named)
     writer = _ReportWriter(report) if report else None
     try:
@@ -314,7 +352,7 @@ def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str
 class _ReportWriter:
     """Per-entry findings as JSON lines (``.jsonl``/``.json``) or Parquet (``.parquet``), written atomically."""
 
-    COLUMNS = ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8", "digest", "kind")
+    COLUMNS = ("file", "offset", "ledgerId", "entryId", "form", "detail", "first8", "digest", "kind", "digestType")
 
     def __init__(self, path: Path):
         self.path = Path(path)

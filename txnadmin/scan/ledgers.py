@@ -18,8 +18,15 @@ from typing import Optional
 from ..names import is_transaction_ledger
 from . import digests
 
+# BookKeeper ≤ 4.17 logs `ledgerID: 13` and, with -meta, `LedgerMetadata{…}` on the next line.
 LEDGER_ID = re.compile(r"ledgerID:\s*(\S+)")
-METADATA = re.compile(r"LedgerMetadata\{(.*)\}\s*$")
+# 4.18 (slog, BP-69) logs events whose attributes only a %X layout prints, keys sorted: listledgers one
+# `log entry {ledgerId=13, metadata=LedgerMetadata{…}}`, ledgermetadata `ledgerID {ledgerId=13}` then
+# `log entry {metadata=LedgerMetadata{…}}`.
+EVENT_ID = re.compile(r"\b(?:log entry|ledgerID)\s*\{\s*ledgerId=([^,}\s]*)")
+# The same events under the default console layout (no %X): nothing names the ledger.
+BARE_EVENT = re.compile(r"\b(?:log entry|ledgerID)\s*$")
+METADATA_START = "LedgerMetadata{"
 
 
 class LedgerListError(ValueError):
@@ -120,7 +127,8 @@ def _ledger(lid: int, body: str, where: str) -> LiveLedger:
 
 
 def read_ledger_list(path: Path, id_format: str = "long") -> dict[int, LiveLedger]:
-    """Every `ledgerID:` line, with its `LedgerMetadata{…}` line when the list has one. Raises LedgerListError only."""
+    """Every ledger the list names (`ledgerID: 13`, or 4.18's `{ledgerId=13…}` attributes), with its
+    `LedgerMetadata{…}` when the list has it. Raises LedgerListError only."""
     from .formats import LedgerIdError, parse_ledger_id
 
     try:
@@ -131,17 +139,42 @@ def read_ledger_list(path: Path, id_format: str = "long") -> dict[int, LiveLedge
     ledgers: dict[int, LiveLedger] = {}
     current: Optional[int] = None
     for number, line in enumerate(text.splitlines(), 1):
-        m = LEDGER_ID.search(line)
+        head, _, _ = line.partition(METADATA_START)
+        m = LEDGER_ID.search(head) or EVENT_ID.search(head)
         if m:
             try:
                 current = parse_ledger_id(m.group(1), id_format)
             except LedgerIdError as exc:
                 raise LedgerListError(f"{path}:{number}: {exc}") from None
             ledgers.setdefault(current, LiveLedger(current, None, None, None))
-            continue
-        m = METADATA.search(line)
-        if m and current is not None:
-            ledgers[current] = _ledger(current, m.group(1), f"{path}:{number}")
+        elif BARE_EVENT.search(line):
+            # A live ledger the list does not name: judging without it would take its entries for trimmed ones.
+            raise LedgerListError(
+                f"{path}:{number}: a BookKeeper 4.18 `{line.strip()[-40:]}` line without attributes: the shell's "
+                "console layout prints ledger ids and metadata only with %X; take the list again with "
+                "BOOKIE_LOG_CONF pointing at a layout that has %X (see docs/scan.md), or with a 4.17 shell")
+        body = _metadata_body(line)
+        if body is not None and current is not None:
+            ledgers[current] = _ledger(current, body, f"{path}:{number}")
     if not ledgers:
         raise LedgerListError(f"{path}: no `ledgerID:` lines (expected `bookkeeper shell listledgers -meta` output)")
     return ledgers
+
+
+def _metadata_body(line: str) -> Optional[str]:
+    """The inside of `LedgerMetadata{…}`, up to its own closing brace (4.18 closes the event's attributes after
+    it); None when the line has none or it is cut short."""
+    start = line.find(METADATA_START)
+    if start < 0:
+        return None
+    start += len(METADATA_START)
+    depth = 0
+    for i in range(start, len(line)):
+        ch = line[i]
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            if depth == 0:
+                return line[start:i] if ch == "}" else None
+            depth -= 1
+    return None

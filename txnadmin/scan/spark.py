@@ -13,17 +13,20 @@ with the same readers (docs/benchmarks.md).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
+import threading
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from .formats import REGISTRY, ReadPlan, ScanInput
 from .tally import Tally
 
+log = logging.getLogger(__name__)
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 REPORT_SCHEMA = ("file string, offset long, ledgerId long, entryId long, form string, detail string, "
-                 "first8 string, digest string, kind string")
+                 "first8 string, digest string, kind string, digestType string")
 
 
 def spark_session(master: Optional[str] = None):
@@ -43,19 +46,23 @@ def spark_session(master: Optional[str] = None):
     return spark
 
 
-def file_groups(inputs: list[ScanInput], count: int) -> list[list[tuple[str, str]]]:
-    """Greedy balance by size: the lightest group takes the next largest file."""
-    groups: list[list[tuple[str, str]]] = [[] for _ in range(max(1, min(count, len(inputs))))]
+def file_groups(inputs: list[ScanInput], count: int) -> list[list[tuple[str, str, int]]]:
+    """Greedy balance by size: the lightest group takes the next largest file. Each file is (path, format, bytes)."""
+    groups: list[list[tuple[str, str, int]]] = [[] for _ in range(max(1, min(count, len(inputs))))]
     sizes = [0] * len(groups)
     for item in sorted(inputs, key=lambda i: -i.size):
         k = sizes.index(min(sizes))
-        groups[k].append((str(Path(item.path).resolve()), item.format))
+        groups[k].append((os.path.abspath(item.path), item.format, item.size))
         sizes[k] += item.size
     return [g for g in groups if g]
 
 
-def _fold(plan_json: str, rows: bool):
-    """The mapPartitions body: every finding into one tally, plus the findings themselves for a report."""
+def _fold(plan_json: str, rows: bool, files_done=None, bytes_done=None):
+    """The mapPartitions body: every finding into one tally, plus the findings themselves for a report.
+
+    ``files_done``/``bytes_done`` are accumulators for the driver's progress bar: Spark merges them on the
+    driver as each task ends, so the bar moves a partition at a time.
+    """
 
     def fold(groups):
         from .formats import ReadPlan
@@ -64,22 +71,73 @@ def _fold(plan_json: str, rows: bool):
         plan = ReadPlan.from_json(json.loads(plan_json))
         tally = Tally()
         for group in groups:
-            for path, fmt in group:
+            for path, fmt, size in group:
                 for f in REGISTRY[fmt].findings(path, plan):
                     tally.add(f)
                     if rows:
                         yield ("f", (f.file, f.offset, f.ledger_id, f.entry_id, f.form, f.detail, f.first8,
-                                     f.digest, f.kind))
+                                     f.digest, f.kind, f.digest_type))
+                if files_done is not None:
+                    files_done.add(1)
+                    bytes_done.add(size)
         yield ("t", tally.to_json())
 
     return fold
 
 
-def scan_with_spark(inputs: list[ScanInput], plan: ReadPlan, master: Optional[str], report: Optional[Path]) -> Tally:
+class _Progress:
+    """Polls the accumulators from a driver thread while the job runs and reports (files, bytes) done."""
+
+    def __init__(self, sc, inputs: list[ScanInput], callback: Optional[Callable[[int, int, int, int], None]]):
+        self.callback = callback
+        self.files = sc.accumulator(0) if callback else None
+        self.bytes = sc.accumulator(0) if callback else None
+        self.total_files, self.total_bytes = len(inputs), sum(i.size for i in inputs)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, name="scan-progress", daemon=True)
+
+    def _report(self) -> None:
+        if self.callback is None or self.files is None or self.bytes is None:
+            return
+        # A retried task adds its files again: never show more than there is.
+        self.callback(min(self.files.value, self.total_files), self.total_files,
+                      min(self.bytes.value, self.total_bytes), self.total_bytes)
+
+    def _poll(self) -> None:
+        while not self.stop.wait(0.25):
+            try:
+                self._report()
+            except Exception:  # a drawing failure must not cost the scan: logged, not raised
+                log.warning("scan progress display failed", exc_info=True)
+                return
+
+    def __enter__(self) -> "_Progress":
+        if self.callback:
+            self._report()
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        if exc[0] is None:
+            self._report()
+
+
+def scan_with_spark(inputs: list[ScanInput], plan: ReadPlan, master: Optional[str], report: Optional[Path],
+                    progress: Optional[Callable[[int, int, int, int], None]] = None) -> Tally:
     spark = spark_session(master)
     sc = spark.sparkContext
     groups = file_groups(inputs, 2 * sc.defaultParallelism)
-    out = sc.parallelize(groups, len(groups)).mapPartitions(_fold(json.dumps(plan.to_json()), report is not None))
+    with _Progress(sc, inputs, progress) as shown:
+        return _run(spark, groups, plan, report, shown)
+
+
+def _run(spark, groups, plan: ReadPlan, report: Optional[Path], shown: _Progress) -> Tally:
+    sc = spark.sparkContext
+    out = sc.parallelize(groups, len(groups)).mapPartitions(
+        _fold(json.dumps(plan.to_json()), report is not None, shown.files, shown.bytes))
     if report is not None:
         out = out.cache()  # read the dumps once for both the report and the tallies
         fmt = "parquet" if str(report).endswith(".parquet") else "json"

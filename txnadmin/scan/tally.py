@@ -113,6 +113,7 @@ class LedgerTally:
     unplaced: int = 0  # damage in this ledger without an entry id
     kinds: set = field(default_factory=set)  # logs whose batch layout the batched entries decode as
     examples: list = field(default_factory=list)  # a few located findings: batched, bad digest, unreadable
+    types: set = field(default_factory=set)  # digest types that verified copies (one, for a sound ledger)
 
     def add(self, f: Finding) -> None:
         self.copies += 1
@@ -128,6 +129,8 @@ class LedgerTally:
             self.unplaced += 1
         if f.digest == VERIFIED and f.form in (BATCHED, PLAIN, EMPTY):
             self.verified.add(f.entry_id)
+            if f.digest_type:
+                self.types.add(f.digest_type)
         if f.form in (BATCHED, BAD_DIGEST, UNREADABLE) and len(self.examples) < 4 * EXAMPLES_PER_LEDGER:
             self.examples.append(f.to_json())
             if len(self.examples) == 4 * EXAMPLES_PER_LEDGER:
@@ -143,6 +146,7 @@ class LedgerTally:
         self.copies += other.copies
         self.unplaced += other.unplaced
         self.kinds |= other.kinds
+        self.types |= other.types
         self.examples += other.examples
         self._trim()
 
@@ -150,12 +154,12 @@ class LedgerTally:
         self._trim()
         return {"b": self.batched.to_json(), "g": self.good.to_json(), "v": self.verified.to_json(),
                 "f": self.failed.to_json(), "c": self.copies, "u": self.unplaced, "k": sorted(self.kinds),
-                "x": self.examples}
+                "x": self.examples, "y": sorted(self.types)}
 
     @classmethod
     def from_json(cls, d: dict) -> "LedgerTally":
         return cls(RangeSet(d["b"]), RangeSet(d["g"]), RangeSet(d["v"]), RangeSet(d["f"]), d["c"], d["u"],
-                   set(d["k"]), list(d["x"]))
+                   set(d["k"]), list(d["x"]), set(d.get("y", ())))
 
 
 @dataclass

@@ -82,9 +82,12 @@ def _salvage(conn: sqlite3.Connection, table: str, key: str) -> tuple[list[tuple
     return list(rows.values()), complete
 
 
-def recover(directory: Path | str, schema: str) -> dict:
+def recover(directory: Path | str, schema: str, force: bool = False) -> dict:
     """Rebuild ``directory/metadata.db``, keeping the damaged file beside it. Returns a report: what was salvaged,
-    what was rebuilt from the entry logs, and what is lost (``lost`` empty means nothing is)."""
+    what was rebuilt from the entry logs, and what is lost (``lost`` empty means nothing is).
+
+    A metadata.db that passes the same check as every open is left alone (``{"sound": True}``) unless ``force``:
+    a rebuild keeps only what can be salvaged or re-derived, which is never more than a sound file already holds."""
     directory = Path(directory)
     db_path = directory / DB_NAME
     if not db_path.exists():
@@ -95,9 +98,25 @@ def recover(directory: Path | str, schema: str) -> dict:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise EngineLockedError(f"{directory}: in use by another process; stop it before recovering") from None
+        if not force and _sound(directory):
+            return {"directory": str(directory), "sound": True}
         return _recover_locked(directory, schema)
     finally:
         os.close(lock_fd)
+
+
+def _sound(directory: Path) -> bool:
+    try:
+        conn = sqlite3.connect(f"file:{directory / DB_NAME}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        check(directory, conn)
+        return True
+    except StorageCorruptError:
+        return False
+    finally:
+        conn.close()
 
 
 def _recover_locked(directory: Path, schema: str) -> dict:

@@ -271,9 +271,10 @@ class LedgerStorage:
         self._callback_thread.start()
 
     @staticmethod
-    def recover(directory: Path | str) -> dict:
-        """Rebuild a damaged metadata.db from what SQLite can still read and from the entry logs (see _integrity)."""
-        return _integrity.recover(Path(directory), _SCHEMA)
+    def recover(directory: Path | str, force: bool = False) -> dict:
+        """Rebuild a damaged metadata.db from what SQLite can still read and from the entry logs (see _integrity);
+        a sound one is left alone unless ``force``."""
+        return _integrity.recover(Path(directory), _SCHEMA, force)
 
     def _take_lock(self) -> None:
         self._lock_fd = take_writer_lock(self.directory)
