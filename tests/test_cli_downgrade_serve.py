@@ -170,3 +170,24 @@ def test_dry_run_and_a_checklist_from_another_target_through_serve(tmp_path):
             assert refused.returncode == 3, refused.stderr
             assert "recorded on another target" in refused.stderr and "reset" in refused.stderr
             assert "Traceback" not in refused.stderr
+
+
+def test_ctrl_c_during_wait_through_serve_keeps_the_checklist_and_exits_130(tmp_path):
+    import signal
+
+    d = _engine(tmp_path)  # no traffic: its idle subscription's store never trims, so the wait cannot end safe
+    state = tmp_path / "s.json"
+    with _serve(tmp_path, d) as (url, _):
+        assert cli(url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
+        before = json.loads(state.read_text())
+        waiter = subprocess.Popen(TXNADMIN + ["-u", url, "--auth-params", f"token:{TOKEN}", "downgrade", "wait",
+                                              "--state", str(state), "--interval", "30", "--timeout", "600"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(4)
+        waiter.send_signal(signal.SIGINT)
+        out, err = waiter.communicate(timeout=60)
+    assert waiter.returncode == 130, err
+    assert "downgrade wait" in err and "Traceback" not in err  # how to resume
+    after = json.loads(state.read_text())
+    assert after["phase"] == before["phase"] == "recorded"
+    assert after["pendingAckStores"].keys() == before["pendingAckStores"].keys()

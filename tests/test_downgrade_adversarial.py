@@ -395,3 +395,22 @@ def test_batching_switched_on_and_off_again_while_start_reloads_is_caught(tmp_pa
             if checked_status(engine, admin, tmp_path / "s.json").safe:
                 break
         assert checked_status(engine, admin, tmp_path / "s.json").safe
+
+
+def test_a_proven_store_still_recovering_is_not_taken_for_unchanged(tmp_path):
+    """recoverStartTime 0 ("not recovered yet") from a store proven done earlier is a reopen under way, never
+    "unchanged", even while its newest ledger is still the one confirmed."""
+    with _started(tmp_path) as (engine, admin):
+        assert until_safe(engine, admin, tmp_path / "s.json").safe
+
+        class Recovering(LocalAdmin):
+            def pending_ack_stats(self, topic, subscription, low_water_marks=False):
+                stats = dict(super().pending_ack_stats(topic, subscription, low_water_marks))
+                if topic == "persistent://public/default/u":
+                    stats["recoverStartTime"] = 0
+                return stats
+
+        report = checked_status(engine, Recovering(engine), tmp_path / "s.json")
+        assert not report.safe
+        assert [l.name for l in report.groups()[KIND_REOPENED]] == [
+            "persistent://public/default/u-s__transaction_pending_ack"]

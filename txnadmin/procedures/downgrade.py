@@ -535,14 +535,14 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
                       "until it is loaded", "load its topic (e.g. `pulsar-admin topics stats <topic>`), then run "
                       "`txnadmin downgrade start` again to record it")
 
-    start_now = None
+    start_now, start_read = None, False
     if (log.component == "pending-ack" and rec.get("recoverStartTime") is not None and rec.get("batchingOff")
             and rec.get("provenDone") == rec["recoverStartTime"]):
         # Proven done at an earlier poll by this same open store. A store reads the batching flags only when it
         # opens, so while it has not reopened (same recoverStartTime) it writes no batched entry, and ledgers up to
         # LastBatched, once gone, never come back: it is still done. One small call instead of its ledgers.
         try:
-            start_now = log.recover_start()
+            start_now, start_read = log.recover_start(), True
         except NotFoundError:
             return missing(), None, None
         if start_now == rec["recoverStartTime"]:
@@ -561,11 +561,11 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
         return (status(KIND_REOPENED, "no recoverStartTime was recorded for this store (it was not loaded when "
                        "recorded, or batching was switched on meanwhile)", REOPENED_HINT, oldest=min(ids, default=None)),
                 ids, None)
-    if start_now is not None or newest is None or newest != rec.get("confirmedLedger"):
+    if start_read or newest is None or newest != rec.get("confirmedLedger"):
         # The newest ledger changed since we last saw the same recoverStartTime: a rollover, or a reopen (or the
         # store was read above and has reopened).
         try:
-            now = log.recover_start() if start_now is None else start_now
+            now = start_now if start_read else log.recover_start()
         except NotFoundError:
             return missing(), None, None
         if now != rec["recoverStartTime"]:
