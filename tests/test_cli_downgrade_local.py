@@ -138,3 +138,28 @@ def test_wait_rides_out_an_engine_restart_through_a_plain_local_target(tmp_path)
     report = json.loads(out)
     assert waiter.returncode == 1 and report["safe"] is False
     assert report["waitingByReason"].get("reopened since recording")
+
+
+def test_wait_follows_an_engine_that_restarts_on_another_port_with_another_token(tmp_path):
+    """A restarted engine picks a new port and a new token: `wait` re-reads the engine's server.json when the old
+    address refuses connections, carries on against the new one, and still judges the restart's reopen."""
+    import time
+
+    d = _loaded_engine(tmp_path)
+    state = str(tmp_path / "s.json")
+    with serving(d, tmp_path / "home") as (first_url, first_token):
+        assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0
+        waiter = subprocess.Popen(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", state, "--timeout",
+                                              "60", "--interval", "0.5", "-o", "json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2)
+    time.sleep(2)
+    with serving(d, tmp_path / "home") as (second_url, second_token):
+        assert (second_url, second_token) != (first_url, first_token)
+        out, err = waiter.communicate(timeout=150)
+    assert "Traceback" not in err, err
+    report = json.loads(out)
+    # Without following the move the wait would end at --timeout with exit 3; it reaches a verdict instead.
+    assert waiter.returncode == 1 and report["safe"] is False, err
+    assert report["waitingByReason"].get("reopened since recording")
+    assert second_token not in out + err and first_token not in out + err

@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Self
+from typing import Any, Callable, Optional, Self
 from urllib.parse import quote, urlencode
 
 import httpx
@@ -223,7 +223,8 @@ class HttpAdmin:
                  tls_trust_certs: Optional[str] = None, tls_allow_insecure: bool = False,
                  tls_hostname_verification: bool = False, transport: Optional[httpx.BaseTransport] = None,
                  retry_backoff: Optional[float] = None, auth: Optional[Auth] = None,
-                 retry: RetryPolicy = DEFAULT_RETRY):
+                 retry: RetryPolicy = DEFAULT_RETRY,
+                 rediscover: Optional[Callable[[], Optional[tuple[str, Optional[str]]]]] = None):
         if not isinstance(timeout, (int, float)) or not timeout > 0 or not math.isfinite(timeout):
             raise TargetUnreachableError(f"--request-timeout {timeout}: must be a positive number of seconds")
         try:
@@ -258,6 +259,9 @@ class HttpAdmin:
         self.in_flight: Optional[str] = None
         self._brokers: Optional[set[str]] = None  # the cluster's active brokers, fetched on the first foreign redirect
         self._brokers_lock = threading.RLock()
+        # A local engine's server may come back on another port with another token (`engine run` picks both
+        # afresh): ``rediscover`` reads where it is now, so a long `downgrade wait` follows the restart.
+        self._rediscover = rediscover
 
     @property
     def retry_backoff(self) -> float:
@@ -340,6 +344,8 @@ class HttpAdmin:
             try:
                 response = self._send(method, path, params, content, deadline)
             except TargetUnreachableError as exc:
+                if getattr(exc, "before_send", False) and self._moved():
+                    continue  # the server is elsewhere now: try there at once (still bounded by attempts)
                 # Only failures before the request could have been processed are retried for non-GETs.
                 if isinstance(exc, AuthError) or attempt >= policy.attempts or \
                         (method != "GET" and not getattr(exc, "before_send", False)):
@@ -356,6 +362,28 @@ class HttpAdmin:
                     raise AdminError(f"{self.base_url}: HTTP {response.status_code}, asked to retry after "
                                      f"{asked:g} s — beyond --request-timeout {self.timeout:g} s", response.status_code)
             return response
+
+    def _moved(self) -> bool:
+        """Ask ``rediscover`` where the server is; True when it answered with another address or token."""
+        if self._rediscover is None:
+            return False
+        found = self._rediscover()
+        if found is None:
+            return False
+        url, token = found
+        url = url.rstrip("/")
+        current = self.auth.token if isinstance(self.auth, TokenAuth) else None
+        if url == self.base_url and token == current:
+            return False
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL:
+            return False
+        register_secret(token)
+        with self._transports_lock:
+            self.base_url, self._host = url, parsed.host
+            self.auth = TokenAuth(token=token) if token else Auth()
+        return True
 
     @staticmethod
     def _sleep(seconds: float, deadline: float) -> bool:

@@ -177,16 +177,13 @@ def open_admin(target: Target) -> TransactionsAdmin:
 
             return LocalAdmin(target.engine_dir, read_mostly=True)  # reads of a stopped engine change nothing
         url, token = server
-        return _http_admin(url, token=token)
-    return _http_admin(target.url, target=target)
+        from .http import HttpAdmin
 
-
-def _http_admin(url: str, token: Optional[str] = None, target: Optional[Target] = None) -> TransactionsAdmin:
+        engine_dir = target.engine_dir
+        return HttpAdmin(url, token=token, rediscover=lambda: _running_server(engine_dir))
     from .http import HttpAdmin
 
-    if target is not None:
-        return HttpAdmin.from_target(target)
-    return HttpAdmin(url, token=token)
+    return HttpAdmin.from_target(target)
 
 
 def _running_server(engine_dir: Path) -> Optional[tuple[str, Optional[str]]]:
