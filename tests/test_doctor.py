@@ -986,3 +986,56 @@ def test_engine_run_faults_are_found_by_doctor_and_cleared_by_the_fixes(tmp_path
 def test_engine_run_refuses_an_unknown_fault(tmp_path):
     result = runner.invoke(app, ["engine", "run", str(tmp_path / "engine"), "--fault", "melt"])
     assert result.exit_code == 2 and "--fault melt: use one of stuck-open, hold-ending" in result.stderr
+
+
+def test_engine_run_stalled_buffer_recovery_is_found_by_doctor_and_cleared_by_an_unload(tmp_path):
+    """`engine run --fault stall-buffer-recovery` in one shell: a topic's transaction buffer starts recovering and
+    never finishes (apache/pulsar#17040) while the workload goes on; doctor in another shell names the topic with
+    the recovery's start and missing end and says to unload it; the unload (through the running engine's server,
+    as `pulsar-admin topics unload` would) recovers it, and doctor is clean."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from txnadmin.admin.target import open_admin, resolve_target
+    from txnadmin.engine.faults import STALLED_TOPIC
+
+    txnadmin = str(Path(sys.executable).parent / "txnadmin")
+    engine = tmp_path / "engine"
+    env = dict(os.environ, TXNADMIN_HOME=str(tmp_path))
+    subprocess.run([txnadmin, "engine", "init", str(engine), "-c", "2"], check=True, capture_output=True, env=env)
+    run = subprocess.Popen([txnadmin, "engine", "run", str(engine), "--duration", "0", "--rate", "20",
+                            "--fault", "stall-buffer-recovery", "-o", "json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    url = f"local:{engine}"
+    checks = ("--only", "recovery", "--threshold", "recovery=0s")
+    try:
+        for _ in range(200):
+            if (engine / "server.json").exists():
+                break
+            time.sleep(0.1)
+
+        def stalled(findings):
+            return [f for f in findings if f["check"] == "recovery" and f["subject"] == STALLED_TOPIC]
+
+        code, out = doctor_until(url, tmp_path, lambda fs: bool(stalled(fs)), *checks, deadline=60)
+        [finding] = stalled(out["findings"])
+        assert code == 1 and finding["severity"] == "critical", out
+        ev = finding["evidence"]
+        assert ev["state"] == "Initializing" and ev["recoverStartTime"] > 0 and ev["recoverEndTime"] == 0, ev
+        assert ev["recoveringForMs"] >= 0
+        assert f"pulsar-admin topics unload {STALLED_TOPIC}" in finding["fix"]
+        assert any("17040" in r for r in finding["refs"]), finding["refs"]
+        # only the stalled buffer: the workload's topics recovered and keep going
+        assert [f["subject"] for f in out["findings"] if f["check"] == "recovery"] == [STALLED_TOPIC]
+
+        open_admin(resolve_target(url)).unload_topic(STALLED_TOPIC)  # the fix doctor gave
+        code, out = doctor_json(url, tmp_path, *checks)
+        assert code == 0 and not out["findings"], out["findings"]
+    finally:
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == 0, run.stderr.read().decode()[-2000:]
+    stats = json.loads(run.stdout.read())
+    assert stats["committed"] > 0 and stats["errors"] == 0, stats  # nothing else in the engine hung or failed

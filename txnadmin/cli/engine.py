@@ -91,7 +91,8 @@ def run(
     fault: list[str] = typer.Option([], "--fault", help="Put the running engine into a broken state for `txnadmin "
                                     "doctor` to find (repeatable): stuck-open (3 transactions left OPEN, their "
                                     "timeouts lost, apache/pulsar#19200), hold-ending (1 transaction held in "
-                                    "COMMITTING, apache/pulsar#23550)."),
+                                    "COMMITTING, apache/pulsar#23550), stall-buffer-recovery[=TOPIC] (a topic's "
+                                    "transaction buffer starts recovering and never finishes, apache/pulsar#17040)."),
     output: str = output_option("table", help="table (live view), or json or yaml (final counters)."),
 ) -> None:
     """Run a transactional workload; Ctrl-C stops cleanly, kill -9 loses nothing acknowledged."""
@@ -99,7 +100,7 @@ def run(
     from ..engine.manage import EngineDirError, require_engine
     from ..engine.workload import WorkloadSpec, run_workload
 
-    from ..engine.faults import FAULTS, inject
+    from ..engine.faults import FAULTS, fault_name, inject
 
     if abort_ratio + timeout_ratio > 1:
         fail("--abort-ratio plus --timeout-ratio must not exceed 1", EXIT_USAGE)
@@ -113,7 +114,7 @@ def run(
     if concurrency < 1:
         fail(f"--concurrency {concurrency}: must be at least 1", EXIT_USAGE)
     for name in fault:
-        if name not in FAULTS:
+        if fault_name(name) not in FAULTS or name.endswith("="):
             fail(f"--fault {name}: use one of {', '.join(FAULTS)}", EXIT_USAGE)
     path, source = _run_dir(ctx, directory)
     try:

@@ -342,6 +342,9 @@ class Engine:
         tc = self.coordinator(txn[0])
         t = self.topic(topic)
         meta = tc.get(txn[1])
+        # Outside the end lock: a buffer still recovering holds the send (up to the send timeout), and a timeout
+        # abort of the same transaction must not wait behind it.
+        t.wait_ready()
         yield tc.register_partition(txn[1], t.name)
         # Under the transaction's end lock: a message is queued before the end's marker or not at all. One
         # published after an abort (say by the timeout) would sit in the buffer as ongoing forever and hold
@@ -562,6 +565,27 @@ class Engine:
                 self._open_store(*key)
             self.topics.pop(full).close()
             self._open_topic(full)
+
+    def stall_topic_recovery(self, topic: str) -> None:
+        """Unload a topic and load it again with a transaction-buffer recovery that starts and never ends (the
+        `engine run --fault stall-buffer-recovery` verb; see :meth:`Topic.start_stalled_recovery`). Unloading it
+        again (:meth:`reload_topic`) recovers it for real."""
+        full = normalize_topic(topic)
+        with self._lock:
+            self._writable()
+            if full not in self.topics:
+                raise NotFound(f"Topic not found {full}")
+            stores = [k for k in self.stores if k[0] == full]
+            for key in stores:
+                self.stores.pop(key).close()
+            self.topics.pop(full).close()
+            stalled = Topic(self.factory, full, self.ml_config(), self._aborted_txn_processor(full),
+                            snapshot_every=self.config.transactionBufferSnapshotMaxTransactionCount,
+                            snapshot_min_ms=self.config.transactionBufferSnapshotMinTimeInMillis)
+            stalled.start_stalled_recovery(self.clock_ms)
+            self.topics[full] = stalled
+            for key in stores:  # their pending-ack stores recover as usual, on the reloaded topic's cursors
+                self._open_store(*key)
 
     def scale_coordinators(self, replicas: int) -> None:
         with self._lock:

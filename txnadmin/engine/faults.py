@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .coordinator import ABORTING, COMMITTING, OPEN
 from .engine import Engine
+from ..names import normalize_topic
 
 
 def hold_ending(engine: Engine, txn: tuple[int, int], commit: bool = True) -> None:
@@ -26,12 +27,36 @@ def lose_timeout(engine: Engine, txn: tuple[int, int]) -> None:
     engine.coordinator(txn[0]).forget_timeout(txn[1])
 
 
+STALLED_TOPIC = "persistent://public/default/txn-stalled-recovery"
+
+
+def stall_buffer_recovery(engine: Engine, topic: str) -> tuple[int, int]:
+    """Give ``topic`` transactional history (one committed transaction), then unload it and load it again with a
+    transaction-buffer recovery that starts and never ends: Pulsar's buffer when its snapshot reader blocks
+    (apache/pulsar#17040). Returns the committed transaction. Unloading the topic (`pulsar-admin topics unload`,
+    which doctor's fix says) or restarting the engine recovers it."""
+    txn = engine.begin(owner="fault:stall-buffer-recovery")
+    engine.produce(txn, topic, b"stall-buffer-recovery")
+    engine.commit(txn)
+    engine.stall_topic_recovery(topic)
+    return txn
+
+
 FAULTS = {
     "stuck-open": "3 transactions produced to the first topic and left OPEN with their timeouts lost "
                   "(apache/pulsar#19200): past --txn-timeout-ms nothing aborts them",
     "hold-ending": "1 transaction produced to the first topic and held in COMMITTING, its end never delivered "
                    "(apache/pulsar#23550): a restart of the engine drives it to the end",
+    "stall-buffer-recovery": f"[=TOPIC] the transaction buffer of TOPIC (default {STALLED_TOPIC}, which the "
+                             "workload leaves alone) starts recovering and never finishes (apache/pulsar#17040): "
+                             "unloading the topic or a restart recovers it",
 }
+
+
+def fault_name(spec: str) -> str:
+    """``stall-buffer-recovery=TOPIC`` → ``stall-buffer-recovery``; a name that takes no argument keeps its ``=``."""
+    name, sep, _ = spec.partition("=")
+    return name if sep and name == "stall-buffer-recovery" else spec
 
 
 def inject(engine: Engine, names: list[str], topic: str, timeout_ms: int) -> list[str]:
@@ -52,6 +77,11 @@ def inject(engine: Engine, names: list[str], topic: str, timeout_ms: int) -> lis
             engine.produce(txn, topic, b"hold-ending")
             hold_ending(engine, txn, commit=True)
             said.append(f"fault hold-ending: ({txn[0]},{txn[1]}) held in COMMITTING on {topic}")
+        elif fault_name(name) == "stall-buffer-recovery":
+            stalled = name.partition("=")[2] or STALLED_TOPIC
+            txn = stall_buffer_recovery(engine, stalled)
+            said.append(f"fault stall-buffer-recovery: {normalize_topic(stalled)} (after ({txn[0]},{txn[1]}) "
+                        "committed on it) reloaded with a transaction-buffer recovery that never ends")
         else:
             raise ValueError(f"--fault {name}: use one of {', '.join(FAULTS)}")
     return said

@@ -45,6 +45,15 @@ def decode_message(entry: bytes) -> tuple[dict, bytes]:
     return json.loads(body[4 : 4 + size]), body[4 + size :]
 
 
+class TransactionBufferNotReady(Exception):
+    """Pulsar's ServiceUnitNotReadyException from a transaction buffer that has not finished recovering: retriable."""
+
+
+# Pulsar's client gives up on a send after sendTimeoutMs (30 s by default); a transactional send to a buffer that
+# is still recovering waits at most that long here, so a stalled buffer cannot hold a producer's thread forever.
+SEND_TIMEOUT_S = 30.0
+
+
 @dataclass
 class Message:
     position: Position
@@ -74,6 +83,16 @@ class TransactionBuffer:
         self.recover_end_time = 0
         self.replay_start: Optional[Position] = None
         self.changes = 0  # markers since the last snapshot
+        # What a buffer whose recovery has not ended reports as its max read position: the last confirmed entry
+        # when the topic loaded (Pulsar sets it so before recovering, and ignores publishes until Ready).
+        self.max_read_at_load: Optional[Position] = None
+
+    def dispatch_limit(self) -> Position:
+        """How far consumers may read: nowhere until the buffer is Ready (Pulsar's getMaxReadPosition answers
+        EARLIEST while it recovers), then the max read position."""
+        if self.state != "Ready":
+            return Position(-1, -1)
+        return self.max_read_position()
 
     def max_read_position(self) -> Position:
         last = self.ledger.last_confirmed_entry
@@ -126,7 +145,8 @@ class TransactionBuffer:
         return self.processor.trim_expired(self.first_live_ledger(), self.snapshot_position)
 
     def stats(self, low_water_marks: dict[int, int] | None = None, segment_stats: bool = False) -> dict:
-        out = {"state": self.state, "maxReadPosition": str(self.max_read_position()),
+        max_read = self.max_read_at_load if self.state != "Ready" and self.max_read_at_load is not None else self.max_read_position()
+        out = {"state": self.state, "maxReadPosition": str(max_read),
                "lastSnapshotTimestamps": self.processor.last_snapshot_timestamp}
         if low_water_marks is not None:
             out["lowWaterMarks"] = {str(k): v for k, v in low_water_marks.items()}
@@ -161,6 +181,9 @@ class Topic:
         # Markers made durable, in entry order (the storage calls adds back in the order they were queued), whose end
         # the buffer has not applied yet. Appended on the storage's callback thread, drained under the topic lock.
         self._durable_markers: deque[_DurableMarker] = deque()
+        # Set once the transaction buffer is Ready (or the topic closes): transactional sends wait for it.
+        self._ready = threading.Event()
+        self._closed = False
 
     # -- subscriptions -----------------------------------------------------------------------
     def subscription(self, name: str) -> ManagedCursor:
@@ -223,8 +246,28 @@ class Topic:
         """
         return self.end_transaction_async(txn, commit)()
 
+    def wait_ready(self, timeout_s: float = SEND_TIMEOUT_S) -> None:
+        """Before a transactional send: wait until the buffer has recovered, as Pulsar's buffer holds sends that
+        arrive while it is Initializing and releases them when recovery completes (or fails them when the topic
+        closes); the wait is bounded by the client's send timeout."""
+        if self._ready.is_set() and not self._closed:
+            return
+        self._ready.wait(timeout_s)
+        if self._closed:
+            raise TransactionBufferNotReady(f"{self.name}: Topic is closed")
+        if not self._ready.is_set():
+            raise TransactionBufferNotReady(
+                f"{self.name}: transaction buffer still {self.buffer.state} after {timeout_s:g} s (send timed out)")
+
     def end_transaction_async(self, txn: tuple[int, int], commit: bool) -> Callable[[], Position]:
-        """Queue the marker; the returned function waits for it and then ends the transaction in the buffer."""
+        """Queue the marker; the returned function waits for it and then ends the transaction in the buffer.
+
+        A buffer still recovering refuses the end at once, retriably: Pulsar's buffer parks a commit or abort until
+        it is Ready, so the transaction stays COMMITTING/ABORTING; the engine's coordinator retries failed ends
+        every second instead of parking a thread on the buffer, and the operator sees the same state."""
+        if not self._ready.is_set():
+            raise TransactionBufferNotReady(
+                f"{self.name}: transaction buffer is {self.buffer.state}, not Ready; the end is retried")
         kind = COMMIT_MARKER if commit else ABORT_MARKER
         marker = _DurableMarker(txn, commit)
         wait = self._submit(encode_message({"txn": list(txn), "marker": kind}, b""), None, marker)
@@ -264,7 +307,7 @@ class Topic:
             if start is None:
                 md = cursor.mark_delete_position
                 start = Position(md.ledger_id, md.entry_id + 1)
-            limit = self.buffer.max_read_position()
+            limit = self.buffer.dispatch_limit()
             out: list[Message] = []
             acked_for_reader: list[Position] = []
             while len(out) < max_messages:
@@ -328,6 +371,18 @@ class Topic:
         buffer.processor.finish_recovery(buffer.snapshot_position)
         buffer.state = "Ready"
         buffer.recover_end_time = clock_ms()
+        self._ready.set()
+
+    def start_stalled_recovery(self, clock_ms) -> None:
+        """Start the buffer's recovery and never finish it: Pulsar's buffer when its snapshot reader or replay
+        blocks (apache/pulsar#17040). The topic answers stats; transactional sends wait (:meth:`wait_ready`), ends
+        are refused retriably, consumers are given nothing, and plain publishes are stored without moving the max
+        read position. Only unloading the topic (a new recovery) or closing it ends the state."""
+        buffer = self.buffer
+        buffer.state = "Initializing"
+        buffer.recover_start_time = clock_ms()
+        buffer.recover_end_time = 0
+        buffer.max_read_at_load = self.ledger.last_confirmed_entry
 
     def buffer_stats(self, low_water_marks=None, segment_stats: bool = False) -> dict:
         with self._lock:
@@ -340,14 +395,19 @@ class Topic:
             return start, self.buffer.is_aborted(txn, start)
 
     def snapshot_tick(self, now_ms: int) -> bool:
-        if not self.buffer.changes:
+        if not self.buffer.changes or not self._ready.is_set():
             return False  # nothing to write (read without the lock: a change racing this waits for the next tick)
         with self._lock:
             return self.buffer.maybe_snapshot(now_ms)
 
     def trim_expired_aborts(self) -> int:
+        if not self._ready.is_set():
+            return 0  # nothing recovered to trim (a Pulsar buffer trims only on markers it applies)
         with self._lock:
             return self.buffer.trim_expired()
 
     def close(self) -> None:
+        # Waiting senders fail with "Topic is closed", as Pulsar fails the sends its buffer parked.
+        self._closed = True
+        self._ready.set()
         self.ledger.close()
