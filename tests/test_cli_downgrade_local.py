@@ -30,6 +30,13 @@ def _json(result) -> dict:
     return json.loads(result.stdout)
 
 
+def _wait_in_background(d, state, timeout: str) -> subprocess.Popen:
+    """`downgrade wait -o json` through `-u local:PATH`, left running while the test restarts the engine."""
+    return subprocess.Popen(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", state, "--timeout", timeout,
+                                        "--interval", "0.5", "-o", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def _someone_else(d) -> HttpAdmin:
     """Another operator on the same broker (the running engine's own admin API)."""
     info = json.loads((d / "server.json").read_text())
@@ -127,9 +134,7 @@ def test_wait_rides_out_an_engine_restart_through_a_plain_local_target(tmp_path)
     port = free_port()
     with _serve(tmp_path, d, port):
         assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0
-        waiter = subprocess.Popen(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", state, "--timeout",
-                                              "40", "--interval", "0.5", "-o", "json"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waiter = _wait_in_background(d, state, "40")
         time.sleep(2)
     time.sleep(2)
     with _serve(tmp_path, d, port):
@@ -149,9 +154,7 @@ def test_wait_follows_an_engine_that_restarts_on_another_port_with_another_token
     state = str(tmp_path / "s.json")
     with serving(d, tmp_path / "home") as (first_url, first_token):
         assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0
-        waiter = subprocess.Popen(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", state, "--timeout",
-                                              "60", "--interval", "0.5", "-o", "json"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waiter = _wait_in_background(d, state, "60")
         time.sleep(2)
     time.sleep(2)
     with serving(d, tmp_path / "home") as (second_url, second_token):

@@ -428,8 +428,8 @@ def test_pending_ack_stores_whose_topic_or_subscription_is_gone():
 
 # -- what the survey could not read ---------------------------------------------------------------
 
-def test_unreadable_namespaces_and_buffers_are_unknown_not_healthy():
-    standin = BrokerStandIn()
+def _refuse_namespace(standin):
+    """The stand-in answers 403 to listing public/default's topics; returns the original router."""
     original = standin._route
 
     def route(method, path, params):
@@ -438,6 +438,12 @@ def test_unreadable_namespaces_and_buffers_are_unknown_not_healthy():
         return original(method, path, params)
 
     standin._route = route
+    return original
+
+
+def test_unreadable_namespaces_and_buffers_are_unknown_not_healthy():
+    standin = BrokerStandIn()
+    original = _refuse_namespace(standin)
     rep = report(standin, only=["coverage", "max-read-position", "recovery"])
     (finding,) = rep.findings
     assert finding.severity == "unknown" and finding.subject == "topics of public/default"
@@ -459,14 +465,7 @@ def test_a_refused_namespace_is_unknown_whichever_checks_run(monkeypatch, only):
     topic = standin.state["topics"][TOPIC]
     topic["buffer"].update(state="Initializing", recoverStartTime=NOW - 3_600_000, recoverEndTime=0,
                            totalAbortedTransactions=400_000)
-    original = standin._route
-
-    def route(method, path, params):
-        if path == "/admin/v2/namespaces/public/default/topics":
-            return 403, {"reason": "Don't have permission to administrate resources on this tenant"}
-        return original(method, path, params)
-
-    standin._route = route
+    original = _refuse_namespace(standin)
     result = run_cli(monkeypatch, standin, "--only", only, "--strict", "-o", "json")
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
