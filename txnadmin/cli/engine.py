@@ -96,16 +96,15 @@ def run(
     output: str = output_option("table", help="table (live view), or json or yaml (final counters)."),
 ) -> None:
     """Run a transactional workload; Ctrl-C stops cleanly, kill -9 loses nothing acknowledged."""
+    import math
+
     from ..engine.engine import Engine
+    from ..engine.faults import FAULTS, fault_name, inject
     from ..engine.manage import EngineDirError, require_engine
     from ..engine.workload import WorkloadSpec, run_workload
 
-    from ..engine.faults import FAULTS, fault_name, inject
-
     if abort_ratio + timeout_ratio > 1:
         fail("--abort-ratio plus --timeout-ratio must not exceed 1", EXIT_USAGE)
-    import math
-
     # A negative or NaN duration used to mean "forever" (it is not > 0), a negative rate "unlimited".
     for flag, value in (("--duration", duration), ("--rate", rate)):
         if not (math.isfinite(value) and value >= 0):

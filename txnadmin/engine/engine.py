@@ -248,13 +248,16 @@ class Engine:
             self._drive_end(tc, meta, commit=meta.status == COMMITTING)
 
     def _open_topic(self, name: str) -> Topic:
-        name = normalize_topic(name)
-        topic = Topic(self.factory, name, self.ml_config(), self._aborted_txn_processor(name),
-                      snapshot_every=self.config.transactionBufferSnapshotMaxTransactionCount,
-                      snapshot_min_ms=self.config.transactionBufferSnapshotMinTimeInMillis)
+        topic = self._new_topic(normalize_topic(name))
         topic.recover(self.clock_ms)
         self.topics[topic.name] = topic
         return topic
+
+    def _new_topic(self, name: str) -> Topic:
+        """A topic object under the current settings, not yet recovered."""
+        return Topic(self.factory, name, self.ml_config(), self._aborted_txn_processor(name),
+                     snapshot_every=self.config.transactionBufferSnapshotMaxTransactionCount,
+                     snapshot_min_ms=self.config.transactionBufferSnapshotMinTimeInMillis)
 
     def _aborted_txn_processor(self, topic: str) -> AbortedTxnProcessor:
         """The processor ``transactionBufferSegmentedSnapshotEnabled`` selects (read when the topic opens)."""
@@ -579,9 +582,7 @@ class Engine:
             for key in stores:
                 self.stores.pop(key).close()
             self.topics.pop(full).close()
-            stalled = Topic(self.factory, full, self.ml_config(), self._aborted_txn_processor(full),
-                            snapshot_every=self.config.transactionBufferSnapshotMaxTransactionCount,
-                            snapshot_min_ms=self.config.transactionBufferSnapshotMinTimeInMillis)
+            stalled = self._new_topic(full)
             stalled.start_stalled_recovery(self.clock_ms)
             self.topics[full] = stalled
             for key in stores:  # their pending-ack stores recover as usual, on the reloaded topic's cursors
