@@ -588,6 +588,19 @@ def test_engine_healthy_after_traffic_is_exit_0(served):
     assert out["summary"]["checks"] == [c for c in doctor.CHECKS if c != "bookie-rocksdb"]
 
 
+def test_a_fresh_engine_with_its_defaults_is_healthy(tmp_path):
+    """What an operator sees first: `engine init`, then `doctor` on it. The engine reports the Pulsar release whose
+    behaviour it reproduces, which has every fix doctor checks versions for, so nothing is flagged that the engine
+    does not do (it used to report 3.3.2 and fail its own doctor on two version warnings)."""
+    env = {"TXNADMIN_HOME": str(tmp_path)}
+    engine_dir = tmp_path / "eng"
+    assert runner.invoke(app, ["engine", "init", str(engine_dir)], env=env).exit_code == 0
+    result = runner.invoke(app, ["-u", f"local:{engine_dir}", "doctor", "-o", "json"], env=env)
+    out = json.loads(result.stdout)
+    assert result.exit_code == 0, out["findings"]
+    assert [f for f in out["findings"] if f["check"] == "versions"] == []
+
+
 def test_engine_stuck_open_transaction_found_and_aborted_by_fix(served):
     engine, url, home = served
     txn = engine.begin(1000, owner="reporting")
