@@ -1,0 +1,125 @@
+"""HttpAdmin's plain-http keep-alive path (``_KeepAliveTransport``) against a raw loopback server that keeps
+connections open, closes them behind the client's back, cuts bodies short and sends chunked ones."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from txnadmin.admin.http import HttpAdmin
+from txnadmin.admin.protocol import AdminError
+
+SECRET = "keepalive-token"
+
+
+class KeepAliveServer:
+    """HTTP/1.1 on 127.0.0.1 serving many requests per connection; ``reply(n)`` gives the raw bytes of the n-th
+    reply (counted over all connections) and whether to close the connection after it."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.connections = 0
+        self.requests: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn):
+        data = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, data = data.split(b"\r\n\r\n", 1)
+                self.requests.append(head.decode())
+                payload, close = self.reply(len(self.requests))
+                conn.sendall(payload)
+                if close:
+                    return
+
+    def close(self):
+        self.sock.close()
+
+
+def ok(body: str = "[]") -> bytes:
+    return (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode()
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(reply):
+        servers.append(KeepAliveServer(reply))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_calls_share_one_connection_and_send_the_credentials(serve):
+    server = serve(lambda n: (ok(), False))
+    with HttpAdmin(server.url, token=SECRET) as admin:
+        for _ in range(5):
+            assert admin.list_coordinators() == []
+    assert server.connections == 1 and len(server.requests) == 5
+    assert all(f"Authorization: Bearer {SECRET}" in r and "Accept: application/json" in r for r in server.requests)
+    assert all(r.startswith("GET /admin/v3/transactions/coordinators HTTP/1.1") for r in server.requests)
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_not_reported(serve):
+    server = serve(lambda n: (ok(), True))  # closes after every reply, without saying `Connection: close`
+    with HttpAdmin(server.url, token=SECRET) as admin:
+        for _ in range(3):
+            assert admin.list_coordinators() == []
+    assert server.connections == 3 and len(server.requests) == 3
+
+
+def test_a_body_cut_short_is_a_one_line_error_and_the_next_call_reconnects(serve):
+    def reply(n):
+        if n <= 3:  # every attempt of the first call (the retry policy tries a GET 3 times)
+            return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[1,", True
+        return ok(), False
+
+    server = serve(reply)
+    with HttpAdmin(server.url, token=SECRET, retry_backoff=0.01) as admin:
+        with pytest.raises(AdminError) as err:
+            admin.list_coordinators()
+        assert "connection failed" in str(err.value) and "\n" not in str(err.value)
+        assert admin.list_coordinators() == []
+
+
+def test_chunked_bodies_and_a_204_keep_the_connection(serve):
+    chunked = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"1\r\n[\r\n1\r\n]\r\n0\r\n\r\n")
+    replies = [chunked, b"HTTP/1.1 204 No Content\r\n\r\n", ok('["a"]')]
+    server = serve(lambda n: (replies[n - 1], False))
+    with HttpAdmin(server.url, token=SECRET) as admin:
+        assert admin.list_coordinators() == []
+        admin.delete_dynamic_config("x")  # 204: no body
+        assert admin.list_clusters() == ["a"]
+    assert server.connections == 1
+
+
+def test_a_post_body_is_sent_with_its_length(serve):
+    server = serve(lambda n: (b"HTTP/1.1 204 No Content\r\n\r\n", False))
+    with HttpAdmin(server.url, token=SECRET) as admin:
+        admin.scale_coordinators(3)
+    assert "Content-Length: 1" in server.requests[0] and "Content-Type: application/json" in server.requests[0]
