@@ -9,7 +9,8 @@ Then, at concurrency 16: the old per-store evidence alone (reference), a poll af
 over (stores already seen done: one call each), and the worst case, every log rolled over and none
 seen done yet (two calls each: ledgers, then recoverStartTime). ``--worst-case`` times only the
 usual poll and the worst case at 16, three times each, alternating (a short run that still compares
-the two in the same run).
+the two in the same run), each also with the client before #14's keep-alive path (httpx's transport for
+every call), against the same server: a before/after measured under the same load.
 """
 
 from __future__ import annotations
@@ -62,6 +63,19 @@ def forget_confirmed(state: Path, proven: bool = False) -> None:
     state.write_text(json.dumps(data))
 
 
+class HttpxTransportAdmin:
+    """HttpAdmin as it was before its plain-http keep-alive path: httpx's transport on every thread."""
+
+    def __new__(cls, url: str, token: str):
+        from txnadmin.admin.http import HttpAdmin
+
+        class Before(HttpAdmin):
+            def _thread_transport(self):
+                return self._httpx_transport()
+
+        return Before(url, token=token)
+
+
 ROLLED = "16, every log rolled, seen done before (1 call each)"
 WORST = "16, worst case: every log rolled, none seen done yet (2 calls each)"
 
@@ -89,16 +103,19 @@ def main() -> None:
             status(admin, state, concurrency=16)  # untimed warm-up, so the first timed row is not also the coldest
             rows = []
 
-            def timed(label: str, concurrency: int = 16) -> None:
+            def timed(label: str, concurrency: int = 16, client=admin) -> None:
                 t = time.perf_counter()
-                report = status(admin, state, concurrency=concurrency)
+                report = status(client, state, concurrency=concurrency)
                 rows.append((label, time.perf_counter() - t, len(report.logs)))
 
             if args.worst_case:
+                before = HttpxTransportAdmin(url, token)
                 for _ in range(3):
-                    timed("16, usual poll")
-                    forget_confirmed(state, proven=True)
-                    timed(WORST)
+                    for client, label in ((before, "httpx transport (before)"), (admin, "keep-alive (after)")):
+                        timed(f"16, usual poll, {label}", client=client)
+                        forget_confirmed(state, proven=True)
+                        timed(f"16, worst case, {label}", client=client)
+                before.close()
                 admin.close()
                 return report_rows(rows, args, built, opened, started, recorded)
             for c in [int(x) for x in args.concurrency.split(",")]:

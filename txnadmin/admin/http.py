@@ -392,26 +392,31 @@ class HttpAdmin:
             return self._shared_transport
         transport = getattr(self._local, "transport", None)
         if transport is None:
-            def httpx_transport() -> httpx.BaseTransport:
-                with self._transports_lock:
-                    if self._verify is None:
-                        # One context for every thread's transport: building one (loading the CA bundle) costs
-                        # ~20 ms of CPU, paid per transport by httpx's default, i.e. per pool thread on every
-                        # status poll. Even for plain http it must be a verifying one: a redirect may lead to https.
-                        self._verify = httpx.create_ssl_context()
-                    verify = self._verify
-                return httpx.HTTPTransport(verify=verify, proxy=self._proxy,
-                                           limits=httpx.Limits(max_connections=4, max_keepalive_connections=1))
-
-            # Through a proxy httpx's transport does the proxying; otherwise plain http takes the lighter path and
-            # builds httpx's (and the SSL context) only if a call goes to https.
-            transport = httpx_transport() if self._proxy else _KeepAliveTransport(httpx_transport)
+            transport = self._thread_transport()
             self._local.transport = transport
             with self._transports_lock:
                 for thread in [t for t in self._transports if not t.is_alive()]:
                     self._transports.pop(thread).close()  # a finished pool thread's socket
                 self._transports[threading.current_thread()] = transport
         return transport
+
+    def _thread_transport(self) -> httpx.BaseTransport:
+        """A new transport for the calling thread: through a proxy httpx's (it does the proxying); otherwise the
+        lighter keep-alive path for plain http, which builds httpx's (and the SSL context) only for https."""
+        if self._proxy:
+            return self._httpx_transport()
+        return _KeepAliveTransport(self._httpx_transport)
+
+    def _httpx_transport(self) -> httpx.BaseTransport:
+        with self._transports_lock:
+            if self._verify is None:
+                # One context for every thread's transport: building one (loading the CA bundle) costs ~20 ms of
+                # CPU, paid per transport by httpx's default, i.e. per pool thread on every status poll. Even for
+                # plain http it must be a verifying one: a redirect may lead to https.
+                self._verify = httpx.create_ssl_context()
+            verify = self._verify
+        return httpx.HTTPTransport(verify=verify, proxy=self._proxy,
+                                   limits=httpx.Limits(max_connections=4, max_keepalive_connections=1))
 
     @classmethod
     def from_target(cls, target) -> "HttpAdmin":
