@@ -15,7 +15,8 @@ from typing import Callable
 
 from ..codec import Subscription, TransactionMetadataEntry, TxnOp, TxnStatus
 from .buffered_writer import TxnPosition
-from .completion import Completion
+from .completion import Completion, Pending
+from .ops import Op, run as run_op
 from .transaction_log import TransactionLog
 
 STATUS_NAMES = {v: k for k, v in TxnStatus.items()}
@@ -156,13 +157,17 @@ class TransactionCoordinator:
         )
 
     def new_transaction(self, timeout_ms: int, owner: str | None = None) -> TxnMeta:
+        return run_op(self.new_transaction_async(timeout_ms, owner))
+
+    def new_transaction_async(self, timeout_ms: int, owner: str | None = None) -> Op:
+        """:meth:`new_transaction` as an operation (see :mod:`.ops`): its NEW record queued, then awaited."""
         with self._lock:
             self._ready()
             seq = self.log.next_local_txn_id()
             now = self.clock_ms()
             extra = {"owner": owner} if owner else {}
             rec = self._record(TxnOp.NEW, seq, timeout_ms=timeout_ms, start_time=now, **extra)
-        pos = self.log.append_sync(rec)
+        pos = yield self.log.append_pending(rec)
         with self._lock:
             meta = TxnMeta(self.tc_id, seq, OPEN, now, timeout_ms, owner, positions=[pos], last_modified=now)
             self.txns[seq] = meta
@@ -241,9 +246,7 @@ class TransactionCoordinator:
                 positions.append(pos)
             done(pos, exc)
 
-        def wait() -> object:
-            return done.result(30, f"{self.log.name}: write")
-
+        wait = Pending(done, timeout=30, what=f"{self.log.name}: write")
         for key in keys:
             meta.registrations.setdefault(key, wait)
         self.log.append(rec, logged)
@@ -251,10 +254,15 @@ class TransactionCoordinator:
 
     def update_status(self, seq: int, new_status: int, expected: int) -> TxnMeta:
         """Pulsar's updateTxnStatus: current must equal ``expected``; no-op when already ``new_status``."""
-        with self.get(seq).lock:
-            return self._update_locked(seq, new_status, expected)
+        return run_op(self.update_status_async(seq, new_status, expected))
 
-    def _update_locked(self, seq: int, new_status: int, expected: int) -> TxnMeta:
+    def update_status_async(self, seq: int, new_status: int, expected: int) -> Op:
+        """:meth:`update_status` as an operation (see :mod:`.ops`). The transaction's lock is held until the record
+        is durable, as before: a status change of one transaction waits for the one before it."""
+        with self.get(seq).lock:
+            return (yield from self._update_locked(seq, new_status, expected))
+
+    def _update_locked(self, seq: int, new_status: int, expected: int) -> Op:
         with self._lock:
             self._ready()
             meta = self.get(seq)
@@ -265,7 +273,7 @@ class TransactionCoordinator:
                     f"Expect Txn {meta} to be in {STATUS_NAMES[expected]} status but it is in {meta.status_name} status"
                 )
             rec = self._record(TxnOp.UPDATE, seq, expected_status=expected, new_status=new_status)
-        pos = self.log.append_sync(rec)
+        pos = yield self.log.append_pending(rec)
         with self._lock:
             meta.positions.append(pos)
             meta.status = new_status

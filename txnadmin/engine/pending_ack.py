@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, cast
+from typing import Any, Optional, cast
 
 from ..codec import AckType, EntryDecodeError, PendingAckMetadata, PendingAckMetadataEntry, PendingAckOp, decode_entry
 from ..names import PENDING_ACK_CURSOR, managed_ledger_name, pending_ack_topic
-from .completion import Completion
+from .completion import Completion, Pending
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
 from .managed_ledger import ManagedCursor, ManagedLedgerFactory
 from .ackset import has_bit
@@ -167,7 +167,7 @@ class PendingAckStore:
         self.ack_async(txn, positions, cumulative, subscription_cursor)()
 
     def ack_async(self, txn: tuple[int, int], positions: list[tuple[Position, list[int] | None, int | None]],
-                  cumulative: bool = False, subscription_cursor: ManagedCursor | None = None) -> Callable[[], None]:
+                  cumulative: bool = False, subscription_cursor: ManagedCursor | None = None) -> Pending:
         """As :meth:`ack`, but only queue the ACK record: a refusal raises at once, and the returned function waits
         until the record is durable."""
         if cumulative and len(positions) != 1:
@@ -202,12 +202,11 @@ class PendingAckStore:
             # Queued under the store lock, so ACK records reach the log in the order their checks passed.
             self.writer.add(rec.SerializeToString(), done)
 
-        def finish() -> None:
-            log_pos = done.result(30, f"{self.name}: write")
+        def finish(log_pos: TxnPosition) -> None:
             with self._lock:
                 self._note_logged(log_pos, 1, [p for p, _, _ in positions])
 
-        return finish
+        return Pending(done, finish, timeout=30, what=f"{self.name}: write")
 
     def _apply_ack(self, txn, positions, cumulative: bool) -> None:
         if cumulative:
@@ -262,7 +261,7 @@ class PendingAckStore:
         self.end_async(txn, commit, subscription_cursor)()
 
     def end_async(self, txn: tuple[int, int], commit: bool,
-                  subscription_cursor: ManagedCursor) -> Callable[[], None]:
+                  subscription_cursor: ManagedCursor) -> Pending:
         """Queue the COMMIT/ABORT record; the returned function waits for it, then applies or releases the acks."""
         op = PendingAckOp.COMMIT if commit else PendingAckOp.ABORT
         rec = PendingAckMetadataEntry(pending_ack_op=op, ack_type=AckType.Individual,
@@ -270,8 +269,7 @@ class PendingAckStore:
         done = Completion()
         self.writer.add(rec.SerializeToString(), done)
 
-        def finish() -> None:
-            done.result(30, f"{self.name}: write")
+        def finish(_log_pos: TxnPosition) -> None:
             with self._lock:
                 acks = self._release(txn)
             if acks is None:
@@ -282,7 +280,7 @@ class PendingAckStore:
             # and until they are on disk this log's COMMIT is what a restart re-applies them from.
             self.clear_useless_log_data(subscription_cursor.persisted_mark_delete_position)
 
-        return finish
+        return Pending(done, finish, timeout=30, what=f"{self.name}: write")
 
     def clear_useless_log_data(self, subscription_mark_delete: Position) -> Optional[Position]:
         """Pop index points at or below the subscription's mark-delete; mark-delete the log there."""

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import google_crc32c
 
 from .aborted_txn_processor import AbortedTxnProcessor
-from .completion import Completion
+from .completion import Completion, Pending
 from ..names import managed_ledger_name, normalize_topic
 from .managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
 from .position import Position
@@ -194,7 +194,7 @@ class Topic:
 
     # -- produce -----------------------------------------------------------------------------
     def _submit(self, entry: bytes, txn: Optional[tuple[int, int]],
-                marker: Optional[_DurableMarker] = None) -> Callable[[], Position]:
+                marker: Optional[_DurableMarker] = None) -> Pending:
         """Queue the entry under the topic lock (so entries keep the order their callers got it in); the returned
         function waits for it to be durable, without the lock: producers of one topic pipeline their adds and
         share group commits, as a broker's do, instead of each waiting out the previous one's sync.
@@ -220,12 +220,11 @@ class Topic:
                 # even while it is still being written.
                 self.buffer.on_message(txn, pos)
 
-        def wait() -> Position:
-            done.result(what=f"{self.name}: add")
+        def position(_value: object) -> Position:
             assert pos is not None  # a refused add fails its completion, so result() raised
             return pos
 
-        return wait
+        return Pending(done, position, timeout=-1, what=f"{self.name}: add")
 
     def _add(self, entry: bytes, txn: Optional[tuple[int, int]]) -> Position:
         return self._submit(entry, txn)()
@@ -259,7 +258,7 @@ class Topic:
             raise TransactionBufferNotReady(
                 f"{self.name}: transaction buffer still {self.buffer.state} after {timeout_s:g} s (send timed out)")
 
-    def end_transaction_async(self, txn: tuple[int, int], commit: bool) -> Callable[[], Position]:
+    def end_transaction_async(self, txn: tuple[int, int], commit: bool) -> Pending:
         """Queue the marker; the returned function waits for it and then ends the transaction in the buffer.
 
         A buffer still recovering refuses the end at once, retriably: Pulsar's buffer parks a commit or abort until
@@ -272,8 +271,8 @@ class Topic:
         marker = _DurableMarker(txn, commit)
         wait = self._submit(encode_message({"txn": list(txn), "marker": kind}, b""), None, marker)
 
-        def finish() -> Position:
-            pos = wait()
+        def finish(_value: object) -> Position:
+            pos = wait()  # done already: only the position
             # Not just our marker: every durable one up to it, in log order (Pulsar's buffer applies each in its add
             # callback, which a managed ledger completes in entry order). Ours is queued before wait() returns, so it
             # is applied when this returns, by us or by a later end's waiter that woke first.
@@ -282,7 +281,7 @@ class Topic:
                 raise marker.error
             return pos
 
-        return finish
+        return Pending(wait.completion, finish, timeout=-1, what=f"{self.name}: add")
 
     def _apply_durable_markers(self) -> None:
         """Apply the queued durable markers to the buffer, oldest first. Not on the storage's callback thread: a
