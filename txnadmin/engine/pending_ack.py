@@ -22,6 +22,10 @@ from .ackset import has_bit
 from .cursor import WORD_MASK
 from .position import Position
 
+# Read once: each attribute of a protobuf enum wrapper is a Python-level lookup, and acks and ends use them per record.
+OP_ACK, OP_COMMIT, OP_ABORT = PendingAckOp.ACK, PendingAckOp.COMMIT, PendingAckOp.ABORT
+INDIVIDUAL, CUMULATIVE = AckType.Individual, AckType.Cumulative
+
 
 class PendingAckConflict(Exception):
     """Pulsar's TransactionConflictException."""
@@ -182,8 +186,8 @@ class PendingAckStore:
             if reason:
                 raise PendingAckConflict(reason)
             rec = PendingAckMetadataEntry(
-                pending_ack_op=PendingAckOp.ACK,
-                ack_type=AckType.Cumulative if cumulative else AckType.Individual,
+                pending_ack_op=OP_ACK,
+                ack_type=CUMULATIVE if cumulative else INDIVIDUAL,
                 txnid_most_bits=txn[0], txnid_least_bits=txn[1],
             )
             for pos, ack_set, batch_size in positions:
@@ -263,8 +267,8 @@ class PendingAckStore:
     def end_async(self, txn: tuple[int, int], commit: bool,
                   subscription_cursor: ManagedCursor) -> Pending:
         """Queue the COMMIT/ABORT record; the returned function waits for it, then applies or releases the acks."""
-        op = PendingAckOp.COMMIT if commit else PendingAckOp.ABORT
-        rec = PendingAckMetadataEntry(pending_ack_op=op, ack_type=AckType.Individual,
+        op = OP_COMMIT if commit else OP_ABORT
+        rec = PendingAckMetadataEntry(pending_ack_op=op, ack_type=INDIVIDUAL,
                                       txnid_most_bits=txn[0], txnid_least_bits=txn[1])
         done = Completion()
         self.writer.add(rec.SerializeToString(), done)
@@ -313,12 +317,12 @@ class PendingAckStore:
                 records = cast(list[PendingAckMetadataEntry], decoded.records)  # the "pending-ack" kind's type
                 for rec in records:
                     txn = (rec.txnid_most_bits, rec.txnid_least_bits)
-                    if rec.pending_ack_op == PendingAckOp.ACK:
+                    if rec.pending_ack_op == OP_ACK:
                         items = [(Position(m.ledgerId, m.entryId), list(m.ack_set) or None,
                                   m.batch_size if m.HasField("batch_size") and m.batch_size else None)
                                  for m in rec.pending_ack_metadata]
                         acked.extend(p for p, _, _ in items)
-                        cumulative = rec.ack_type == AckType.Cumulative
+                        cumulative = rec.ack_type == CUMULATIVE
                         if not items:
                             continue
                         if cumulative:
@@ -329,10 +333,10 @@ class PendingAckStore:
                         self._apply_ack(txn, items[:1] if cumulative else items, cumulative)
                     else:
                         acks = self._release(txn)
-                        if acks is not None and rec.pending_ack_op == PendingAckOp.COMMIT \
+                        if acks is not None and rec.pending_ack_op == OP_COMMIT \
                                 and subscription_cursor is not None and apply_commits:
                             _apply_to_subscription(acks, subscription_cursor)
-                acked_records = sum(1 for r in records if r.pending_ack_op == PendingAckOp.ACK)
+                acked_records = sum(1 for r in records if r.pending_ack_op == OP_ACK)
                 self._note_logged(TxnPosition(pos.ledger_id, pos.entry_id, 1, 0), acked_records, acked)
             self.state = "Ready"
             self.recover_end_time = clock_ms()

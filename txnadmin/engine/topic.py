@@ -29,9 +29,22 @@ ABORT_MARKER = "TXN_ABORT"
 
 
 def encode_message(metadata: dict, payload: bytes) -> bytes:
-    meta = json.dumps(metadata, separators=(",", ":")).encode()
+    meta = _metadata_json(metadata)
     body = struct.pack(">I", len(meta)) + meta + payload
     return MESSAGE_MAGIC + struct.pack(">I", google_crc32c.value(body)) + body
+
+
+def _metadata_json(metadata: dict) -> bytes:
+    """``json.dumps(metadata, separators=(",", ":"))``, byte for byte; the two shapes every transactional send and
+    marker writes are formatted directly (json's encoder was ~5 % of the workload's CPU)."""
+    txn = metadata.get("txn")
+    if type(txn) is list and len(txn) == 2 and type(txn[0]) is int and type(txn[1]) is int:
+        if len(metadata) == 1:
+            return b'{"txn":[%d,%d]}' % (txn[0], txn[1])
+        marker = metadata.get("marker")
+        if len(metadata) == 2 and marker in (COMMIT_MARKER, ABORT_MARKER) and next(iter(metadata)) == "txn":
+            return b'{"txn":[%d,%d],"marker":"%s"}' % (txn[0], txn[1], marker.encode())
+    return json.dumps(metadata, separators=(",", ":")).encode()
 
 
 def decode_message(entry: bytes) -> tuple[dict, bytes]:
@@ -320,12 +333,15 @@ class Topic:
                         stop = True
                         break
                     start = Position(pos.ledger_id, pos.entry_id + 1)
+                    if cursor.is_deleted(pos):
+                        # Acknowledged already (a message, or a marker or aborted message acknowledged for the
+                        # reader): nothing to deliver or acknowledge, so not decoded. After a redelivery the scan
+                        # restarts at the mark-delete and passes many of these.
+                        continue
                     meta, payload = decode_message(entry)
                     txn = tuple(meta["txn"]) if "txn" in meta else None
                     if "marker" in meta or (txn is not None and self.buffer.is_aborted(txn, pos)):
                         acked_for_reader.append(pos)  # markers and aborted messages are acknowledged for the reader
-                        continue
-                    if cursor.is_deleted(pos):
                         continue
                     out.append(Message(pos, payload, txn))
                     if len(out) >= max_messages:
