@@ -354,7 +354,7 @@ class Engine:
         meta = tc.get(txn[1])
         # Outside the end lock: a buffer still recovering holds the send (up to the send timeout), and a timeout
         # abort of the same transaction must not wait behind it.
-        t.wait_ready()
+        yield from t.wait_ready_async()
         yield tc.register_partition(txn[1], t.name)
         # Under the transaction's end lock: a message is queued before the end's marker or not at all. One
         # published after an abort (say by the timeout) would sit in the buffer as ongoing forever and hold

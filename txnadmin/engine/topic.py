@@ -21,6 +21,7 @@ from .aborted_txn_processor import AbortedTxnProcessor
 from .completion import Completion, Pending
 from ..names import managed_ledger_name, normalize_topic
 from .managed_ledger import ManagedCursor, ManagedLedger, ManagedLedgerFactory
+from .ops import Op, run as run_op
 from .position import Position
 
 MESSAGE_MAGIC = b"\x0e\x01"
@@ -206,6 +207,8 @@ class Topic:
         self._durable_markers: deque[_DurableMarker] = deque()
         # Set once the transaction buffer is Ready (or the topic closes): transactional sends wait for it.
         self._ready = threading.Event()
+        self._ready_done = Completion()  # completed with _ready, once: what a parked send waits for
+        self._ready_lock = threading.Lock()
         self._closed = False
 
     # -- subscriptions -----------------------------------------------------------------------
@@ -268,13 +271,29 @@ class Topic:
         """
         return self.end_transaction_async(txn, commit)()
 
+    def _set_ready(self) -> None:
+        """Release every send waiting for the buffer (recovered, or the topic closed): both may happen."""
+        with self._ready_lock:
+            if self._ready.is_set():
+                return
+            self._ready.set()
+        self._ready_done(None, None)
+
     def wait_ready(self, timeout_s: float = SEND_TIMEOUT_S) -> None:
         """Before a transactional send: wait until the buffer has recovered, as Pulsar's buffer holds sends that
         arrive while it is Initializing and releases them when recovery completes (or fails them when the topic
         closes); the wait is bounded by the client's send timeout."""
+        run_op(self.wait_ready_async(timeout_s))
+
+    def wait_ready_async(self, timeout_s: float = SEND_TIMEOUT_S) -> Op:
+        """:meth:`wait_ready` as an operation (see :mod:`.ops`): a driver running many clients parks this one's
+        send instead of blocking all of them behind a buffer that may stay Initializing for the whole timeout."""
         if self._ready.is_set() and not self._closed:
             return
-        self._ready.wait(timeout_s)
+        try:
+            yield Pending(self._ready_done, timeout=timeout_s, what=f"{self.name}: transaction buffer")
+        except TimeoutError:
+            pass  # said below, as the buffer's state
         if self._closed:
             raise TransactionBufferNotReady(f"{self.name}: Topic is closed")
         if not self._ready.is_set():
@@ -396,7 +415,7 @@ class Topic:
         buffer.processor.finish_recovery(buffer.snapshot_position)
         buffer.state = "Ready"
         buffer.recover_end_time = clock_ms()
-        self._ready.set()
+        self._set_ready()
 
     def start_stalled_recovery(self, clock_ms) -> None:
         """Start the buffer's recovery and never finish it: Pulsar's buffer when its snapshot reader or replay
@@ -434,5 +453,5 @@ class Topic:
     def close(self) -> None:
         # Waiting senders fail with "Topic is closed", as Pulsar fails the sends its buffer parked.
         self._closed = True
-        self._ready.set()
+        self._set_ready()
         self.ledger.close()
