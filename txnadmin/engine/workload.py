@@ -20,9 +20,13 @@ from .pending_ack import PendingAckConflict
 
 log = logging.getLogger(__name__)
 
-# Driver threads for the clients (see run_workload): enough that a driver held up by a slow synchronous step (a
-# read from disk, a transaction-buffer snapshot) does not stall every client, few enough to keep hand-offs rare.
-DEFAULT_DRIVERS = 4
+# Driver threads for the clients (see run_workload). One: the engine's Python work runs under one interpreter lock
+# anyway, and every extra driver adds lock hand-offs between them. Measured in-process at 256 clients (batching on,
+# alternating): 1 driver 2,464/2,799/2,745 txn/s against 4 drivers' 2,213/2,356/1,772, at 0.36-0.41 against
+# 0.44-0.60 ms CPU per transaction; at 64 clients 2,248/2,138 against 1,905/1,848. A client's slow synchronous
+# step (a read from disk, a buffer snapshot) holds the others for its duration; a wait that can be long is a parked
+# operation instead (a send to an Initializing buffer, every durable write).
+DEFAULT_DRIVERS = 1
 
 
 @dataclass
