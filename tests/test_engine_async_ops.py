@@ -117,3 +117,34 @@ def test_a_refused_ack_in_a_gather_leaves_the_sends_and_the_transaction_usable(t
         assert engine.abort(txn) == "ABORTED" and engine.commit(holder) == "COMMITTED"
     finally:
         engine.close()
+
+
+def test_the_max_read_position_follows_the_oldest_ongoing_transaction_whatever_order_they_end_in():
+    # The buffer keeps its oldest ongoing position cached (asked at every receive): ends in any order, and a start
+    # below the cached one, must give what the minimum over every ongoing transaction gives.
+    import random
+    from types import SimpleNamespace
+
+    from txnadmin.engine.topic import TransactionBuffer
+
+    ledger = SimpleNamespace(last_confirmed_entry=Position(3, 999))
+    buffer = TransactionBuffer(ledger, processor=None)  # commits only: the processor is never asked
+    rng = random.Random(5)
+    ongoing: dict = {}
+    entry = 0
+    for step in range(3000):
+        if ongoing and rng.random() < 0.5:
+            txn = rng.choice(sorted(ongoing))
+            del ongoing[txn]
+            buffer.on_marker(txn, True, Position(3, 2000 + step))
+        else:
+            entry += rng.randint(1, 3)
+            # now and then a position below every one seen so far (the cache must not assume increasing adds)
+            pos = Position(3, entry) if rng.random() < 0.9 else Position(2, rng.randint(0, 500))
+            txn = (0, step)
+            ongoing[txn] = pos
+            buffer.on_message(txn, pos)
+            buffer.on_message(txn, Position(3, entry + 1))  # a later message of the same transaction changes nothing
+        expected = Position(min(ongoing.values()).ledger_id, min(ongoing.values()).entry_id - 1) if ongoing \
+            else ledger.last_confirmed_entry
+        assert buffer.max_read_position() == expected, step

@@ -75,3 +75,37 @@ def test_a_stalled_buffer_reports_initializing_and_holds_transactional_work(engi
     assert recovered["state"] == "Ready" and recovered["recoverEndTime"] >= recovered["recoverStartTime"] > 0
     assert engine.retry_failed_ends(now_ms=engine.clock_ms() + 10_000) == 1  # the held commit now ends
     assert [m.payload for m in engine.receive(STALLED_TOPIC, "sub")] == [b"before", b"stall-buffer-recovery", b"plain"]
+
+
+def test_a_send_parked_on_a_stalled_buffer_does_not_hold_the_other_clients_of_its_driver(engine):
+    # The workload runs many clients on one thread (ops.drive): a send waiting for an Initializing buffer is parked,
+    # not blocking that thread, so the driver's other clients commit meanwhile; closing the topic fails the send.
+    from txnadmin.engine.ops import Sleep, drive
+
+    stall_buffer_recovery(engine, STALLED_TOPIC)
+    stuck_txn = engine.begin(60_000)
+    committed: list[tuple[int, int]] = []
+
+    def stuck():
+        yield from engine.produce_async(stuck_txn, STALLED_TOPIC, b"waits")
+
+    def healthy():
+        for _ in range(5):
+            txn = yield from engine.begin_async(60_000)
+            yield from engine.produce_async(txn, OTHER, b"goes on")
+            yield from engine.commit_async(txn)
+            committed.append(txn)
+
+    def unload_when_done():
+        while len(committed) < 5:
+            yield Sleep(0.01)
+        engine.reload_topic(STALLED_TOPIC)  # the fix doctor gives: the parked send fails with "Topic is closed"
+
+    results: list = []
+    driver = threading.Thread(target=lambda: results.extend(drive([stuck(), healthy(), unload_when_done()])),
+                              daemon=True)
+    driver.start()
+    driver.join(20)  # far below the 30 s send timeout: the healthy client did not wait for the stalled one
+    assert not driver.is_alive()
+    assert len(committed) == 5 and results[1:] == [None, None]
+    assert isinstance(results[0], TransactionBufferNotReady) and "Topic is closed" in str(results[0])

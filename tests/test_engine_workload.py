@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
@@ -180,6 +181,7 @@ def test_a_failed_ack_hands_its_messages_back(tmp_path):
 
     from tests.engine_helpers import open_engine
     from txnadmin.engine.coordinator import CoordinatorNotReady
+    from txnadmin.engine.ops import run
     from txnadmin.engine.workload import WorkloadSpec, WorkloadStats, _one_transaction
 
     engine = open_engine(tmp_path / "e")
@@ -190,19 +192,18 @@ def test_a_failed_ack_hands_its_messages_back(tmp_path):
         engine.produce(txn, topic, b"m")
         engine.commit(txn)
 
-        def refuse(*_args, **_kwargs):
+        def refuse(*_args, **_kwargs):  # the workload's ack, as an operation (engine.ack_async) that fails
             raise CoordinatorNotReady("reloading")
+            yield
 
         spec = WorkloadSpec(messages_per_txn=0, acks_per_txn=1)
-        real_ack, engine.ack = engine.ack, refuse
+        real_ack, engine.ack_async = engine.ack_async, refuse
         try:
-            try:
-                _one_transaction(engine, spec, random.Random(1), [topic], ["s"], WorkloadStats(), threading.Lock(),
-                                 None)
-            except CoordinatorNotReady:
-                pass
+            with pytest.raises(CoordinatorNotReady):
+                run(_one_transaction(engine, spec, random.Random(1), [topic], ["s"], WorkloadStats(),
+                                     threading.Lock(), None))
         finally:
-            engine.ack = real_ack
+            engine.ack_async = real_ack
         assert [m.payload for m in engine.receive(topic, "s", 10)] == [b"m"]
     finally:
         engine.close()

@@ -15,7 +15,8 @@ from typing import Callable
 
 from ..codec import Subscription, TransactionMetadataEntry, TxnOp, TxnStatus
 from .buffered_writer import TxnPosition
-from .completion import Completion
+from .completion import Completion, Pending
+from .ops import Op, run as run_op
 from .transaction_log import TransactionLog
 
 STATUS_NAMES = {v: k for k, v in TxnStatus.items()}
@@ -23,6 +24,10 @@ OPEN, COMMITTING, COMMITTED, ABORTING, ABORTED = (
     TxnStatus.OPEN, TxnStatus.COMMITTING, TxnStatus.COMMITTED, TxnStatus.ABORTING, TxnStatus.ABORTED,
 )
 TERMINAL = (COMMITTED, ABORTED)
+# Read once: each attribute of a protobuf enum wrapper is a Python-level lookup, and the hot paths use them per record.
+OP_NEW, OP_ADD_PARTITION, OP_ADD_SUBSCRIPTION, OP_UPDATE = (
+    TxnOp.NEW, TxnOp.ADD_PARTITION, TxnOp.ADD_SUBSCRIPTION, TxnOp.UPDATE,
+)
 
 
 class CoordinatorError(Exception):
@@ -114,7 +119,7 @@ class TransactionCoordinator:
                 seq = rec.txnid_least_bits
                 if rec.HasField("max_local_txn_id"):
                     self.log.raise_max_local_txn_id(rec.max_local_txn_id)
-                if rec.metadata_op == TxnOp.NEW:
+                if rec.metadata_op == OP_NEW:
                     self.txns[seq] = TxnMeta(
                         self.tc_id, seq, OPEN, rec.start_time, rec.timeout_ms,
                         rec.owner if rec.HasField("owner") else None, positions=[pos],
@@ -127,11 +132,11 @@ class TransactionCoordinator:
                     continue
                 meta.positions.append(pos)
                 meta.last_modified = rec.last_modification_time
-                if rec.metadata_op == TxnOp.ADD_PARTITION:
+                if rec.metadata_op == OP_ADD_PARTITION:
                     _extend_unique(meta.produced_partitions, rec.partitions)
-                elif rec.metadata_op == TxnOp.ADD_SUBSCRIPTION:
+                elif rec.metadata_op == OP_ADD_SUBSCRIPTION:
                     _extend_unique(meta.acked_partitions, [(s.topic, s.subscription) for s in rec.subscriptions])
-                elif rec.metadata_op == TxnOp.UPDATE:
+                elif rec.metadata_op == OP_UPDATE:
                     meta.status = rec.new_status
                     if rec.new_status in TERMINAL:
                         stale.extend(meta.positions)
@@ -156,13 +161,17 @@ class TransactionCoordinator:
         )
 
     def new_transaction(self, timeout_ms: int, owner: str | None = None) -> TxnMeta:
+        return run_op(self.new_transaction_async(timeout_ms, owner))
+
+    def new_transaction_async(self, timeout_ms: int, owner: str | None = None) -> Op:
+        """:meth:`new_transaction` as an operation (see :mod:`.ops`): its NEW record queued, then awaited."""
         with self._lock:
             self._ready()
             seq = self.log.next_local_txn_id()
             now = self.clock_ms()
             extra = {"owner": owner} if owner else {}
-            rec = self._record(TxnOp.NEW, seq, timeout_ms=timeout_ms, start_time=now, **extra)
-        pos = self.log.append_sync(rec)
+            rec = self._record(OP_NEW, seq, timeout_ms=timeout_ms, start_time=now, **extra)
+        pos = yield self.log.append_pending(rec)
         with self._lock:
             meta = TxnMeta(self.tc_id, seq, OPEN, now, timeout_ms, owner, positions=[pos], last_modified=now)
             self.txns[seq] = meta
@@ -177,21 +186,21 @@ class TransactionCoordinator:
         return meta
 
     def add_produced_partitions(self, seq: int, partitions: list[str]) -> None:
-        self._add_async(seq, TxnOp.ADD_PARTITION, partitions=partitions)()
+        self._add_async(seq, OP_ADD_PARTITION, partitions=partitions)()
 
     def add_acked_subscriptions(self, seq: int, subscriptions: list[tuple[str, str]]) -> None:
         subs = [Subscription(topic=t, subscription=s) for t, s in subscriptions]
-        self._add_async(seq, TxnOp.ADD_SUBSCRIPTION, subscriptions=subs)()
+        self._add_async(seq, OP_ADD_SUBSCRIPTION, subscriptions=subs)()
 
     def register_partition(self, seq: int, partition: str) -> Callable[[], object]:
         """What a client's send waits for before its message reaches ``partition`` (Pulsar's client waits for its
         addPublishPartitionToTxn): the partition's ADD_PARTITION record durable. The first send to a partition
         writes it; the others wait for the same record."""
-        return self._register(seq, partition, TxnOp.ADD_PARTITION)
+        return self._register(seq, partition, OP_ADD_PARTITION)
 
     def register_subscription(self, seq: int, topic: str, subscription: str) -> Callable[[], object]:
         """As :meth:`register_partition`, for an ack's ADD_SUBSCRIPTION record (addSubscriptionToTxn)."""
-        return self._register(seq, (topic, subscription), TxnOp.ADD_SUBSCRIPTION)
+        return self._register(seq, (topic, subscription), OP_ADD_SUBSCRIPTION)
 
     def _register(self, seq: int, key, op: TxnOp) -> Callable[[], object]:
         meta = self.get(seq)
@@ -199,10 +208,10 @@ class TransactionCoordinator:
             wait = meta.registrations.get(key)
             if wait is not None:
                 return wait
-            known = meta.produced_partitions if op == TxnOp.ADD_PARTITION else meta.acked_partitions
+            known = meta.produced_partitions if op == OP_ADD_PARTITION else meta.acked_partitions
             if key in known:  # recovered from the log: durable already
                 return _durable
-            if op == TxnOp.ADD_PARTITION:
+            if op == OP_ADD_PARTITION:
                 return self._add_queued(meta, op, partitions=[key])
             return self._add_queued(meta, op, subscriptions=[Subscription(topic=key[0], subscription=key[1])])
 
@@ -227,7 +236,7 @@ class TransactionCoordinator:
                 )
             rec = self._record(op, meta.seq, **fields)
             meta.last_modified = rec.last_modification_time
-            if op == TxnOp.ADD_PARTITION:
+            if op == OP_ADD_PARTITION:
                 keys = list(fields["partitions"])
                 _extend_unique(meta.produced_partitions, keys)
             else:
@@ -241,9 +250,7 @@ class TransactionCoordinator:
                 positions.append(pos)
             done(pos, exc)
 
-        def wait() -> object:
-            return done.result(30, f"{self.log.name}: write")
-
+        wait = Pending(done, timeout=30, what=f"{self.log.name}: write")
         for key in keys:
             meta.registrations.setdefault(key, wait)
         self.log.append(rec, logged)
@@ -251,10 +258,15 @@ class TransactionCoordinator:
 
     def update_status(self, seq: int, new_status: int, expected: int) -> TxnMeta:
         """Pulsar's updateTxnStatus: current must equal ``expected``; no-op when already ``new_status``."""
-        with self.get(seq).lock:
-            return self._update_locked(seq, new_status, expected)
+        return run_op(self.update_status_async(seq, new_status, expected))
 
-    def _update_locked(self, seq: int, new_status: int, expected: int) -> TxnMeta:
+    def update_status_async(self, seq: int, new_status: int, expected: int) -> Op:
+        """:meth:`update_status` as an operation (see :mod:`.ops`). The transaction's lock is held until the record
+        is durable, as before: a status change of one transaction waits for the one before it."""
+        with self.get(seq).lock:
+            return (yield from self._update_locked(seq, new_status, expected))
+
+    def _update_locked(self, seq: int, new_status: int, expected: int) -> Op:
         with self._lock:
             self._ready()
             meta = self.get(seq)
@@ -264,8 +276,8 @@ class TransactionCoordinator:
                 raise InvalidTxnStatus(
                     f"Expect Txn {meta} to be in {STATUS_NAMES[expected]} status but it is in {meta.status_name} status"
                 )
-            rec = self._record(TxnOp.UPDATE, seq, expected_status=expected, new_status=new_status)
-        pos = self.log.append_sync(rec)
+            rec = self._record(OP_UPDATE, seq, expected_status=expected, new_status=new_status)
+        pos = yield self.log.append_pending(rec)
         with self._lock:
             meta.positions.append(pos)
             meta.status = new_status

@@ -327,12 +327,19 @@ class Engine:
         return tc
 
     def begin(self, timeout_ms: int | None = None, owner: str | None = None, tc_id: int | None = None) -> tuple[int, int]:
+        return run_op(self.begin_async(timeout_ms, owner, tc_id))
+
+    def begin_async(self, timeout_ms: int | None = None, owner: str | None = None,
+                    tc_id: int | None = None) -> Op:
+        """:meth:`begin` as an operation (see :mod:`.ops`): the NEW record queued, then awaited."""
         self._writable()
         with self._lock:
             if tc_id is None:
                 tc_id = self._next_tc % len(self.coordinators)
                 self._next_tc += 1
-        meta = self.coordinator(tc_id).new_transaction(timeout_ms or self.config.engineDefaultTransactionTimeoutMillis, owner)
+        tc = self.coordinator(tc_id)
+        meta = yield from tc.new_transaction_async(timeout_ms or self.config.engineDefaultTransactionTimeoutMillis,
+                                                   owner)
         return meta.txn_id
 
     def produce(self, txn: tuple[int, int], topic: str, payload: bytes) -> Position:
@@ -347,7 +354,7 @@ class Engine:
         meta = tc.get(txn[1])
         # Outside the end lock: a buffer still recovering holds the send (up to the send timeout), and a timeout
         # abort of the same transaction must not wait behind it.
-        t.wait_ready()
+        yield from t.wait_ready_async()
         yield tc.register_partition(txn[1], t.name)
         # Under the transaction's end lock: a message is queued before the end's marker or not at all. One
         # published after an abort (say by the timeout) would sit in the buffer as ongoing forever and hold
@@ -402,12 +409,24 @@ class Engine:
     def abort(self, txn: tuple[int, int], client_name: str | None = None) -> str:
         return self.end_transaction(txn, commit=False, client_name=client_name)
 
+    def commit_async(self, txn: tuple[int, int], client_name: str | None = None) -> Op:
+        return self.end_transaction_async(txn, commit=True, client_name=client_name)
+
+    def abort_async(self, txn: tuple[int, int], client_name: str | None = None) -> Op:
+        return self.end_transaction_async(txn, commit=False, client_name=client_name)
+
     def end_transaction(self, txn: tuple[int, int], commit: bool, client_name: str | None = None) -> str:
         """OPEN → COMMITTING/ABORTING, markers and pending-ack ends everywhere, then the terminal state.
 
         Returns the final status. With a client name and the PIP-255 preserver on, a retry of an
         already-ended transaction answers with its outcome instead of "not found".
         """
+        return run_op(self.end_transaction_async(txn, commit, client_name))
+
+    def end_transaction_async(self, txn: tuple[int, int], commit: bool, client_name: str | None = None) -> Op:
+        """:meth:`end_transaction` as an operation (see :mod:`.ops`). The transaction's end lock is held across its
+        waits, as the blocking call holds it: run by a driver, no other operation of that driver may end or use the
+        same transaction meanwhile (a client's operations on one transaction come one after another)."""
         tc = self.coordinator(txn[0])
         preserver = self.preservers.get(txn[0])
         try:
@@ -428,7 +447,7 @@ class Engine:
             if meta.status == final:
                 return STATUS_NAMES[final]  # a concurrent end of the same kind finished it
             if meta.status == OPEN:
-                tc.update_status(txn[1], target, OPEN)
+                yield from tc.update_status_async(txn[1], target, OPEN)
             elif meta.status != target:
                 raise InvalidTxnStatus(
                     f"Expect Txn {meta} to be in OPEN status but it is in {meta.status_name} status"
@@ -437,7 +456,7 @@ class Engine:
                 # Durable before the final record: a crash after this point still answers retries right.
                 preserver.preserve(client_name, txn, PRESERVED_COMMITTED if commit else PRESERVED_ABORTED)
             try:
-                self._drive_end(tc, meta, commit)
+                yield from self._drive_end_async(tc, meta, commit)
             except Exception:
                 with self._lock:
                     self._failed_ends[txn] = self.clock_ms()
@@ -483,6 +502,9 @@ class Engine:
         return finished
 
     def _drive_end(self, tc: TransactionCoordinator, meta: TxnMeta, commit: bool) -> None:
+        run_op(self._drive_end_async(tc, meta, commit))
+
+    def _drive_end_async(self, tc: TransactionCoordinator, meta: TxnMeta, commit: bool) -> Op:
         txn = meta.txn_id
         # Every marker and every pending-ack end is written at once and then awaited, as Pulsar's broker sends
         # them all and waits for all: one group commit instead of one sync per topic and subscription.
@@ -496,8 +518,8 @@ class Engine:
         failure: BaseException | None = None
         for t, sub, started, finish in waits:
             try:
-                finish()
-            except BaseException as exc:  # noqa: BLE001 — wait for the others too, then raise the first failure
+                yield finish
+            except Exception as exc:  # noqa: BLE001 — wait for the others too, then raise the first failure
                 failure = failure or exc
                 if t is not None:
                     self.tp_metrics.record_end(t.name, sub, commit, False, time.perf_counter_ns() - started)
@@ -508,7 +530,8 @@ class Engine:
                     t.redeliver(sub)
         if failure is not None:
             raise failure
-        tc.update_status(meta.seq, COMMITTED if commit else ABORTED, COMMITTING if commit else ABORTING)
+        yield from tc.update_status_async(meta.seq, COMMITTED if commit else ABORTED,
+                                          COMMITTING if commit else ABORTING)
         self.txn_ended.labels(str(tc.tc_id), "committed" if commit else "aborted").inc()
 
     # -- operator actions --------------------------------------------------------------------

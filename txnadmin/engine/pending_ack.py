@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, cast
+from typing import Any, Optional, cast
 
 from ..codec import AckType, EntryDecodeError, PendingAckMetadata, PendingAckMetadataEntry, PendingAckOp, decode_entry
 from ..names import PENDING_ACK_CURSOR, managed_ledger_name, pending_ack_topic
-from .completion import Completion
+from .completion import Completion, Pending
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
 from .managed_ledger import ManagedCursor, ManagedLedgerFactory
 from .ackset import has_bit
 from .cursor import WORD_MASK
 from .position import Position
+
+# Read once: each attribute of a protobuf enum wrapper is a Python-level lookup, and acks and ends use them per record.
+OP_ACK, OP_COMMIT, OP_ABORT = PendingAckOp.ACK, PendingAckOp.COMMIT, PendingAckOp.ABORT
+INDIVIDUAL, CUMULATIVE = AckType.Individual, AckType.Cumulative
 
 
 class PendingAckConflict(Exception):
@@ -167,7 +171,7 @@ class PendingAckStore:
         self.ack_async(txn, positions, cumulative, subscription_cursor)()
 
     def ack_async(self, txn: tuple[int, int], positions: list[tuple[Position, list[int] | None, int | None]],
-                  cumulative: bool = False, subscription_cursor: ManagedCursor | None = None) -> Callable[[], None]:
+                  cumulative: bool = False, subscription_cursor: ManagedCursor | None = None) -> Pending:
         """As :meth:`ack`, but only queue the ACK record: a refusal raises at once, and the returned function waits
         until the record is durable."""
         if cumulative and len(positions) != 1:
@@ -182,8 +186,8 @@ class PendingAckStore:
             if reason:
                 raise PendingAckConflict(reason)
             rec = PendingAckMetadataEntry(
-                pending_ack_op=PendingAckOp.ACK,
-                ack_type=AckType.Cumulative if cumulative else AckType.Individual,
+                pending_ack_op=OP_ACK,
+                ack_type=CUMULATIVE if cumulative else INDIVIDUAL,
                 txnid_most_bits=txn[0], txnid_least_bits=txn[1],
             )
             for pos, ack_set, batch_size in positions:
@@ -202,12 +206,11 @@ class PendingAckStore:
             # Queued under the store lock, so ACK records reach the log in the order their checks passed.
             self.writer.add(rec.SerializeToString(), done)
 
-        def finish() -> None:
-            log_pos = done.result(30, f"{self.name}: write")
+        def finish(log_pos: TxnPosition) -> None:
             with self._lock:
                 self._note_logged(log_pos, 1, [p for p, _, _ in positions])
 
-        return finish
+        return Pending(done, finish, timeout=30, what=f"{self.name}: write")
 
     def _apply_ack(self, txn, positions, cumulative: bool) -> None:
         if cumulative:
@@ -262,16 +265,15 @@ class PendingAckStore:
         self.end_async(txn, commit, subscription_cursor)()
 
     def end_async(self, txn: tuple[int, int], commit: bool,
-                  subscription_cursor: ManagedCursor) -> Callable[[], None]:
+                  subscription_cursor: ManagedCursor) -> Pending:
         """Queue the COMMIT/ABORT record; the returned function waits for it, then applies or releases the acks."""
-        op = PendingAckOp.COMMIT if commit else PendingAckOp.ABORT
-        rec = PendingAckMetadataEntry(pending_ack_op=op, ack_type=AckType.Individual,
+        op = OP_COMMIT if commit else OP_ABORT
+        rec = PendingAckMetadataEntry(pending_ack_op=op, ack_type=INDIVIDUAL,
                                       txnid_most_bits=txn[0], txnid_least_bits=txn[1])
         done = Completion()
         self.writer.add(rec.SerializeToString(), done)
 
-        def finish() -> None:
-            done.result(30, f"{self.name}: write")
+        def finish(_log_pos: TxnPosition) -> None:
             with self._lock:
                 acks = self._release(txn)
             if acks is None:
@@ -282,7 +284,7 @@ class PendingAckStore:
             # and until they are on disk this log's COMMIT is what a restart re-applies them from.
             self.clear_useless_log_data(subscription_cursor.persisted_mark_delete_position)
 
-        return finish
+        return Pending(done, finish, timeout=30, what=f"{self.name}: write")
 
     def clear_useless_log_data(self, subscription_mark_delete: Position) -> Optional[Position]:
         """Pop index points at or below the subscription's mark-delete; mark-delete the log there."""
@@ -315,12 +317,12 @@ class PendingAckStore:
                 records = cast(list[PendingAckMetadataEntry], decoded.records)  # the "pending-ack" kind's type
                 for rec in records:
                     txn = (rec.txnid_most_bits, rec.txnid_least_bits)
-                    if rec.pending_ack_op == PendingAckOp.ACK:
+                    if rec.pending_ack_op == OP_ACK:
                         items = [(Position(m.ledgerId, m.entryId), list(m.ack_set) or None,
                                   m.batch_size if m.HasField("batch_size") and m.batch_size else None)
                                  for m in rec.pending_ack_metadata]
                         acked.extend(p for p, _, _ in items)
-                        cumulative = rec.ack_type == AckType.Cumulative
+                        cumulative = rec.ack_type == CUMULATIVE
                         if not items:
                             continue
                         if cumulative:
@@ -331,10 +333,10 @@ class PendingAckStore:
                         self._apply_ack(txn, items[:1] if cumulative else items, cumulative)
                     else:
                         acks = self._release(txn)
-                        if acks is not None and rec.pending_ack_op == PendingAckOp.COMMIT \
+                        if acks is not None and rec.pending_ack_op == OP_COMMIT \
                                 and subscription_cursor is not None and apply_commits:
                             _apply_to_subscription(acks, subscription_cursor)
-                acked_records = sum(1 for r in records if r.pending_ack_op == PendingAckOp.ACK)
+                acked_records = sum(1 for r in records if r.pending_ack_op == OP_ACK)
                 self._note_logged(TxnPosition(pos.ledger_id, pos.entry_id, 1, 0), acked_records, acked)
             self.state = "Ready"
             self.recover_end_time = clock_ms()

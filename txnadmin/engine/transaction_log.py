@@ -13,6 +13,7 @@ from typing import Callable, Iterator, cast
 from ..codec import EntryDecodeError, TransactionMetadataEntry, decode_entry
 from ..names import TC_LOG_CURSOR, transaction_log_name
 from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
+from .completion import Completion, Pending
 from .managed_ledger import ManagedLedger, ManagedLedgerFactory
 from .ackset import has_bit
 
@@ -81,6 +82,12 @@ class TransactionLog:
                callback: Callable[[TxnPosition | None, BaseException | None], None]) -> None:
         self.records_written += 1
         self.writer.add(record.SerializeToString(), callback)
+
+    def append_pending(self, record: TransactionMetadataEntry, timeout: float = 30) -> Pending:
+        """Queue the record; the returned wait gives its position once it is durable (see :mod:`.completion`)."""
+        done = Completion()
+        self.append(record, done)
+        return Pending(done, timeout=timeout, what=f"{self.name}: write")
 
     def append_sync(self, record: TransactionMetadataEntry, timeout: float = 30) -> TxnPosition:
         self.records_written += 1
