@@ -28,19 +28,18 @@ Op = Generator[Callable[[], Any], Any, Any]
 
 def gather(ops: list[Op]) -> list[Any]:
     """Run ``ops`` to the end; each one's result, or the exception it raised, in the order given."""
-    results: list[Any] = [None] * len(ops)
-    waiting: list[tuple[int, Op, Callable[[], Any]]] = []
-    for index, op in enumerate(ops):
-        _step(index, op, None, None, waiting, results)
-    while waiting:
-        current, waiting = waiting, []
-        for index, op, wait in current:
-            try:
-                value, error = wait(), None
-            except Exception as exc:  # noqa: BLE001 — thrown into the operation, which may handle it or end with it
-                value, error = None, exc
-            _step(index, op, value, error, waiting, results)
-    return results
+    rounds = gather_op(ops)  # the same rounds, each wait called here, blocking this thread
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            wait = rounds.throw(error) if error is not None else rounds.send(value)
+        except StopIteration as stop:
+            return stop.value
+        try:
+            value, error = wait(), None
+        except Exception as exc:  # noqa: BLE001 — thrown into gather_op, which hands it to the operation that waited
+            value, error = None, exc
 
 
 def gather_op(ops: list[Op]) -> Op:
