@@ -89,10 +89,6 @@ class TransactionLog:
         self.append(record, done)
         return Pending(done, timeout=timeout, what=f"{self.name}: write")
 
-    def append_sync(self, record: TransactionMetadataEntry, timeout: float = 30) -> TxnPosition:
-        self.records_written += 1
-        return self.writer.add_sync(record.SerializeToString(), timeout)
-
     def delete_positions(self, positions: list[TxnPosition]) -> None:
         """Delete records from the cursor: whole entries, or single records of a batch (batch-index delete)."""
         if positions:
