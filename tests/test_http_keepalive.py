@@ -123,3 +123,18 @@ def test_a_post_body_is_sent_with_its_length(serve):
     with HttpAdmin(server.url, token=SECRET) as admin:
         admin.scale_coordinators(3)
     assert "Content-Length: 1" in server.requests[0] and "Content-Type: application/json" in server.requests[0]
+
+
+@pytest.mark.parametrize("garbage, said", [
+    (b"GARBAGE LINE\r\n\r\n", "illegal status line: 'GARBAGE LINE'"),
+    (b'[0,1,2]', "illegal status line: '[0,1,2]'"),  # a bare body, no status line at all
+    (b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", "header line"),
+])
+def test_a_reply_that_is_not_http_says_what_was_wrong_in_one_line(serve, garbage, said):
+    """The server's bytes are quoted as what they are (a bad status line), not passed off as a reason it gave."""
+    server = serve(lambda n: (garbage, True))
+    with HttpAdmin(server.url, token=SECRET, retry_backoff=0.01) as admin:
+        with pytest.raises(AdminError) as err:
+            admin.list_coordinators()
+    message = str(err.value)
+    assert message.startswith(f"{server.url}: connection failed (") and said in message and "\n" not in message

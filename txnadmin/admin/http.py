@@ -227,7 +227,7 @@ class _KeepAliveTransport(httpx.BaseTransport):
             raise httpx.LocalProtocolError(str(exc), request=request) from None
         except (http.client.HTTPException, OSError) as exc:
             self.close()
-            raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__, request=request) from None
+            raise httpx.RemoteProtocolError(_protocol_error(exc), request=request) from None
         return httpx.Response(reply.status, headers=reply.getheaders(), stream=_ReplyBody(self, reply, request),
                               extensions={"http_version": b"HTTP/1.1", "reason_phrase": reply.reason.encode(
                                   "ascii", "replace")})
@@ -239,6 +239,14 @@ class _KeepAliveTransport(httpx.BaseTransport):
         if self._fallback is not None:
             self._fallback.close()
             self._fallback = None
+
+
+def _protocol_error(exc: BaseException) -> str:
+    """What was wrong with a reply, in words: a status line that is not HTTP is quoted as such (http.client's own
+    text is the bare line, which read as if the server had said it), as h11 says "illegal status line"."""
+    if isinstance(exc, http.client.BadStatusLine) and not isinstance(exc, http.client.RemoteDisconnected):
+        return f"illegal status line: {str(exc.args[0] if exc.args else '').strip()[:80]!r}"
+    return str(exc) or type(exc).__name__
 
 
 def _reusable(conn: http.client.HTTPConnection) -> bool:
