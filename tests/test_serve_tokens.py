@@ -67,3 +67,28 @@ def test_serve_help_says_what_it_does_with_tokens():
     helped = CliRunner().invoke(app, ["serve", "-h"], env={"COLUMNS": "200"})
     assert helped.exit_code == 0
     assert "--token-file" in helped.stdout and "generated" in helped.stdout and "server.json" in helped.stdout
+
+
+def test_serve_acts_on_the_engine_named_by_the_global_local_target(engine_dir, tmp_path, monkeypatch):
+    """`txnadmin -u local:DIR serve` serves DIR, not the default engine beside it, and says so; a disagreeing
+    --engine-dir or a remote -u is refused (exit 2) before anything listens."""
+    default = tmp_path / "default-engine"
+    monkeypatch.setenv("TXNADMIN_ENGINE_DIR", str(default))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "txnadmin", "-u", f"local:{engine_dir}", "serve", "--port",
+                             str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TXNADMIN_HOME=str(tmp_path / "home")))
+    try:
+        wait_until_listening(port, proc, timeout_s=60)
+        line = proc.stdout.readline()
+        assert line.startswith(f"serving {engine_dir} (-u) at http://127.0.0.1:{port}"), line
+        assert (engine_dir / "server.json").exists() and not default.exists()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    other = tmp_path / "other"
+    refused = CliRunner().invoke(app, ["-u", f"local:{engine_dir}", "serve", "--engine-dir", str(other), "--port",
+                                       "0"])
+    assert refused.exit_code == 2 and "name different engines" in refused.stderr and not other.exists()
+    remote = CliRunner().invoke(app, ["-u", "http://127.0.0.1:9", "serve", "--port", "0"])
+    assert remote.exit_code == 2 and "local:PATH" in remote.stderr and not default.exists()

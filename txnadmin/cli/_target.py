@@ -66,3 +66,29 @@ def open_target(ctx: typer.Context, admin_url: Optional[str] = None, conf: Optio
     except TargetUnreachableError as exc:
         on_error(exc)
     return target, ctx.with_resource(admin)
+
+
+def engine_dir_for(ctx: typer.Context, directory: Optional[Path], command: str, given_as: str) -> tuple[Path, str]:
+    """The engine directory a command that runs an engine itself (``engine run``, ``serve``) works on, and why:
+    the directory it was given (``given_as`` words how, for messages), the global ``-u local:PATH``, or the default.
+    Both given and naming different directories is a usage error: never guess which one was meant; an http(s)
+    ``-u`` is one too, since such a command cannot act on a remote broker."""
+    from ._common import EXIT_USAGE, fail
+
+    admin_url = ((ctx.find_root().obj or {}).get("admin_url") or "").strip()
+    from_url: Optional[Path] = None
+    if admin_url:
+        if not admin_url.startswith("local:"):
+            fail(f"-u {admin_url}: `{command}` runs an embedded engine; give -u local:PATH or {given_as}", EXIT_USAGE)
+        from_url = Path(admin_url[len("local:"):]).expanduser()
+    if directory is not None and from_url is not None:
+        if directory.expanduser().resolve() != from_url.resolve():
+            fail(f"{given_as} {directory} and -u {admin_url} name different engines; give one of them", EXIT_USAGE)
+        return from_url, f"-u and {given_as}"
+    if from_url is not None:
+        return from_url, "-u"
+    if directory is not None:
+        return directory.expanduser(), given_as
+    from ..engine import default_engine_dir
+
+    return default_engine_dir(), "default engine directory"

@@ -13,6 +13,7 @@ import typer
 
 from .render import output_option
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
+from ._target import engine_dir_for
 
 app = typer.Typer(help="The embedded engine: init, run a workload, dump ledgers, settings.", no_args_is_help=True)
 
@@ -48,28 +49,6 @@ def init(
     except EngineDirError as exc:
         fail(str(exc), 1)
     typer.echo(f"engine ready at {path} ({config.transactionCoordinatorCount} coordinators)")
-
-
-def _run_dir(ctx: typer.Context, directory: Optional[Path]) -> tuple[Path, str]:
-    """The engine `engine run` drives, and why: the positional directory, the global ``-u local:PATH``, or the
-    default. Both given and naming different directories is a usage error: never guess which one was meant."""
-    admin_url = ((ctx.find_root().obj or {}).get("admin_url") or "").strip()
-    from_url: Optional[Path] = None
-    if admin_url:
-        if not admin_url.startswith("local:"):
-            fail(f"-u {admin_url}: `engine run` drives an embedded engine; give -u local:PATH or a directory",
-                 EXIT_USAGE)
-        from_url = Path(admin_url[len("local:"):]).expanduser()
-    if directory is not None and from_url is not None:
-        if directory.expanduser().resolve() != from_url.resolve():
-            fail(f"the directory {directory} and -u {admin_url} name different engines; give one of them",
-                 EXIT_USAGE)
-        return from_url, "-u and directory"
-    if from_url is not None:
-        return from_url, "-u"
-    if directory is not None:
-        return directory, "directory argument"
-    return _dir(None), "default engine directory"
 
 
 @app.command("run")
@@ -115,7 +94,7 @@ def run(
     for name in fault:
         if fault_name(name) not in FAULTS or name.endswith("="):
             fail(f"--fault {name}: use one of {', '.join(FAULTS)}", EXIT_USAGE)
-    path, source = _run_dir(ctx, directory)
+    path, source = engine_dir_for(ctx, directory, "engine run", "the directory argument")
     try:
         engine = Engine(require_engine(path))
     except EngineDirError as exc:

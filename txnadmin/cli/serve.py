@@ -8,10 +8,12 @@ from typing import Optional
 import typer
 
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail
+from ._target import engine_dir_for
 
 
 def serve(
-    engine_dir: Optional[Path] = typer.Option(None, "--engine-dir", help="Engine directory (default: the embedded one)."),
+    ctx: typer.Context,
+    engine_dir: Optional[Path] = typer.Option(None, "--engine-dir", help="Engine directory (or the global -u local:PATH; default: the embedded one)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8080, "--port", help="Port (0 = any free port)."),
     token_file: Optional[Path] = typer.Option(
@@ -24,7 +26,6 @@ def serve(
     it; other clients pass it with `--auth-params token:<token>` (or `file://…`).
     """
     from ..admin.protocol import TargetUnreachableError
-    from ..engine import default_engine_dir
     from ..server.run import serve_forever
 
     token = None
@@ -35,11 +36,12 @@ def serve(
             fail(f"{token_file}: cannot read token ({exc.strerror or exc})", EXIT_USAGE)
         if not token:
             fail(f"{token_file}: empty token", EXIT_USAGE)
-    directory = engine_dir or default_engine_dir()
+    # The engine the operator named with -u local:PATH, not the default one beside it (never act on an unnamed target).
+    directory, why = engine_dir_for(ctx, engine_dir, "serve", "--engine-dir")
     source = f"the token in {token_file}" if token_file else "a token generated now"
 
     def ready(url: str) -> None:
-        typer.echo(f"serving {directory} at {url}; requests need `Authorization: Bearer <token>` with {source}, "
+        typer.echo(f"serving {directory} ({why}) at {url}; requests need `Authorization: Bearer <token>` with {source}, "
                    f"recorded in {directory / 'server.json'} (local:{directory} commands use it)")
 
     try:
