@@ -177,23 +177,38 @@ def status(
     if output != "json":
         _header(target, output)
     try:
-        report = _with_progress("checking", admin, do_status, state, concurrency, target=target.url)
+        # only the checklist's one writer (`start`, `wait`) saves it: status may run beside a wait
+        report = _with_progress("checking", admin, do_status, state, concurrency, target=target.url, save=False)
     except KeyboardInterrupt:
         _interrupted(state)
     _render_report(report, output, target)
     raise typer.Exit(EXIT_OK if report.safe else EXIT_FAILURE)
 
 
+HEARTBEAT_S = 30.0  # on a pipe, a line at least this often, even when nothing changed ($TXNADMIN_HEARTBEAT_S)
+
+
 class _LiveView:
-    """`wait`'s story: on a terminal, a panel updated in place; piped, one stderr line per change of state."""
+    """`wait`'s story: on a terminal, a panel updated in place (its clock ticks between polls); piped, one stderr
+    line per change of state, and a heartbeat line when nothing changed for ``HEARTBEAT_S``."""
 
     def __init__(self, started: float):
+        import os
         import sys
 
         self.started = started
         self.terminal = sys.stderr.isatty()
         self.last_line: Optional[str] = None
+        self.summary: Optional[str] = None
+        self.detail: list[str] = []
         self.live = None
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.printed_at = started
+        try:
+            self.heartbeat_s = float(os.environ.get("TXNADMIN_HEARTBEAT_S", HEARTBEAT_S))
+        except ValueError:
+            self.heartbeat_s = HEARTBEAT_S
         if self.terminal:
             from rich.console import Console
             from rich.live import Live
@@ -203,9 +218,12 @@ class _LiveView:
     def __enter__(self):
         if self.live:
             self.live.__enter__()
+        self.ticker = threading.Thread(target=self._tick, name="wait-heartbeat", daemon=True)
+        self.ticker.start()
         return self
 
     def __exit__(self, *exc):
+        self.stop.set()
         if self.live:
             self.live.__exit__(*exc)
 
@@ -215,20 +233,46 @@ class _LiveView:
         secs = int(time.monotonic() - self.started)
         return f"{secs // 3600:d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
 
-    def _emit(self, summary: str, detail: list[str]) -> None:
-        if self.live:
-            from rich.text import Text
+    def _tick(self) -> None:
+        """The terminal clock moves every second; a pipe gets the last state again when it has been quiet."""
+        import time
 
-            self.live.update(Text("\n".join([f"[{self._elapsed()}] {summary}"] + detail)))
-        elif summary != self.last_line:
-            typer.echo(f"[{self._elapsed()}] {summary}", err=True)
-        self.last_line = summary
+        while not self.stop.wait(1.0 if self.live else min(1.0, self.heartbeat_s)):
+            with self.lock:
+                if self.summary is None:
+                    continue
+                if self.live:
+                    self._render()
+                elif time.monotonic() - self.printed_at >= self.heartbeat_s:
+                    self._print(self.summary + " (no change)")
+
+    def _render(self) -> None:
+        from rich.text import Text
+
+        assert self.live is not None
+        self.live.update(Text("\n".join([f"[{self._elapsed()}] {self.summary}"] + self.detail)))
+
+    def _print(self, line: str) -> None:
+        import time
+
+        typer.echo(f"[{self._elapsed()}] {line}", err=True)
+        self.printed_at = time.monotonic()
+
+    def _emit(self, summary: str, detail: list[str]) -> None:
+        with self.lock:
+            self.summary, self.detail = summary, detail
+            if self.live:
+                self._render()
+            elif summary != self.last_line:
+                self._print(summary)
+            self.last_line = summary
 
     def poll(self, report) -> None:
         groups = report.groups()
         done = len(report.logs) - len(report.waiting)
         parts = [f"{len(v)} {k}" for k, v in sorted(groups.items())]
-        summary = f"{done}/{len(report.logs)} logs done" + (f"; waiting: {', '.join(parts)}" if parts else "")
+        summary = (f"{done}/{len(report.logs)} logs done" + (f"; waiting: {', '.join(parts)}" if parts else "")
+                   + f"; {report.reopens_accepted} reopen(s) accepted")
         detail = []
         for kind, logs in sorted(groups.items()):
             detail.append(f"  {kind} ({len(logs)}):")
@@ -241,6 +285,9 @@ class _LiveView:
     def retry(self, error: str, pause: float) -> None:
         self._emit(f"target not answering, retrying in {pause:0.1f} s: {error}", [])
 
+    def rerecorded(self, count: int) -> None:
+        self._emit(f"re-recorded {count} log(s) whose reopen could not be proven harmless (--rerecord)", [])
+
 
 @app.command("wait")
 def wait(
@@ -249,14 +296,24 @@ def wait(
     timeout: float = typer.Option(3600.0, "--timeout", help="Seconds to wait at most (bounds everything, hung "
                                                             "requests included)."),
     interval: float = typer.Option(10.0, "--interval", help="Seconds between checks."),
+    rerecord: bool = typer.Option(False, "--rerecord", help="Reload and re-record the logs whose reopen cannot be "
+                                  "proven harmless (and logs created since recording), instead of stopping; "
+                                  "shows its plan and asks first."),
+    yes: bool = YesOpt,
     admin_url: Optional[str] = AdminUrl,
     conf: Optional[Path] = Conf,
     output: str = OutputOpt,
 ) -> None:
     """Poll until every log is proven past its LastBatched ledger.
 
-    Exit 0 safe, 1 not yet at --timeout, 3 target unreadable (permanent errors stop at once; transient ones are
-    retried and shown), 130 interrupted (the checklist stays; run the same command to resume).
+    While it polls, it watches both batching flags and the batched writers' flush counters on every active broker
+    (every 2 s): a store reopened by a bundle move or failover is accepted when the watch proves the flags were
+    off throughout and nothing batched. A reopen it cannot prove stops the wait (exit 1) naming the command, or,
+    with --rerecord, is reloaded and re-recorded.
+
+    Exit 0 safe, 1 not yet at --timeout or stopped for a re-record, 3 target unreadable (permanent errors stop at
+    once; transient ones are retried and shown), 130 interrupted (the checklist stays; run the same command to
+    resume).
     """
     import time
 
@@ -272,12 +329,21 @@ def wait(
     # A stopped engine read through local: cannot change while we read it (no engine starts under the view):
     # polling it for --timeout would only keep the operator from starting it. One poll, and say what to do.
     frozen = bool(getattr(admin, "frozen", False))
+    if rerecord:
+        steps = ["poll until safe, watching both batching flags and the flush counters on every active broker",
+                 "when a log's reopen cannot be proven harmless (or a log was created since recording): unload its "
+                 f"topic or coordinator so it reopens with batching off, and re-record it in {state} (as `start` "
+                 "does; a LastBatched is never lowered)"]
+        if not confirm(Plan("PIP-160 downgrade: wait, re-recording unproven reopens", target.label, steps,
+                            {"state": str(state), "rerecord": True}), yes=yes, dry_run=False, output=output):
+            return
     view = _LiveView(time.monotonic())
     try:
         with view:
             # (an interval past the deadline: the first answer is the last; the poll itself keeps --timeout)
             report = do_wait(admin, state, timeout, timeout + 1.0 if frozen else interval, view.poll,
-                             on_retry=view.retry, target=target.url)
+                             on_retry=view.retry, target=target.url, rerecord_unproven=rerecord,
+                             watch_period=_watch_period(), on_rerecord=view.rerecorded)
     except KeyboardInterrupt:
         _interrupted(state)
     except DowngradeError as exc:
@@ -288,6 +354,8 @@ def wait(
         fail(str(exc), EXIT_UNREADABLE)
     _render_report(report, output, target)
     code = EXIT_OK if report.safe else EXIT_FAILURE
+    if report.stop:
+        typer.echo(f"stopped: {report.stop}", err=True)
     if frozen and not report.safe:
         typer.echo(f"not waiting: the engine at {target.engine_dir} is stopped, so nothing rolls or trims until it "
                    f"runs; start it (`txnadmin engine run {target.engine_dir}` or `txnadmin serve --engine-dir "
@@ -295,6 +363,18 @@ def wait(
     if report.abandoned:
         _hard_exit(None, code)
     raise typer.Exit(code)
+
+
+def _watch_period() -> float:
+    """The watch's period: 2 s, or $TXNADMIN_WATCH_PERIOD_S (tests that squeeze time)."""
+    import os
+
+    from ..procedures.watch import WATCH_PERIOD_S
+
+    try:
+        return max(0.05, min(WATCH_PERIOD_S, float(os.environ.get("TXNADMIN_WATCH_PERIOD_S", WATCH_PERIOD_S))))
+    except ValueError:
+        return WATCH_PERIOD_S
 
 
 _EXIT_HARD = threading.Event()

@@ -36,12 +36,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..admin.cluster import ClusterView
 from ..admin.discovery import discover_pending_ack_stores
 from ..admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin, TxnId, is_transient,
 )
 from ..names import TC_LOG_CURSOR, coordinator_assign_partition, is_pending_ack_store, transaction_log_local_name
-from .state import load_state, new_state, save_state
+from .state import ChecklistLock, load_state, new_state, save_state
+from .watch import WATCH_PERIOD_S, Watch, baseline_of, counter_problem
 
 Progress = Optional[Callable[[int, int], None]]
 FLAG_PROPAGATION_S = 10.0  # dynamic config reaches brokers through a metadata watch: allow it this long
@@ -57,7 +59,7 @@ KIND_REOPENED = "reopened since recording"
 KIND_NOT_LOADED = "store not loaded"
 KIND_UNRECORDED = "created since recording"
 KIND_STILL_FLUSHING = "batched writer still flushing"
-FLUSH_PREFIXES = ("pulsar_txn_tc_bufferedwriter_flush_trigger_", "pulsar_txn_pending_ack_store_bufferedwriter_flush_trigger_")
+KIND_COUNTERS = "flush counters not confirmed"
 
 
 class DowngradeError(Exception):
@@ -81,6 +83,7 @@ class LogStatus:
     suggestion: Optional[str] = None
     extra: dict = field(default_factory=dict)
     kind: str = KIND_DONE
+    reopened_to: Optional[int] = None  # seen reopened at this recoverStartTime (judged by status, not shown)
 
     def to_json(self) -> dict:
         out = {"component": self.component, "name": self.name, "lastBatchedLedgerId": self.last_batched_ledger_id,
@@ -102,6 +105,9 @@ class Report:
     brokers: list[str] = field(default_factory=list)
     transient_error: Optional[str] = None  # wait: the last poll failed transiently (shown, then retried)
     abandoned: bool = False  # wait: a poll was still hanging at the deadline (its threads are left behind)
+    reopens_accepted: int = 0  # reopens the watch proved harmless, over the whole checklist
+    poll: Optional[int] = None  # this poll's number (wait's polls only)
+    stop: Optional[str] = None  # wait stopped before --timeout: why, and the command that goes on
 
     @property
     def waiting(self) -> list[LogStatus]:
@@ -118,7 +124,8 @@ class Report:
         return {"safe": self.safe, "target": self.target, "flagsDisabled": self.flags_disabled,
                 "brokersChecked": self.brokers, "logs": len(self.logs), "waiting": len(self.waiting),
                 "waitingByReason": {k: len(v) for k, v in sorted(self.groups().items())},
-                "verification": self.verification, "components": [l.to_json() for l in self.logs]}
+                "verification": self.verification, "reopensAccepted": self.reopens_accepted, "poll": self.poll,
+                "stopped": self.stop, "components": [l.to_json() for l in self.logs]}
 
 
 def _now_ms() -> int:
@@ -132,6 +139,18 @@ def _ledger_ids(internal: dict, key: str) -> list[int]:
 _PERMANENT_503 = "transactionCoordinatorEnabled"
 
 
+def _failure(exc: AdminError, what: str = "cannot read the target") -> DowngradeError:
+    """An admin failure as the downgrade words it: 3 when the target cannot say (transient ones marked for `wait`),
+    1 when it answered no."""
+    if exc.status in (401, 403):
+        return DowngradeError(f"{what}: {exc.reason}", 3)
+    if is_transient(exc) and not (exc.status == 503 and _PERMANENT_503 in exc.reason):
+        return DowngradeError(f"{what}: {exc.reason}", 3, transient=True)
+    if exc.status == 0 or exc.status >= 500:
+        return DowngradeError(f"{what}: {exc.reason}", 3)
+    return DowngradeError(exc.reason, 1)
+
+
 def _call(fn, *args, **kwargs):
     """Admin calls with target failures turned into exit code 3 (transient ones marked for `wait`)."""
     try:
@@ -139,33 +158,15 @@ def _call(fn, *args, **kwargs):
     except NotFoundError:
         raise
     except AdminError as exc:
-        if exc.status in (401, 403):
-            raise DowngradeError(f"cannot read the target: {exc.reason}", 3) from None
-        if is_transient(exc) and not (exc.status == 503 and _PERMANENT_503 in exc.reason):
-            raise DowngradeError(f"cannot read the target: {exc.reason}", 3, transient=True) from None
-        if exc.status == 0 or exc.status >= 500:
-            raise DowngradeError(f"cannot read the target: {exc.reason}", 3) from None
-        raise DowngradeError(exc.reason, 1) from None
+        raise _failure(exc) from None
 
 
-# -- target identity and brokers ---------------------------------------------------------------
+# -- target identity and brokers (one rule each, in ClusterView) --------------------------------
 
-def target_identity(admin: TransactionsAdmin, admin_url: str) -> dict[str, Any]:
+def target_identity(admin: TransactionsAdmin, admin_url: str, view: Optional[ClusterView] = None) -> dict[str, Any]:
     """What a checklist is about: the admin URL, the cluster's own name and its metadata/BookKeeper URIs."""
-    try:
-        clusters = _call(admin.list_clusters)
-    except NotFoundError:
-        clusters = []
-    try:
-        internal = _call(admin.internal_configuration)
-    except NotFoundError:
-        internal = {}
-    ident = {"adminUrl": admin_url, "clusterName": clusters[0] if len(clusters) == 1 else None,
-             "clusters": sorted(clusters)}
-    for key in ("metadataStoreUrl", "bookkeeperMetadataServiceUri"):
-        if internal.get(key):
-            ident[key] = internal[key]
-    return ident
+    view = view or ClusterView(admin, admin_url)
+    return dict(_call(view.identity), adminUrl=admin_url)
 
 
 def check_identity(state: dict, ident: dict, state_path: Path) -> None:
@@ -190,83 +191,46 @@ def _ledger_history_fits(state: dict, tc_id: str, ids: list[int], state_path: Pa
                              "recorded on; use --state another file or `txnadmin downgrade reset`", 3)
 
 
-def active_brokers(admin: TransactionsAdmin, ident: dict) -> list[str]:
-    clusters = ident.get("clusters") or []
-    brokers: list[str] = []
-    for cluster in clusters:
-        try:
-            brokers += _call(admin.active_brokers, cluster)
-        except NotFoundError:
-            continue
+def active_brokers(admin: TransactionsAdmin, ident: dict, view: Optional[ClusterView] = None) -> list[str]:
+    view = view or ClusterView(admin, ident.get("adminUrl", ""))
+    brokers = _call(view.active_brokers)
     if not brokers:
         raise DowngradeError("the target lists no active brokers (GET /admin/v2/brokers/{cluster}); cannot confirm "
                              "the batching flags are off everywhere", 3)
-    return sorted(set(brokers))
+    return brokers
 
 
-def flags_on_brokers(admin: TransactionsAdmin, brokers: list[str]) -> dict[str, list[str]]:
+def flags_on_brokers(view: ClusterView, brokers: list[str]) -> dict[str, list[str]]:
     """Broker → batching flags still on in its runtime config ({} when off everywhere). Exit 3 if one can't say."""
-    def one(broker: str) -> tuple[str, list[str]]:
-        if len(brokers) == 1:
-            runtime = _call(admin.runtime_config)  # the only active broker is the one answering
-        else:
-            try:
-                runtime = _call(admin.broker_runtime_config, broker)
-            except (NotFoundError, DowngradeError) as exc:
-                raise DowngradeError(f"cannot confirm the batching flags on broker {broker}: "
-                                     f"{exc if isinstance(exc, DowngradeError) else exc.reason} (every active broker "
-                                     "must be reachable from here to prove batching is off)", 3) from None
-        on = [f for f in (TC_BATCH_FLAG, PENDING_ACK_BATCH_FLAG) if str(runtime.get(f, "false")).lower() == "true"]
-        return broker, on
-
-    with ThreadPoolExecutor(max_workers=min(16, len(brokers))) as pool:
-        return {b: on for b, on in pool.map(one, brokers) if on}
-
-
-def batched_flushes(admin: TransactionsAdmin, brokers: list[str]) -> dict[str, float]:
-    """Each active broker's batched-writer flush count (coordinators + pending-ack stores), from its /metrics.
-
-    Every broker is asked, not only the answering one: a store that still batches may live on any of them. A
-    broker whose /metrics is not reachable or carries no such counters is left out: this is extra evidence where
-    available, never a reason to say safe. With batching off a store writes plainly and never counts a flush.
-    """
-    def one(broker: str) -> tuple[str, Optional[float]]:
-        try:
-            # the only active broker is the one answering (its id may not be an address we can reach)
-            text = admin.metrics_text() if len(brokers) == 1 else admin.broker_metrics_text(broker)
-        except (AdminError, AttributeError):
-            return broker, None
-        return broker, _flush_total(text)
-
-    if not brokers:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(16, len(brokers))) as pool:
-        return {b: total for b, total in pool.map(one, brokers) if total is not None}
-
-
-def _flush_total(text: str) -> Optional[float]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    total, seen = 0.0, False
     try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name.startswith(FLUSH_PREFIXES) and sample.name.endswith("_total"):
-                    total += sample.value
-                    seen = True
-    except ValueError:
-        return None  # not Prometheus text: no evidence either way
-    return total if seen else None
+        return view.flags_on_brokers(brokers)
+    except AdminError as exc:
+        what = ("cannot confirm the batching flags on every active broker (each must be reachable from here to "
+                "prove batching is off)")
+        if isinstance(exc, NotFoundError):
+            raise DowngradeError(f"{what}: {exc.reason}", 3) from None
+        raise _failure(exc, what) from None
+
+
+def flush_baselines(view: ClusterView, brokers: list[str]) -> dict[str, dict]:
+    """Each broker's process and batched-writer flush count now (the baselines every later poll compares to);
+    brokers whose counters are no evidence are left out (a later reading of theirs then counts from zero)."""
+    out = {}
+    for broker, reading in view.read_brokers(brokers).items():
+        base = baseline_of(reading)
+        if base is not None:
+            out[broker] = base
+    return out
 
 
 def _describe_on(on: dict[str, list[str]]) -> str:
     return "; ".join(f"{b}: {', '.join(f + '=true' for f in flags)}" for b, flags in sorted(on.items()))
 
 
-def confirm_flags_off(admin: TransactionsAdmin, brokers: list[str], wait_s: float = FLAG_PROPAGATION_S) -> None:
+def confirm_flags_off(view: ClusterView, brokers: list[str], wait_s: float = FLAG_PROPAGATION_S) -> None:
     deadline = time.monotonic() + wait_s
     while True:
-        on = flags_on_brokers(admin, brokers)
+        on = flags_on_brokers(view, brokers)
         if not on:
             return
         if time.monotonic() >= deadline:
@@ -357,8 +321,16 @@ def _after_reload(log: _Log, before: list[int], before_start: Optional[int]) -> 
 # -- start --------------------------------------------------------------------------------------
 
 def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: bool = True,
-          concurrency: int = 16, progress: Progress = None, flag_wait_s: float = FLAG_PROPAGATION_S) -> dict[str, Any]:
-    ident = target_identity(admin, target)
+          concurrency: int = 16, progress: Progress = None, flag_wait_s: float = FLAG_PROPAGATION_S,
+          watch_period: float = WATCH_PERIOD_S) -> dict[str, Any]:
+    with ChecklistLock(state_path):
+        return _start(admin, state_path, target, reload, concurrency, progress, flag_wait_s, watch_period)
+
+
+def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool, concurrency: int,
+           progress: Progress, flag_wait_s: float, watch_period: float) -> dict[str, Any]:
+    view = ClusterView(admin, target)
+    ident = target_identity(admin, target, view)
     existing = load_state(state_path)
     if existing is not None:
         check_identity(existing, ident, state_path)
@@ -367,13 +339,13 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
     coordinators = _call(admin.list_coordinators)
     if not coordinators:
         raise DowngradeError("no transaction coordinators on the target (is transactionCoordinatorEnabled=true?)")
-    brokers = active_brokers(admin, ident)
-    on = flags_on_brokers(admin, brokers)
+    brokers = active_brokers(admin, ident, view)
+    on = flags_on_brokers(view, brokers)
     if on:
         for flag in (TC_BATCH_FLAG, PENDING_ACK_BATCH_FLAG):
             _call(admin.update_dynamic_config, flag, "false")
         state["changeTime"] = _now_ms()
-    confirm_flags_off(admin, brokers, flag_wait_s)  # before any reload or LastBatched read
+    confirm_flags_off(view, brokers, flag_wait_s)  # before any reload or LastBatched read
     state["reload"] = reload
     state["brokersChecked"] = brokers
     if state["phase"] == "new":
@@ -383,12 +355,11 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
     stores = _pending_ack_stores(admin, concurrency)
     logs = [_Log(admin, "coordinator", str(c["id"]), {}) for c in coordinators]
     logs += [_Log(admin, "pending-ack", store, info) for store, info in stores.items()]
-    recorded = {**{("coordinator", k): v for k, v in state["coordinators"].items()},
-                **{("pending-ack", k): v for k, v in state["pendingAckStores"].items()}}
+    recorded = _recorded(state)
 
     def needs_record(log: _Log) -> bool:
         rec = recorded.get((log.component, log.key))
-        if rec is None or rec.get("recoverStartTime") is None:
+        if rec is None or rec.get("recoverStartTime") is None or rec.get("unproven"):
             return True
         if reload and not rec.get("batchingOff"):
             return True  # recorded without a reload before: reload it now
@@ -399,6 +370,30 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         todo = [log for log, need in zip(logs, pool.map(needs_record, logs), strict=True) if need]
+    # The watch runs while we record: a flag switched on between two of the per-reload checks is seen too.
+    with Watch(view, {}, watch_period) as watch:
+        this_run = _record_logs(admin, view, state, state_path, todo, brokers, reload, concurrency, progress, watch)
+    state["phase"] = "recorded"
+    state["recordedAt"] = _now_ms()
+    state["rerecorded"] = len(this_run)
+    state["flushBaselines"] = flush_baselines(view, brokers)  # what every later poll's counters compare with
+    state.pop("batchedFlushesByBroker", None)
+    save_state(state_path, state)
+    return state
+
+
+def _recorded(state: dict) -> dict[tuple[str, str], dict]:
+    return {**{("coordinator", k): v for k, v in state["coordinators"].items()},
+            **{("pending-ack", k): v for k, v in state["pendingAckStores"].items()}}
+
+
+def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state_path: Path, todo: list["_Log"],
+                 brokers: list[str], reload: bool, concurrency: int, progress: Progress,
+                 watch: Optional[Watch]) -> list[tuple[str, str]]:
+    """Record ``todo`` (reloaded per topic or coordinator unless ``reload`` is off), with the flags confirmed off
+    after every reload and at both ends; a LastBatched already recorded is never lowered. Used by `start` and by
+    `wait --rerecord`. Returns the (bucket, key) pairs recorded."""
+    recorded = _recorded(state)
     by_unit: dict[str, list[_Log]] = {}
     for log in todo:
         unit = coordinator_assign_partition(log.key) if log.component == "coordinator" else log.info["topic"]
@@ -431,8 +426,8 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
                 out.append((log, _after_reload(log, ledgers_before, start_before)))
         # After every reload, not only at the end: batching switched on and off again while we reload topic after
         # topic leaves both ends off, yet every store reopened meanwhile batches, and one that then stays idle
-        # never shows it again. Only a switch shorter than one reload can still slip between two checks.
-        on_now = flags_on_brokers(admin, brokers)
+        # never shows it again. The watch narrows what can still slip through to a switch within one period.
+        on_now = flags_on_brokers(view, brokers) or _watched_on(watch)
         if on_now:
             raise _SwitchedOn(on_now)
         return out
@@ -446,6 +441,13 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
                         if rec is None:
                             continue
                         bucket = "coordinators" if log.component == "coordinator" else "pendingAckStores"
+                        previous = recorded.get((log.component, log.key)) or {}
+                        if previous.get("lastBatchedLedgerId") is not None:
+                            # never lower: what was batched before this record stays to be trimmed
+                            rec["lastBatchedLedgerId"] = max(previous["lastBatchedLedgerId"],
+                                                             rec.get("lastBatchedLedgerId") or -1)
+                        if previous.get("acceptedReopens"):
+                            rec["acceptedReopens"] = previous["acceptedReopens"]
                         state[bucket][log.key] = dict(log.info, **rec) if log.component == "pending-ack" else rec
                         this_run.append((bucket, log.key))
                     done += 1
@@ -454,7 +456,7 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
                     if done % 200 == 0:
                         save_state(state_path, state)
             # Both ends: if batching was switched back on while we reloaded, those reopens prove nothing.
-            on = flags_on_brokers(admin, brokers)
+            on = flags_on_brokers(view, brokers) or _watched_on(watch)
         except _SwitchedOn as exc:
             on = exc.on
         if on:
@@ -467,12 +469,18 @@ def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: 
                                  "do it) and run `txnadmin downgrade start` again", 1)
     finally:
         save_state(state_path, state)
-    state["phase"] = "recorded"
-    state["recordedAt"] = _now_ms()
-    state["rerecorded"] = len(this_run)
-    state["batchedFlushesByBroker"] = batched_flushes(admin, brokers)  # the baselines status compares against
-    save_state(state_path, state)
-    return state
+    return this_run
+
+
+def _watched_on(watch: Optional[Watch]) -> dict[str, list[str]]:
+    """Flags the background watch saw on at any of its reads so far ({} without a watch)."""
+    if watch is None:
+        return {}
+    on: dict[str, list[str]] = {}
+    for rnd in list(watch.rounds):
+        for broker, flags in rnd.flags_on().items():
+            on.setdefault(broker, sorted(set(on.get(broker, [])) | set(flags)))
+    return on
 
 
 class _SwitchedOn(Exception):
@@ -511,6 +519,8 @@ def _iso(ms: int) -> str:
 
 
 REOPENED_HINT = "run `txnadmin downgrade start` again: it re-records exactly the logs that reopened"
+RERECORD_HINT = ("`txnadmin downgrade wait --rerecord` reloads and re-records exactly these logs (or run "
+                 "`txnadmin downgrade start` again)")
 
 
 def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path,
@@ -535,6 +545,17 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
                       "until it is loaded", "load its topic (e.g. `pulsar-admin topics stats <topic>`), then run "
                       "`txnadmin downgrade start` again to record it")
 
+    if rec.get("unproven"):
+        # A reopen the watch could not prove harmless (or whose acceptance a moved counter revoked): only a
+        # re-record ends it. Still asked, so a store deleted meanwhile counts as deleted.
+        try:
+            log.recover_start()
+        except NotFoundError:
+            return missing(), None, None
+        unproven = status(KIND_REOPENED, f"reopened since recording, not proven harmless: {rec['unproven']}",
+                          RERECORD_HINT)
+        unproven.extra["proof"] = rec["unproven"]
+        return unproven, None, None
     start_now, start_read = None, False
     if (log.component == "pending-ack" and rec.get("recoverStartTime") is not None and rec.get("batchingOff")
             and rec.get("provenDone") == rec["recoverStartTime"]):
@@ -569,9 +590,11 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
         except NotFoundError:
             return missing(), None, None
         if now != rec["recoverStartTime"]:
-            return (status(KIND_REOPENED, f"reopened since recording (recoverStartTime {rec['recoverStartTime']} "
-                           f"→ {now}): it may have reopened with batching on", REOPENED_HINT,
-                           oldest=min(ids, default=None)), ids, None)
+            seen = status(KIND_REOPENED, f"reopened since recording (recoverStartTime {rec['recoverStartTime']} "
+                          f"→ {now}): it may have reopened with batching on", REOPENED_HINT,
+                          oldest=min(ids, default=None))
+            seen.reopened_to = now  # status() judges whether the watch proves this reopen harmless
+            return seen, ids, None
         confirmed = newest
     if not rec.get("batchingOff"):
         return (status(KIND_NOT_REOPENED, "still batching until it reopens (recorded without a reload)",
@@ -634,18 +657,112 @@ def _store_status(log: _Log, rec: dict, ids: list[int]) -> LogStatus:
     return status
 
 
+@dataclass
+class _Poll:
+    number: int
+    t_start: float  # monotonic, before the poll's first read
+    wall_start: float
+    t_end: Optional[float] = None  # monotonic, after its last read of a log
+    wall_end: Optional[float] = None
+
+
+class Session:
+    """What one running `wait` knows beyond the checklist: its watch, its polls, and which poll last saw each log
+    unchanged. None of it outlives the process: a bracket that spans two processes is a gap in the watch."""
+
+    def __init__(self, admin: TransactionsAdmin, admin_url: str, watch_period: float = WATCH_PERIOD_S):
+        self.view = ClusterView(admin, admin_url)
+        self.watch: Optional[Watch] = None
+        self.watch_period = watch_period
+        self.polls: dict[int, _Poll] = {}
+        self.seen_unchanged: dict[tuple[str, str], int] = {}  # log → the last poll that saw it unchanged
+        self.pending: dict[tuple[str, str], tuple[int, int, Optional[int]]] = {}  # log → (from, seen, to)
+
+    def start_watch(self, baselines: dict[str, dict]) -> Watch:
+        if self.watch is None:
+            self.watch = Watch(self.view, baselines, self.watch_period).__enter__()
+        return self.watch
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.__exit__(None, None, None)
+
+
+def _clock(wall: Optional[float]) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(wall)) if wall else "?"
+
+
+def _judge_reopen(session: Session, key: tuple[str, str], rec: dict, poll: _Poll,
+                  new_start: Optional[int]) -> tuple[Optional[bool], str]:
+    """Is this reopen proven harmless? (True, evidence) / (False, why not) / (None, why not yet)."""
+    watch = session.watch
+    if watch is None:
+        return False, "not bracketed: the brokers were not watched yet"
+    pending = session.pending.get(key)
+    if pending is not None and pending[2] == new_start:
+        first, seen = pending[0], pending[1]
+    else:
+        last_seen = session.seen_unchanged.get(key)
+        seen = poll.number
+        if last_seen is None or last_seen not in session.polls:
+            return False, ("not bracketed: no poll of this `wait` saw the store unchanged before it reopened (it "
+                           "reopened before this wait's first watched poll: right after `start`, while no `wait` "
+                           "ran, or across a restart of `wait`)")
+        first = last_seen
+    a, b = session.polls[first].t_start, session.polls[seen].t_end or time.monotonic()
+    # the flags must be read once more after the reopen was seen: wait up to two periods for that round
+    watch.wait_for_round(b, 2 * watch.period + 1.0)
+    flags_ok, flags_why = watch.flags_off_between(a, b)
+    counters_ok, counters_why = watch.counters(b)
+    if flags_ok is False:
+        return False, flags_why
+    if counters_ok is False:
+        return False, counters_why
+    if flags_ok is None or counters_ok is None:
+        session.pending[key] = (first, seen, new_start)
+        return None, flags_why if flags_ok is None else counters_why
+    session.pending.pop(key, None)
+    p, q = session.polls[first], session.polls[seen]
+    return True, (f"reopened between polls {p.number} ({_clock(p.wall_start)}) and {q.number} ({_clock(q.wall_end)}) "
+                  f"with batching off: {flags_why}; {counters_why}")
+
+
+def _accepted_count(state: dict) -> int:
+    return sum(len(rec.get("acceptedReopens") or []) for bucket in ("coordinators", "pendingAckStores")
+               for rec in state[bucket].values())
+
+
 def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, progress: Progress = None,
-           target: Optional[str] = None, flag_wait_s: float = 0.0) -> Report:
-    """One poll. Read-only on the target; remembers in the checklist which newest ledgers were confirmed."""
+           target: Optional[str] = None, flag_wait_s: float = 0.0, session: Optional[Session] = None,
+           save: bool = True) -> Report:
+    """One poll, read-only on the target. ``save``: remember in the checklist what this poll proved (only the
+    checklist's one writer, `wait`, saves: `downgrade status` run beside it reads). ``session``: `wait`'s watch and
+    polls, which let a reopen be accepted when the watch proves it harmless; without one, a reopen is unproven."""
     state = _require_state(state_path)
-    ident = target_identity(admin, target if target is not None else state["identity"]["adminUrl"])
+    admin_url = target if target is not None else state["identity"]["adminUrl"]
+    view = session.view if session is not None else ClusterView(admin, admin_url)
+    if session is not None:
+        view._memo.clear()  # identity and brokers are read afresh at every poll
+    ident = target_identity(admin, admin_url, view)
     check_identity(state, ident, state_path)
-    brokers = active_brokers(admin, ident)
-    on = flags_on_brokers(admin, brokers)
+    brokers = active_brokers(admin, ident, view)
+    on = flags_on_brokers(view, brokers)
     if on:
         raise DowngradeError(
             f"batching was switched back on ({_describe_on(on)}): stores that reopen now batch again; run "
             "`txnadmin downgrade start` again to disable it and re-record what reopened", 1)
+    poll: Optional[_Poll] = None
+    if session is not None:
+        state["polls"] = int(state.get("polls", 0)) + 1
+        poll = _Poll(state["polls"], time.monotonic(), time.time())
+        session.polls[poll.number] = poll
+        if session.watch is not None:
+            session.watch.read_round()  # a read of every broker right before this poll's reads of the logs
+    baselines = _baselines(state)
+    changed = False
+    moved = _moved(view, brokers, baselines, session)
+    if moved is not None:
+        changed |= _revoke(state, moved)
     coord = [(_Log(admin, "coordinator", k, {}), rec) for k, rec in sorted(state["coordinators"].items(),
                                                                           key=lambda kv: int(kv[0]))]
     stores = [(_Log(admin, "pending-ack", k, rec), rec) for k, rec in sorted(state["pendingAckStores"].items())]
@@ -657,20 +774,17 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         listing = {t for topics in pool.map(lambda ns: _call(admin.list_topics, ns, True), namespaces)
                    for t in topics}
     unrecorded = [LogStatus("pending-ack", name, None, None, False, "created since recording: it may have opened "
-                            "while batching was on", REOPENED_HINT, kind=KIND_UNRECORDED)
+                            "while batching was on", RERECORD_HINT, kind=KIND_UNRECORDED)
                   for name in sorted(listing) if is_pending_ack_store(name)
                   and name not in state["pendingAckStores"]]
     unrecorded += [LogStatus("coordinator", transaction_log_local_name(c["id"]), None, None, False, "created since "
-                             "recording (coordinators scaled up)", REOPENED_HINT, extra={"coordinatorId": int(c["id"])},
+                             "recording (coordinators scaled up)", RERECORD_HINT, extra={"coordinatorId": int(c["id"])},
                              kind=KIND_UNRECORDED)
                    for c in _call(admin.list_coordinators) if str(c["id"]) not in state["coordinators"]]
 
-    def listed() -> set[str]:
-        return listing
-
     def one(job) -> tuple[LogStatus, Optional[int]]:
         log, rec = job
-        verdict, ids, confirmed = _evidence(log, rec, listed(), state_path, state)
+        verdict, ids, confirmed = _evidence(log, rec, listing, state_path, state)
         if verdict is not None:
             return verdict, confirmed
         assert ids is not None  # _evidence gives the ledgers whenever it reaches no verdict
@@ -678,48 +792,189 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
             return _coordinator_status(admin, log, rec, ids), confirmed
         return _store_status(log, rec, ids), confirmed
 
-    logs: list[LogStatus] = []
-    changed = False
+    results: list[tuple[LogStatus, Optional[int]]] = []
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for (_log, rec), (result, confirmed) in zip(jobs, pool.map(one, jobs), strict=True):
-            logs.append(result)
-            if confirmed is not None and confirmed != rec.get("confirmedLedger"):
-                rec["confirmedLedger"] = confirmed
-                changed = True
-            if (result.component == "pending-ack" and result.done and result.oldest_ledger_id is not None
-                    and rec.get("provenDone") != rec.get("recoverStartTime")):
-                # Done from its ledgers, with recoverStartTime confirmed unchanged in this poll (an unchanged newest
-                # ledger, or the stats call): the next polls only need to see that it did not reopen.
-                rec["provenDone"], rec["provenOldest"] = rec["recoverStartTime"], result.oldest_ledger_id
-                changed = True
+        for answer in pool.map(one, jobs):
+            results.append(answer)
             if progress:
-                progress(len(logs), len(jobs))
-    logs += unrecorded
-    baselines = state.get("batchedFlushesByBroker")
-    if baselines is None:  # a checklist recorded before every broker was read: its one value was the answering one's
-        legacy = state.get("batchedFlushes")
-        baselines = {brokers[0]: legacy} if legacy is not None and len(brokers) == 1 else {}
-        state["batchedFlushesByBroker"] = baselines
-        changed = True
-    for broker, flushes in sorted(batched_flushes(admin, brokers).items()):
-        baseline = baselines.get(broker)
-        if baseline is None or flushes < baseline:
-            # First seen (a broker that joined since recording: its reopened stores are caught above), or its
-            # counters restarted with it: from here on, any growth counts.
-            baselines[broker] = flushes
+                progress(len(results), len(jobs))
+    if poll is not None:
+        poll.t_end, poll.wall_end = time.monotonic(), time.time()
+    logs: list[LogStatus] = []
+    for job, (outcome, confirmed) in zip(jobs, results, strict=True):
+        log, rec = job
+        result = outcome
+        key = (log.component, log.key)
+        if result.kind == KIND_REOPENED and not rec.get("unproven"):
+            result, confirmed, decided = _reopen(session, poll, key, job, result, confirmed, one)
+            changed |= decided
+        elif session is not None and poll is not None and result.kind not in (KIND_NOT_LOADED,) and not (
+                result.done and "deleted" in result.reason):
+            session.seen_unchanged[key] = poll.number  # read, and not reopened since recording
+        if rec.get("acceptedReopens"):
+            result.extra["acceptedReopens"] = rec["acceptedReopens"]
+        logs.append(result)
+        if confirmed is not None and confirmed != rec.get("confirmedLedger"):
+            rec["confirmedLedger"] = confirmed
             changed = True
-        elif flushes > baseline:
-            logs.append(LogStatus("broker", broker, None, None, False,
-                                  f"batched-writer flushes on broker {broker} grew from {baseline:g} to {flushes:g} "
-                                  "since recording (pulsar_txn_*_bufferedwriter_flush_trigger_*): something there "
-                                  "still batches", "find the store that still batches on that broker (a broker.conf "
-                                  "override?), then run `txnadmin downgrade start` again", kind=KIND_STILL_FLUSHING))
-    if changed:
+        if (result.component == "pending-ack" and result.done and result.oldest_ledger_id is not None
+                and rec.get("provenDone") != rec.get("recoverStartTime")):
+            # Done from its ledgers, with recoverStartTime confirmed unchanged in this poll (an unchanged newest
+            # ledger, or the stats call): the next polls only need to see that it did not reopen.
+            rec["provenDone"], rec["provenOldest"] = rec["recoverStartTime"], result.oldest_ledger_id
+            changed = True
+    logs += unrecorded
+    # The counters again, read after every log: the poll that says safe is covered too.
+    end = poll.t_end if poll is not None and poll.t_end is not None else time.monotonic()
+    moved = _moved(view, brokers, baselines, session) if moved is None else moved
+    counters_needed = _accepted_count(state) > 0
+    if moved is not None:
+        changed |= _revoke(state, moved)
+        logs.append(LogStatus("broker", moved.broker, None, None, False, moved.describe(),
+                              "find the store that still batches on that broker (a broker.conf override?); then "
+                              + RERECORD_HINT, kind=KIND_STILL_FLUSHING, extra={"proof": moved.describe()}))
+    elif counters_needed and all(l.done for l in logs):
+        # Accepted reopens rest on "no batched flush anywhere": the verdict needs counters that cover this poll.
+        ok, why = _counters_cover(view, brokers, baselines, session, end)
+        if not ok:
+            logs.append(LogStatus("broker", "*", None, None, False, f"cannot confirm yet that no batched writer "
+                                  f"flushed: {why}", "wait: the next poll reads the counters again",
+                                  kind=KIND_COUNTERS, extra={"proof": why}))
+    if changed and save:
         save_state(state_path, state)
     verification = state.get("verification")
     safe = bool(logs) and all(l.done for l in logs) and (verification is None or verification.get("verdict") == "clean")
     return Report(safe, not on, logs, verification, target={"adminUrl": ident["adminUrl"],
-                                                            "clusterName": ident.get("clusterName")}, brokers=brokers)
+                                                            "clusterName": ident.get("clusterName")}, brokers=brokers,
+                  reopens_accepted=_accepted_count(state), poll=poll.number if poll is not None else None)
+
+
+def _reopen(session: Optional[Session], poll: Optional[_Poll], key: tuple[str, str], job, result: LogStatus,
+            confirmed: Optional[int], again) -> tuple[LogStatus, Optional[int], bool]:
+    """A log seen reopened: accept it when the watch proves it harmless, and judge it afresh; else say why not.
+    Returns (its status, a confirmed ledger, whether the checklist changed)."""
+    log, rec = job
+    if result.reopened_to is None:  # nothing recorded to compare with: only a re-record gives it a baseline
+        result.extra["proof"] = "no recoverStartTime was recorded for this store"
+        result.suggestion = RERECORD_HINT
+        return result, confirmed, False
+    if session is None or poll is None:
+        why = ("not judged: `downgrade status` keeps no watch of the brokers; `downgrade wait` judges reopens "
+               "(and accepts those proven harmless)")
+        result.extra["proof"] = why
+        return result, confirmed, False
+    verdict, why = _judge_reopen(session, key, rec, poll, result.reopened_to)
+    if verdict is True:
+        rec.setdefault("acceptedReopens", []).append(
+            {"from": rec["recoverStartTime"], "to": result.reopened_to, "poll": poll.number, "evidence": why})
+        rec["recoverStartTime"] = result.reopened_to
+        session.seen_unchanged[key] = poll.number
+        fresh, confirmed = again(job)
+        return fresh, confirmed, True
+    result.extra["proof"] = why
+    if verdict is False:
+        rec["unproven"] = why
+        result.reason = f"reopened since recording, not proven harmless: {why}"
+        result.suggestion = RERECORD_HINT
+        return result, confirmed, True
+    result.reason = f"reopened since recording; proof pending: {why}"
+    return result, confirmed, False
+
+
+def _baselines(state: dict) -> dict[str, dict]:
+    if "flushBaselines" in state:
+        return state["flushBaselines"]
+    # A checklist recorded before the process start time was kept: its counts, process unknown.
+    legacy = state.get("batchedFlushesByBroker") or {}
+    return {b: {"processStart": None, "flushes": v} for b, v in legacy.items()}
+
+
+def _moved(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session]):
+    """The first batched flush counted since the baselines, or None."""
+    if session is not None and session.watch is not None:
+        return session.watch.moved
+    for reading in view.read_brokers(brokers).values():
+        _, moved = counter_problem(reading, baselines)
+        if moved is not None:
+            return moved
+    return None
+
+
+def _counters_cover(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session],
+                    end: float) -> tuple[bool, str]:
+    if session is not None and session.watch is not None:
+        watch = session.watch
+        ok, why = watch.counters(end)
+        if ok is None:
+            slot = max((r.cache_s for rnd in list(watch.rounds)[-1:] for r in rnd.readings.values()), default=0.0)
+            watch.wait_for_round(end + slot, 2 * watch.period + slot + 1.0)
+            ok, why = watch.counters(end)
+        return bool(ok), why
+    for reading in view.read_brokers(brokers).values():
+        problem, _ = counter_problem(reading, baselines)
+        if problem is not None:
+            return False, problem
+        if reading.counters_needed and reading.cache_s:
+            return False, (f"broker {reading.broker} serves cached metrics ({reading.cache_s:g} s): `downgrade "
+                           "wait` waits for a read that covers its verdict")
+    return True, "no batched flush since `start`"
+
+
+def _revoke(state: dict, moved) -> bool:
+    """A counter moved: every reopen accepted so far may hide an idle writer that batched; none stands."""
+    changed = False
+    for bucket in ("coordinators", "pendingAckStores"):
+        for rec in state[bucket].values():
+            if rec.get("acceptedReopens") and not rec.get("unproven"):
+                rec["unproven"] = f"its accepted reopen is revoked: {moved.describe()}"
+                changed = True
+    return changed
+
+
+def needs_rerecord(report: Report) -> list[LogStatus]:
+    """The logs only a re-record can prove: unproven reopens, and logs created since recording."""
+    return [l for l in report.waiting if l.component != "broker" and (
+        (l.kind == KIND_REOPENED and l.extra.get("proof") and "proof pending" not in l.reason
+         and not l.extra["proof"].startswith("not judged")) or l.kind == KIND_UNRECORDED)]
+
+
+def rerecord(admin: TransactionsAdmin, state_path: Path, logs: list[LogStatus], session: Session,
+             concurrency: int = 16) -> int:
+    """Reload and re-record exactly ``logs`` (as `start` does), then take new counter baselines: every log whose
+    reopen was unproven has now reopened again under the watch with the flags off. Returns how many were recorded."""
+    state = _require_state(state_path)
+    view = session.view
+    brokers = active_brokers(admin, view.identity(), view)
+    confirm_flags_off(view, brokers, 0.0)
+    todo = []
+    for l in logs:
+        if l.component == "coordinator":
+            todo.append(_Log(admin, "coordinator", str(l.extra["coordinatorId"]), {}))
+        else:
+            rec = state["pendingAckStores"].get(l.name)
+            info = ({"topic": rec["topic"], "subscription": rec["subscription"]} if rec else
+                    {"topic": l.extra.get("topic"), "subscription": l.extra.get("subscription")})
+            if info["topic"] is None:
+                found = _pending_ack_stores(admin, concurrency)
+                if l.name not in found:
+                    continue  # gone since the poll
+                info = found[l.name]
+            todo.append(_Log(admin, "pending-ack", l.name, info))
+    this_run = _record_logs(admin, view, state, state_path, todo, brokers, True, concurrency, None, session.watch)
+    for bucket, key in this_run:
+        state[bucket][key].pop("unproven", None)
+        session.seen_unchanged.pop(("coordinator" if bucket == "coordinators" else "pending-ack", key), None)
+    revoked = [rec for bucket in ("coordinators", "pendingAckStores") for rec in state[bucket].values()
+               if rec.get("unproven")]
+    baselines = flush_baselines(view, brokers)
+    if not revoked:
+        # Every log whose reopen rested on "no batched flush" was reloaded with the flags off: count afresh.
+        state["flushBaselines"] = baselines
+        if session.watch is not None:
+            session.watch.rebase(baselines)
+    state["rerecordedInWait"] = int(state.get("rerecordedInWait", 0)) + len(this_run)
+    save_state(state_path, state)
+    return len(this_run)
 
 
 _DEADLINE_GRACE_S = 1.0
@@ -727,10 +982,26 @@ _DEADLINE_GRACE_S = 1.0
 
 def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_s: float,
          on_poll: Optional[Callable[[Report], None]] = None, concurrency: int = 16,
-         on_retry: Optional[Callable[[str, float], None]] = None, target: Optional[str] = None) -> Report:
-    """Poll until safe. Transient failures are shown (``on_retry``) and retried with backoff; the deadline bounds
-    everything, hung calls included (a poll still running at the deadline is abandoned). Returns the last report;
-    raises DowngradeError 3 when the target never answered or answered permanently wrong."""
+         on_retry: Optional[Callable[[str, float], None]] = None, target: Optional[str] = None,
+         rerecord_unproven: bool = False, watch_period: float = WATCH_PERIOD_S,
+         on_rerecord: Optional[Callable[[int], None]] = None) -> Report:
+    """Poll until safe, holding the checklist (its one writer). Transient failures are shown (``on_retry``) and
+    retried with backoff; the deadline bounds everything, hung calls included (a poll still running at the
+    deadline is abandoned). A reopen the watch cannot prove harmless stops the wait at once (``report.stop``) or,
+    with ``rerecord_unproven``, is reloaded and re-recorded. Returns the last report; raises DowngradeError 3 when
+    the target never answered or answered permanently wrong."""
+    with ChecklistLock(state_path):
+        state = _require_state(state_path)
+        session = Session(admin, target if target is not None else state["identity"]["adminUrl"], watch_period)
+        try:
+            return _wait(admin, state_path, timeout_s, interval_s, on_poll, concurrency, on_retry, target,
+                         rerecord_unproven, session, on_rerecord)
+        finally:
+            session.close()
+
+
+def _wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_s: float, on_poll, concurrency: int,
+          on_retry, target: Optional[str], rerecord_unproven: bool, session: Session, on_rerecord) -> Report:
     import concurrent.futures
 
     deadline = time.monotonic() + timeout_s
@@ -741,7 +1012,7 @@ def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_
     try:
         while True:
             remaining = deadline - time.monotonic()
-            future = pool.submit(status, admin, state_path, concurrency, None, target)
+            future = pool.submit(status, admin, state_path, concurrency, None, target, 0.0, session, True)
             try:
                 try:
                     report = future.result(timeout=max(0.0, remaining))
@@ -767,9 +1038,27 @@ def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_
                 continue
             backoff = min(interval_s, 1.0)
             last, last_error = report, None
+            if session.watch is None:
+                # From the first answered poll on, the brokers are watched in the background (not before: a
+                # target that cannot answer a poll yet is retried by the poll loop alone).
+                session.start_watch(_baselines(_require_state(state_path)))
             if on_poll:
                 on_poll(report)
-            if report.safe or time.monotonic() + interval_s > deadline:
+            if report.safe:
+                return report
+            unproven = needs_rerecord(report)
+            stopping = [l for l in unproven if l.kind == KIND_REOPENED] + [
+                l for l in report.waiting if l.kind == KIND_STILL_FLUSHING]
+            if unproven and rerecord_unproven:
+                count = rerecord(admin, state_path, unproven, session, concurrency)
+                if on_rerecord:
+                    on_rerecord(count)
+                continue
+            if stopping and not rerecord_unproven:
+                report.stop = (f"{len(stopping)} log(s) cannot be proven without a re-record (see each reason); run "
+                               "`txnadmin downgrade wait --rerecord` to reload and re-record exactly those")
+                return report
+            if time.monotonic() + interval_s > deadline:
                 return report
             time.sleep(interval_s)
     finally:

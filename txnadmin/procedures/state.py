@@ -37,3 +37,39 @@ def save_state(path: Path, state: dict[str, Any]) -> None:
 def new_state(target: str) -> dict[str, Any]:
     return {"version": STATE_VERSION, "kind": "pip160-downgrade", "target": target, "phase": "new",
             "coordinators": {}, "pendingAckStores": {}, "verification": None}
+
+
+class ChecklistLock:
+    """The one writer of a checklist: ``start`` and ``wait`` hold an exclusive lock on ``<checklist>.lock`` for their
+    whole run, so two of them never lose each other's updates; everything else reads the checklist without saving.
+    The holder's pid is written into the lock file so a refusal can name it."""
+
+    def __init__(self, path: Path):
+        self.path = Path(str(path) + ".lock")
+        self._fd: int | None = None
+
+    def __enter__(self) -> "ChecklistLock":
+        import fcntl
+        import os
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StateError(f"{self.path.with_suffix('')}: the checklist is being written by another txnadmin "
+                             f"(process {holder}, a running `downgrade start` or `wait`); let it finish or stop it, "
+                             "then run this again (`downgrade status` reads it meanwhile)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import os
+
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
