@@ -320,6 +320,10 @@ class Engine:
             raise EngineError(f"engine {self.directory} is open read-only")
 
     # -- transactions (what a Pulsar client does) --------------------------------------------
+    def coordinator_ids(self) -> list[int]:
+        with self._lock:
+            return sorted(self.coordinators)
+
     def coordinator(self, tc_id: int) -> TransactionCoordinator:
         tc = self.coordinators.get(tc_id)
         if tc is None:
@@ -580,17 +584,28 @@ class Engine:
         self._persisted_opens.pop("pending-ack/" + name, None)
         self.storage.meta_put_many({META_PENDING_ACK + name: None, META_OPENED + "pending-ack/" + name: None})
 
-    def reload_topic(self, topic: str) -> None:
-        """Unload a topic: its transaction buffer and pending-ack stores reopen (and re-read batch flags)."""
+    def reload_topic(self, topic: str) -> int:
+        """Unload a topic: its transaction buffer and pending-ack stores reopen (and re-read batch flags). Returns how
+        many pending-ack stores reopened."""
         full = normalize_topic(topic)
         with self._lock:
             if full not in self.topics:
                 raise NotFound(f"Topic not found {full}")
-            for key in [k for k in self.stores if k[0] == full]:
+            stores = [k for k in self.stores if k[0] == full]
+            for key in stores:
                 self.stores.pop(key).close()
                 self._open_store(*key)
             self.topics.pop(full).close()
             self._open_topic(full)
+            return len(stores)
+
+    def transactional_topics(self) -> list[str]:
+        """Loaded topics with a pending-ack store or an ongoing transaction, sorted: what bundle shedding moves
+        among those that matter to transactions (``engine run --fault shed``)."""
+        with self._lock:
+            names = {topic for topic, _ in self.stores if topic in self.topics}
+            names.update(name for name, t in self.topics.items() if t.buffer.ongoing)
+        return sorted(names)
 
     def stall_topic_recovery(self, topic: str) -> None:
         """Unload a topic and load it again with a transaction-buffer recovery that starts and never ends (the
