@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -99,6 +100,10 @@ def test_shed_reopens_pending_ack_stores_while_another_shell_watches(tmp_path):
             time.sleep(0.2)
         assert len(set(seen)) >= 3, seen  # reopened at least twice under our eyes
         assert seen == sorted(seen), seen  # each reopen later than the one before
+        # the stores moved, the process did not: its start stays what it was before the first reopen
+        url = json.loads((engine / "server.json").read_text())["url"]
+        started = re.search(r"^process_start_time_seconds\{[^}]*\} (\S+)$", httpx.get(f"{url}/metrics").text, re.M)
+        assert started and float(started.group(1)) * 1000 <= seen[0], started
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
