@@ -127,3 +127,14 @@ def test_engine_run_refuses_nonsense_numbers_before_it_starts(tmp_path, flag, va
     result = runner.invoke(app, ["engine", "run", str(tmp_path / "e"), flag, value])
     assert result.exit_code == 2 and result.stderr.startswith(f"error: {flag} "), result.output
     assert not (tmp_path / "e" / "server.json").exists()
+
+
+@pytest.mark.parametrize("value, says", [("0", "managedLedgerStatsPeriodSeconds' value must be greater than or equal "
+                                                "to 1"), ("-5", "greater than or equal to 1"),
+                                         ("soon", "'soon' is not a valid int")])
+def test_the_metrics_period_is_at_least_a_second_as_in_pulsar(tmp_path, value, says):
+    """A buffered /metrics renders once per managedLedgerStatsPeriodSeconds: Pulsar refuses less than 1 s."""
+    result = CliRunner().invoke(app, ["engine", "init", str(tmp_path / "e"), "--set", "metricsBufferResponse=true",
+                                      "--set", f"managedLedgerStatsPeriodSeconds={value}"])
+    assert result.exit_code == 2 and says in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "e").exists()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from typer.testing import CliRunner
 
@@ -151,3 +153,111 @@ def test_a_metrics_url_does_not_follow_a_redirect_off_the_cluster():
         elsewhere.close()
     assert result.exit_code == 3 and "refusing a redirect" in result.stderr, result.output
     assert elsewhere.hits == []
+
+
+# -- the engine's own /metrics: what tells one broker process from the next ---------------------------------------
+
+def _families(text: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _process_start(text: str) -> float:
+    family = _families(text)["process_start_time_seconds"]
+    [sample] = family.samples
+    assert family.type == "gauge" and sample.labels == {"cluster": "standalone"}, family
+    return sample.value
+
+
+def test_a_served_engine_reports_its_process_start_and_labels_its_counters_with_its_broker(tmp_path):
+    """Through `txnadmin serve`: /metrics carries process_start_time_seconds (when this engine opened, a new value
+    after a restart) and every flush counter of both writers is labelled with the host of the broker id the engine
+    lists as active (Pulsar labels with the advertised address, without the port); the runtime configuration says
+    metricsBufferResponse and transactionCoordinatorEnabled as a broker does."""
+    import httpx
+    from serve_helpers import serving
+
+    from txnadmin.admin.http import HttpAdmin
+    from txnadmin.engine.manage import init_engine
+    from txnadmin.engine.writer_metrics import TRIGGERS
+
+    engine_dir = tmp_path / "e"
+    init_engine(engine_dir, {"transactionCoordinatorCount": "2", "engineBrokerServiceUrl": "pulsar://127.0.0.7:6651",
+                             "transactionLogBatchedWriteEnabled": "true"})
+    starts = []
+    for _ in range(2):  # the second round is a restart of the same engine
+        before = time.time()
+        with serving(engine_dir, tmp_path) as (url, token):
+            after = time.time()
+            text = httpx.get(f"{url}/metrics", timeout=30).text
+            with HttpAdmin(url, token=token) as admin:
+                brokers = admin.active_brokers("standalone")
+                runtime = admin.runtime_config()
+        start = _process_start(text)
+        assert before <= start <= after, (before, start, after)
+        starts.append(start)
+        assert brokers == ["127.0.0.7:6651"]
+        families = _families(text)
+        for prefix in ("pulsar_txn_tc", "pulsar_txn_pending_ack_store"):
+            for trigger in TRIGGERS:
+                samples = families[f"{prefix}_bufferedwriter_flush_trigger_{trigger}"].samples
+                assert samples and {s.labels["broker"] for s in samples} == {brokers[0].rsplit(":", 1)[0]}, samples
+        assert runtime["metricsBufferResponse"] == "false" and runtime["transactionCoordinatorEnabled"] == "true"
+    assert starts[1] > starts[0]
+
+
+def test_a_stopped_engine_s_view_reports_no_process_start(tmp_path):
+    """`-u local:DIR` of a stopped engine reads a view: no broker process runs there, so nothing claims one."""
+    from txnadmin.admin.local import LocalAdmin
+    from txnadmin.engine.engine import Engine
+    from txnadmin.engine.manage import init_engine
+
+    init_engine(tmp_path / "e", {"transactionCoordinatorCount": "1"})
+    Engine(tmp_path / "e", maintenance=False).close()
+    with LocalAdmin(tmp_path / "e", read_mostly=True) as view:  # what `-u local:DIR` opens on a stopped engine
+        text = view.metrics_text()
+    assert "pulsar_txn_tc_bufferedwriter_flush_trigger_max_delay_total" in text
+    assert "process_start_time_seconds" not in text
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+def test_metrics_buffer_response_serves_one_rendering_per_stats_period(tmp_path, buffered):
+    """metricsBufferResponse=true: scrapes within one managedLedgerStatsPeriodSeconds slot get the rendering of the
+    slot's first scrape, so flushes after it do not show (Pulsar's PrometheusMetricsGenerator); false (Pulsar's
+    default): every scrape is fresh. The runtime configuration says which."""
+    import httpx
+
+    from txnadmin.admin.http import HttpAdmin
+    from txnadmin.engine.engine import Engine
+    from txnadmin.engine.manage import init_engine
+    from txnadmin.server.run import BackgroundServer
+
+    period = 1_000_000
+    init_engine(tmp_path / "e", {"transactionCoordinatorCount": "1", "transactionLogBatchedWriteEnabled": "true",
+                                 "metricsBufferResponse": str(buffered).lower(),
+                                 "managedLedgerStatsPeriodSeconds": str(period)})
+    engine = Engine(tmp_path / "e")
+    server = BackgroundServer(engine, token="t0k", record=False).start()
+    metric = "pulsar_txn_tc_bufferedwriter_flush_trigger_max_delay"
+    try:
+        for _attempt in range(3):  # a slot boundary between the two scrapes (once in 11 days) makes them differ
+            slot = int(time.time()) // period
+            first = httpx.get(f"{server.url}/metrics", timeout=30).text
+            for _ in range(3):
+                engine.commit(engine.begin())
+            second = httpx.get(f"{server.url}/metrics", timeout=30).text
+            if int(time.time()) // period == slot:
+                break
+        with HttpAdmin(server.url, token="t0k") as admin:
+            runtime = admin.runtime_config()
+    finally:
+        server.stop()
+        engine.close()
+    counts = [next(s.value for s in _families(text)[metric].samples if s.name.endswith("_total"))
+              for text in (first, second)]
+    assert runtime["metricsBufferResponse"] == str(buffered).lower()
+    if buffered:
+        assert second == first and counts[0] == counts[1], counts
+    else:
+        assert counts[1] > counts[0], counts

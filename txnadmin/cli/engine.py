@@ -71,14 +71,17 @@ def run(
                                     "doctor` to find (repeatable): stuck-open (3 transactions left OPEN, their "
                                     "timeouts lost, apache/pulsar#19200), hold-ending (1 transaction held in "
                                     "COMMITTING, apache/pulsar#23550), stall-buffer-recovery[=TOPIC] (a topic's "
-                                    "transaction buffer starts recovering and never finishes, apache/pulsar#17040)."),
+                                    "transaction buffer starts recovering and never finishes, apache/pulsar#17040); "
+                                    "or make it a moving cluster: shed=SECONDS (every SECONDS one topic with "
+                                    "pending-ack stores or open transactions and one coordinator are unloaded, in "
+                                    "turn, as bundle shedding does; what the other faults broke is left alone)."),
     output: str = output_option("table", help="table (live view), or json or yaml (final counters)."),
 ) -> None:
     """Run a transactional workload; Ctrl-C stops cleanly, kill -9 loses nothing acknowledged."""
     import math
 
     from ..engine.engine import Engine
-    from ..engine.faults import FAULTS, fault_name, inject
+    from ..engine.faults import FAULTS, SHED, Shedder, Spared, fault_name, inject, shed_period, shown
     from ..engine.manage import EngineDirError, require_engine
     from ..engine.workload import WorkloadSpec, run_workload
 
@@ -91,9 +94,17 @@ def run(
                  EXIT_USAGE)
     if concurrency < 1:
         fail(f"--concurrency {concurrency}: must be at least 1", EXIT_USAGE)
+    shed_every = None
     for name in fault:
-        if fault_name(name) not in FAULTS or name.endswith("="):
-            fail(f"--fault {name}: use one of {', '.join(FAULTS)}", EXIT_USAGE)
+        if fault_name(name) == SHED:
+            if shed_every is not None:
+                fail(f"--fault {shown(name)}: give --fault shed=SECONDS once", EXIT_USAGE)
+            try:
+                shed_every = shed_period(name)
+            except ValueError as exc:
+                fail(str(exc), EXIT_USAGE)
+        elif fault_name(name) not in FAULTS or name.endswith("="):
+            fail(f"--fault {shown(name)}: use one of {', '.join(FAULTS)}", EXIT_USAGE)
     path, source = engine_dir_for(ctx, directory, "engine run", "the directory argument")
     try:
         engine = Engine(require_engine(path))
@@ -114,8 +125,9 @@ def run(
         if journal_fh:
             journal_fh.write(json.dumps({"txn": list(txn), "produced": produced, "acked": acked}) + "\n")
 
+    spared = Spared()
     try:
-        said = inject(engine, fault, spec.topic_names()[0], txn_timeout_ms)  # before other shells can look
+        said = inject(engine, fault, spec.topic_names()[0], txn_timeout_ms, spared)  # before other shells can look
     except Exception as exc:  # noqa: BLE001 — a fault that cannot be set up is a one-line exit 3, not a traceback
         engine.close()
         fail(f"{path}: --fault: {exc}", EXIT_UNREADABLE)
@@ -127,6 +139,17 @@ def run(
     # Other shells reach this live engine through a loopback server recorded in the directory.
     server = BackgroundServer(engine, token=secrets.token_urlsafe(24)).start()
     live = workload_view(engine) if output == "table" and stdout_is_terminal() else None
+    shedder = None
+    if shed_every is not None:
+        def tell(line: str) -> None:
+            typer.echo(line, err=True)
+
+        # -o json keeps stderr to failures and the count at the end; the table view shows every unload
+        shedder = Shedder(engine, shed_every, tell if output != "json" else (lambda _line: None), spared, tell)
+        left = f"; left alone: {_spared_text(spared)}" if spared.topics or spared.coordinators else ""
+        typer.echo(f"fault shed: every {shed_every:g} s one topic and one coordinator unloaded in turn{left}",
+                   err=True)
+        shedder.start()
     try:
         if live:
             with live as view:
@@ -134,17 +157,29 @@ def run(
         else:
             stats = run_workload(engine, spec, stop, on_commit=on_commit)
     finally:
+        if shedder is not None and not shedder.stop():
+            typer.echo("shed: an unload was still running 30 s after the workload stopped; closing the engine "
+                       "under it", err=True)
         server.stop()
         engine.close()
         if journal_fh:
             journal_fh.close()
+    if shedder is not None:
+        shed = shedder.counts()
+        typer.echo(f"shed: {shed['topicUnloads']} topic and {shed['coordinatorUnloads']} coordinator unloads, "
+                   f"{shed['failures']} failed", err=True)
     if output == "json":
-        print_json(stats.to_json())
+        print_json({**stats.to_json(), **({"shed": shedder.counts()} if shedder is not None else {})})
     else:
         s = stats.to_json()
         typer.echo(f"{s['started']} transactions in {s['elapsedSeconds']} s ({s['txnPerSecond']}/s): "
                    f"{s['committed']} committed, {s['aborted']} aborted, {s['leftOpen']} left to time out, "
                    f"{s['errors']} errors")
+
+
+def _spared_text(spared) -> str:
+    parts = [f"coordinator {i}" for i in sorted(spared.coordinators)] + sorted(spared.topics)
+    return ", ".join(parts) + " (what the other faults broke)"
 
 
 @app.command("dump")

@@ -46,6 +46,10 @@ def check_batched_write(prefix: str, enabled: bool, max_records: float, max_size
 class EngineConfig:
     # -- broker.conf names ---------------------------------------------------------------------
     transactionCoordinatorEnabled: bool = True
+    # /metrics: false (Pulsar's default) renders every scrape afresh; true serves one rendering per
+    # managedLedgerStatsPeriodSeconds slot, as Pulsar's PrometheusMetricsGenerator does
+    metricsBufferResponse: bool = False
+    managedLedgerStatsPeriodSeconds: int = 60
     clusterName: str = "standalone"  # the `cluster` label on every metric and what GET /admin/v2/clusters answers
     transactionCoordinatorCount: int = 16  # engine: how many TCs `engine init` creates (Pulsar: transaction_coordinator_assign partitions)
     transactionLogBatchedWriteEnabled: bool = False
@@ -117,6 +121,9 @@ class EngineConfig:
         if self.transactionCoordinatorCount < 1:  # as initialize-transaction-coordinator-metadata refuses it
             raise ConfigError("Configuration field 'transactionCoordinatorCount' value must be greater than or equal "
                               f"to 1 (got {self.transactionCoordinatorCount})")
+        if self.managedLedgerStatsPeriodSeconds < 1:  # Pulsar's minValue for the key
+            raise ConfigError("Configuration field 'managedLedgerStatsPeriodSeconds' value must be greater than or "
+                              f"equal to 1 (got {self.managedLedgerStatsPeriodSeconds})")
         for prefix in BATCHED_WRITE_PREFIXES:
             check_batched_write(prefix, *(getattr(self, prefix + name) for name in
                                           ("Enabled", "MaxRecords", "MaxSize", "MaxDelayInMillis")))

@@ -82,6 +82,9 @@ def writer_config(config: EngineConfig, component: str) -> BufferedWriterConfig:
 class Engine:
     def __init__(self, directory: Path, config: EngineConfig | None = None, *, read_only: bool = False,
                  clock_ms: Callable[[], int] = _now_ms, maintenance: bool = True):
+        # Wall-clock seconds when this open began: /metrics' process_start_time_seconds, so a restart shows as a new
+        # process (the broker's JVM start time in Pulsar), whatever the counters say.
+        self.started_at = time.time()
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.config = config or EngineConfig.load(self.directory)
@@ -104,6 +107,12 @@ class Engine:
         self.txn_ended = Counter("pulsar_txn", "Transactions by outcome", ["coordinator_id", "outcome"],
                                  registry=self.registry)
         self.registry.register(_ScrapeTimeGauges(self))
+        if not read_only:  # a stopped engine's view runs no broker: it has no process start to report
+            from prometheus_client import Gauge
+
+            Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+                  registry=self.registry).set(self.started_at)
+        self._metrics_buffer: tuple[int, bytes] | None = None  # (time slot, exposition): metricsBufferResponse
         self.tp_metrics = PendingAckMetrics(self.registry)
         self._lock = threading.RLock()
         self.coordinators: dict[int, TransactionCoordinator] = {}
@@ -320,6 +329,10 @@ class Engine:
             raise EngineError(f"engine {self.directory} is open read-only")
 
     # -- transactions (what a Pulsar client does) --------------------------------------------
+    def coordinator_ids(self) -> list[int]:
+        with self._lock:
+            return sorted(self.coordinators)
+
     def coordinator(self, tc_id: int) -> TransactionCoordinator:
         tc = self.coordinators.get(tc_id)
         if tc is None:
@@ -580,17 +593,28 @@ class Engine:
         self._persisted_opens.pop("pending-ack/" + name, None)
         self.storage.meta_put_many({META_PENDING_ACK + name: None, META_OPENED + "pending-ack/" + name: None})
 
-    def reload_topic(self, topic: str) -> None:
-        """Unload a topic: its transaction buffer and pending-ack stores reopen (and re-read batch flags)."""
+    def reload_topic(self, topic: str) -> int:
+        """Unload a topic: its transaction buffer and pending-ack stores reopen (and re-read batch flags). Returns how
+        many pending-ack stores reopened."""
         full = normalize_topic(topic)
         with self._lock:
             if full not in self.topics:
                 raise NotFound(f"Topic not found {full}")
-            for key in [k for k in self.stores if k[0] == full]:
+            stores = [k for k in self.stores if k[0] == full]
+            for key in stores:
                 self.stores.pop(key).close()
                 self._open_store(*key)
             self.topics.pop(full).close()
             self._open_topic(full)
+            return len(stores)
+
+    def transactional_topics(self) -> list[str]:
+        """Loaded topics with a pending-ack store or an ongoing transaction, sorted: what bundle shedding moves
+        among those that matter to transactions (``engine run --fault shed``)."""
+        with self._lock:
+            names = {topic for topic, _ in self.stores if topic in self.topics}
+            names.update(name for name, t in self.topics.items() if t.buffer.ongoing)
+        return sorted(names)
 
     def stall_topic_recovery(self, topic: str) -> None:
         """Unload a topic and load it again with a transaction-buffer recovery that starts and never ends (the
@@ -691,6 +715,14 @@ class Engine:
         for topic in topics:
             topic.trim_expired_aborts()
 
+    def metrics_buffer(self, slot: int) -> bytes | None:
+        """The exposition kept for time slot ``slot`` (metricsBufferResponse), or None."""
+        kept = self._metrics_buffer
+        return kept[1] if kept is not None and kept[0] == slot else None
+
+    def keep_metrics_buffer(self, slot: int, text: bytes) -> None:
+        self._metrics_buffer = (slot, text)
+
     def tc_records_written(self) -> int:
         return sum(tc.log.records_written for tc in self.coordinators.values())
 
@@ -760,6 +792,12 @@ def metrics_exposition(engine: "Engine") -> bytes:
     from prometheus_client import generate_latest
 
     cluster = engine.config.clusterName
+    # Pulsar's buffered response: one exposition per managedLedgerStatsPeriodSeconds slot of the wall clock, so a
+    # scrape may show the counters as they were when its slot's first scrape came.
+    period_ms = max(1, engine.config.managedLedgerStatsPeriodSeconds) * 1000  # as Pulsar guards a hand-edited 0
+    slot = int(time.time() * 1000) // period_ms if engine.config.metricsBufferResponse else None
+    if slot is not None and (buffered := engine.metrics_buffer(slot)) is not None:
+        return buffered
 
     class _WithCluster:
         def collect(self):
@@ -767,7 +805,10 @@ def metrics_exposition(engine: "Engine") -> bytes:
                 family.samples = [s._replace(labels={"cluster": cluster, **s.labels}) for s in family.samples]
                 yield family
 
-    return generate_latest(_WithCluster())
+    text = generate_latest(_WithCluster())
+    if slot is not None:
+        engine.keep_metrics_buffer(slot, text)
+    return text
 
 
 class _ScrapeTimeGauges:
