@@ -14,7 +14,10 @@ echo "1/3 disable batching, reload stores, record LastBatched ledgers"
 "$TXNADMIN" -u "$target" downgrade start --yes --state "$state" -o json || exit $?
 
 echo "2/3 wait until no live ledger may hold a batched entry (up to ${timeout}s)"
-"$TXNADMIN" -u "$target" downgrade wait --state "$state" --timeout "$timeout" --interval 2 -o json > "$state.status.json"
+# The cluster moves while we wait (bundle moves, failovers, restarts): reopens the watch proves harmless are accepted;
+# --rerecord --yes reloads and re-records the ones it cannot prove (a restart's), so the wait goes on unattended.
+"$TXNADMIN" -u "$target" downgrade wait --state "$state" --timeout "$timeout" --interval 2 --rerecord --yes \
+  -o json > "$state.status.json"
 code=$?
 # Exit 3 (target unreadable) leaves no report to summarise; the error is already on stderr.
 [ -s "$state.status.json" ] && python3 - "$state.status.json" <<'PY'

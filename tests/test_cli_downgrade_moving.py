@@ -49,11 +49,11 @@ def local(d, *args, timeout=240):
                           env=_env())
 
 
-def _start_engine(d: Path) -> subprocess.Popen:
+def _start_engine(d: Path, *extra: str) -> subprocess.Popen:
     """`engine run` as a live broker: a transactional workload, served at the address in its server.json."""
     (d / "server.json").unlink(missing_ok=True)
     proc = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "150", "--concurrency",
-                                        "4", "--abort-ratio", "0", "-o", "json"],
+                                        "4", "--abort-ratio", "0", "-o", "json", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(400):
         if (d / "server.json").exists():
@@ -63,9 +63,14 @@ def _start_engine(d: Path) -> subprocess.Popen:
     return proc
 
 
+# Three transactions left open (their timeouts lost): the wait is pinned until the test aborts them, so it lasts
+# long enough for the cluster to move under it.
+PINNED = ("--fault", "stuck-open", "--txn-timeout-ms", "600000")
+
+
 @contextlib.contextmanager
-def _engine_running(d: Path):
-    box = {"proc": _start_engine(d)}
+def _engine_running(d: Path, *extra: str):
+    box = {"proc": _start_engine(d, *extra)}
     try:
         yield box
     finally:
@@ -118,6 +123,20 @@ class Shedder:
         self.thread.join(timeout=30)
 
 
+def _abort_pinning(d: Path) -> int:
+    """What an operator does about the open transactions the wait names: abort them (REST)."""
+    from txnadmin.admin.protocol import TxnId
+
+    admin = _admin(d)
+    try:
+        pinned = [t for t, m in admin.slow_transactions(0).items() if m.get("owner") == "fault:stuck-open"]
+        for txn in pinned:
+            admin.abort_transaction(TxnId.parse(txn))
+        return len(pinned)
+    finally:
+        admin.close()
+
+
 def _wait_in_background(d, state, *extra) -> subprocess.Popen:
     return subprocess.Popen(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", state, "--interval",
                                         "0.5", "-o", "json", *extra],
@@ -156,12 +175,14 @@ def _accepted(report: dict) -> list[dict]:
 def test_moves_without_a_restart_are_accepted_with_evidence(tmp_path):
     d = _batching_engine(tmp_path)
     state = str(tmp_path / "s.json")
-    with _engine_running(d):
+    with _engine_running(d, *PINNED):
         assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0
         lines: list[str] = []
         waiter = _wait_in_background(d, state, "--timeout", "240")
         _first_line(waiter, lines)
         with Shedder(d) as shed:
+            time.sleep(8)
+            assert _abort_pinning(d) == 3
             report = _finish(waiter, lines)
     assert report["_code"] == 0 and report["safe"] is True, report["_stderr"][-3000:]
     assert shed.unloads >= 1
@@ -176,22 +197,26 @@ def test_moves_without_a_restart_are_accepted_with_evidence(tmp_path):
 def test_moves_and_a_kill_9_restart_converge_with_rerecord(tmp_path):
     d = _batching_engine(tmp_path)
     state = str(tmp_path / "s.json")
-    with _engine_running(d) as box:
+    with _engine_running(d, *PINNED) as box:
         assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0
         lines: list[str] = []
         waiter = _wait_in_background(d, state, "--timeout", "300", "--rerecord", "--yes")
         _first_line(waiter, lines)
-        with Shedder(d):
-            time.sleep(4)
+        with Shedder(d) as shed:
+            time.sleep(5)
             box["proc"].send_signal(signal.SIGKILL)  # a broker restart: kill -9, then the same engine again
             box["proc"].wait(timeout=30)
             time.sleep(1)
-            box["proc"] = _start_engine(d)
+            box["proc"] = _start_engine(d, "--txn-timeout-ms", "600000")
+            time.sleep(5)  # moves after the restart too
+            _abort_pinning(d)  # the stuck transactions (recovered open after the restart)
             report = _finish(waiter, lines)
+    assert shed.unloads >= 3
     assert report["_code"] == 0 and report["safe"] is True, report["_stderr"][-3000:]
     checklist = json.loads(Path(state).read_text())
     assert checklist["rerecordedInWait"] >= 1  # the restart's reopens: a gap in the watch, so re-recorded
     assert "re-recorded" in report["_stderr"]
+    assert _accepted(report)  # the moves before and after the restart
     assert live_batched_entries_in(d) == []
 
 
@@ -279,7 +304,7 @@ def _http_wait(url, token, state, *extra) -> subprocess.Popen:
 def test_moves_are_accepted_through_the_http_api_with_a_token(tmp_path):
     d = _batching_engine(tmp_path)
     state = str(tmp_path / "s.json")
-    with _engine_running(d):
+    with _engine_running(d, *PINNED):
         url, token = _http(d)
         started = subprocess.run(TXNADMIN + ["-u", url, "--auth-params", f"token:{token}", "downgrade", "start",
                                              "--yes", "--state", state], capture_output=True, text=True, env=_env())
@@ -288,6 +313,8 @@ def test_moves_are_accepted_through_the_http_api_with_a_token(tmp_path):
         waiter = _http_wait(url, token, state, "--timeout", "240")
         _first_line(waiter, lines)
         with Shedder(d):
+            time.sleep(8)
+            assert _abort_pinning(d) == 3
             report = _finish(waiter, lines)
     assert report["_code"] == 0 and report["safe"] is True, report["_stderr"][-3000:]
     assert _accepted(report)

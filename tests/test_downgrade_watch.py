@@ -238,3 +238,44 @@ def test_the_background_watch_reads_every_period_and_stops():
     count = len(watch.rounds)
     time.sleep(0.2)
     assert len(watch.rounds) <= count + 1
+
+
+# -- the one exposition reader ------------------------------------------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from txnadmin.metrics.exposition import (  # noqa: E402
+    DOWNGRADE_METRICS, ExpositionError, batched_flushes_by_label, parse_exposition, process_start_time,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_any_text_is_an_exposition_or_an_exposition_error(text):
+    for only in ((), DOWNGRADE_METRICS):
+        try:
+            samples = parse_exposition(text, only)
+        except ExpositionError:
+            continue
+        batched_flushes_by_label(samples)
+        process_start_time(samples)
+
+
+def test_only_the_named_metrics_are_kept_and_labels_split_the_counts():
+    text = ("# HELP process_start_time_seconds Start time\n# TYPE process_start_time_seconds gauge\n"
+            "process_start_time_seconds 1700000000.5\n"
+            "# TYPE pulsar_txn_tc_bufferedwriter_flush_trigger_max_delay_total counter\n"
+            'pulsar_txn_tc_bufferedwriter_flush_trigger_max_delay_total{broker="10.0.0.1"} 4\n'
+            'pulsar_txn_pending_ack_store_bufferedwriter_flush_trigger_large_data_total{broker="10.0.0.1"} 1\n'
+            'pulsar_txn_pending_ack_store_bufferedwriter_flush_trigger_max_records_total{broker="10.0.0.2"} 7\n'
+            "# TYPE pulsar_topics_count gauge\npulsar_topics_count{cluster=\"c\"} not-a-number\n")
+    samples = parse_exposition(text, DOWNGRADE_METRICS)  # the broken unrelated line is never parsed
+    assert batched_flushes_by_label(samples) == {"10.0.0.1": 5.0, "10.0.0.2": 7.0}
+    assert process_start_time(samples) == 1700000000.5
+    for page in ("<html><body>login</body></html>", '{"reason": "x"}'):
+        try:
+            parse_exposition(page, DOWNGRADE_METRICS)
+        except ExpositionError as exc:
+            assert "not a Prometheus exposition" in str(exc)
+        else:
+            raise AssertionError(page)

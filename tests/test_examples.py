@@ -49,3 +49,34 @@ def test_downgrade_checklist_against_a_running_engine(tmp_path):
     assert "3/3 safe" in out.stdout
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["target"] == f"local:{engine}" and state["phase"] == "recorded"
+
+
+def test_downgrade_checklist_runs_unattended_on_an_engine_that_sheds_load(tmp_path):
+    """Issue #24: `engine run --fault shed=1` unloads a topic and a coordinator every second while the script's
+    `wait --rerecord --yes` runs; the script still ends safe with one `start`."""
+    engine = tmp_path / "engine"
+    subprocess.run([TXNADMIN, "engine", "init", str(engine), "-c", "2",
+                    "--set", "transactionLogBatchedWriteEnabled=true",
+                    "--set", "transactionPendingAckBatchedWriteEnabled=true",
+                    "--set", "managedLedgerMaxEntriesPerLedger=50",
+                    "--set", "managedLedgerMinLedgerRolloverTimeMinutes=0",
+                    "--set", "managedLedgerMaxLedgerRolloverTimeMinutes=0.05",
+                    "--set", "transactionPendingAckLogIndexMinLag=10"], check=True, capture_output=True)
+    run = subprocess.Popen([TXNADMIN, "engine", "run", str(engine), "--duration", "0", "--rate", "100",
+                            "--fault", "shed=1", "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(100):
+            if (engine / "server.json").exists():
+                break
+            time.sleep(0.1)
+        time.sleep(1.5)
+        out = subprocess.run(["bash", str(ROOT / "examples" / "downgrade-checklist.sh"), f"local:{engine}",
+                              str(tmp_path / "state.json"), "150"], capture_output=True, text=True,
+                             env=dict(os.environ, TXNADMIN=TXNADMIN), timeout=300)
+    finally:
+        run.terminate()
+        run.wait(timeout=60)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "3/3 safe" in out.stdout
+    report = json.loads((tmp_path / "state.json.status.json").read_text())
+    assert report["safe"] is True

@@ -32,6 +32,48 @@ def test_rehearsal_reaches_safe_and_all_three_agree(tmp_path):
     assert (tmp_path / "txnadmin-downgrade.json").exists() and (tmp_path / "dump" / "ledgers.txt").exists()
 
 
+def test_rehearsal_rides_out_shedding_and_a_restart_with_one_start(tmp_path):
+    """Issue #24 goal 5: the rehearsal's downgrade runs while a topic and a coordinator are unloaded every 2 s and the
+    engine restarts mid-wait; it still ends SAFE, with `start` run once."""
+    result = CliRunner().invoke(app, ["rehearse", "--dir", str(tmp_path), "--warmup", "2", "--scan-engine", "python",
+                                      "-o", "json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    moving = out["movingCluster"]
+    assert out["safe"] is True and moving["restarts"] == 1 and moving["startRuns"] == 1
+    assert moving["topicUnloads"] + moving["coordinatorUnloads"] > 0
+    assert moving["rerecordedInWait"] >= 1  # the restart reopened every store: re-recorded, not accepted
+    assert out["flagsOnAtVerdict"] == {}
+    steps = [s["step"] for s in out["steps"]]
+    assert steps.count("downgrade started") == 1 and "engine restarting" in steps
+    verdict = next(s for s in out["steps"] if s["step"] == "procedure verdict")
+    assert verdict["safe"] is True
+
+
+def test_the_checklist_shows_flags_read_on_at_the_verdict_as_not_done():
+    """The line about the flags comes from reading the broker, not from the procedure's report (whose
+    flagsDisabled was true whenever a report existed): flags read on show an empty box."""
+    from txnadmin.cli.rehearse import _checklist
+    from txnadmin.procedures.rehearsal import RehearsalResult
+
+    runner = CliRunner()
+    import typer
+
+    def show(flags_on):
+        probe = typer.Typer()
+
+        @probe.command()
+        def main() -> None:
+            _checklist(RehearsalResult("d", False, status={"flagsDisabled": True, "safe": True, "logs": 3},
+                                       flags_on=flags_on))
+        return runner.invoke(probe, []).stdout
+
+    assert "[ ] batching disabled" in show({"127.0.0.1:6650": ["transactionLogBatchedWriteEnabled"]})
+    assert "transactionLogBatchedWriteEnabled" in show({"127.0.0.1:6650": ["transactionLogBatchedWriteEnabled"]})
+    assert "[ ] batching disabled" in show(None)  # could not be read: not done either
+    assert "[x] batching disabled" in show({})
+
+
 def test_no_java_a_bad_scan_engine_or_bad_seconds_are_refused_before_the_rehearsal_starts(tmp_path):
     import os
     import subprocess

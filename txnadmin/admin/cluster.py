@@ -26,7 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..metrics.exposition import ExpositionError, batched_flushes_by_label, parse_exposition, process_start_time
+from ..metrics.exposition import (
+    DOWNGRADE_METRICS, ExpositionError, batched_flushes_by_label, parse_exposition, process_start_time,
+)
 from .protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin
 
 BATCH_FLAGS = (TC_BATCH_FLAG, PENDING_ACK_BATCH_FLAG)
@@ -182,7 +184,7 @@ class ClusterView:
                 cache_s = DEFAULT_STATS_PERIOD_S
         flags = tuple(flags_on(runtime))
         try:
-            samples = parse_exposition(self.broker_metrics_text(broker))
+            samples = parse_exposition(self.broker_metrics_text(broker), DOWNGRADE_METRICS)
         except (AdminError, ExpositionError) as exc:
             why = exc.reason if isinstance(exc, AdminError) else str(exc)
             return BrokerReading(broker, at, flags, coordinator_enabled=enabled, cache_s=cache_s,

@@ -63,10 +63,17 @@ def _checklist(result) -> None:
         return "[x]" if b else "[ ]"
     typer.echo("")
     typer.echo("PIP-160 downgrade checklist")
-    typer.echo(f"  {ok(status.get('flagsDisabled'))} batching disabled for coordinators and pending-ack stores")
+    on = result.flags_on
+    typer.echo(f"  {ok(on == {})} batching disabled for coordinators and pending-ack stores"
+               + ("" if on == {} else f" (read on at the verdict: {on if on else 'could not be read'})"))
     typer.echo(f"  {ok(bool(status.get('logs')))} LastBatched recorded for {status.get('logs', 0)} logs "
                f"(stores reloaded so they reopened without batching)")
     typer.echo(f"  {ok(status.get('safe'))} every log's oldest live ledger is newer than its LastBatched")
+    moving = result.moving or {}
+    typer.echo(f"  {ok(bool(moving.get('restarts')) and moving.get('startRuns') == 1)} on a moving cluster: "
+               f"{moving.get('topicUnloads', 0)} topic and {moving.get('coordinatorUnloads', 0)} coordinator unloads "
+               f"and {moving.get('restarts', 0)} restart; {moving.get('reopensAccepted', 0)} reopens proven harmless, "
+               f"{moving.get('rerecordedInWait', 0)} logs re-recorded by `wait --rerecord`, `start` run once")
     scan = result.scan or {}
     typer.echo(f"  {ok(scan.get('verdict') == 'clean')} scan of the dumped ledgers: {scan.get('verdict')} "
                f"({scan.get('engine')}, {scan.get('trimmedLedgersStillInLogs', 0)} trimmed ledgers still in entry "

@@ -1077,10 +1077,11 @@ def _timed_out(last: Optional[Report], error: Optional[str], timeout_s: float, a
 
 
 def record_verification(state_path: Path, result: dict) -> dict:
-    state = _require_state(state_path)
-    state["verification"] = result
-    save_state(state_path, state)
-    return state
+    with ChecklistLock(state_path):  # the checklist's one writer: refused while a `wait` holds it
+        state = _require_state(state_path)
+        state["verification"] = result
+        save_state(state_path, state)
+        return state
 
 
 def reset(state_path: Path) -> bool:

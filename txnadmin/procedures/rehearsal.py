@@ -12,7 +12,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, cast
+
+from ..admin.cluster import ClusterView
+from ..admin.protocol import TransactionsAdmin
 
 REHEARSAL_SETTINGS = {
     "transactionCoordinatorCount": "4",
@@ -23,6 +26,7 @@ REHEARSAL_SETTINGS = {
     "managedLedgerMaxLedgerRolloverTimeMinutes": "0.05",  # idle logs roll after 3 s so the wait stays short
     "transactionPendingAckLogIndexMinLag": "10",
 }
+SHED_S = 2.0  # a topic and a coordinator unloaded this often while the wait runs (bundle shedding)
 
 
 @dataclass
@@ -34,75 +38,177 @@ class RehearsalResult:
     scan: Optional[dict] = None
     census_batched_live: int = -1
     workload: Optional[dict] = None
+    flags_on: Optional[dict] = None  # broker → batching flags read on at the verdict ({}: off everywhere)
+    moving: dict = field(default_factory=dict)  # what the cluster did meanwhile and how the wait rode it out
 
     def to_json(self) -> dict:
         return {"directory": self.directory, "safe": self.safe, "steps": self.steps,
                 "workload": self.workload, "status": self.status, "scan": self.scan,
-                "engineCensusLiveBatchedEntries": self.census_batched_live}
+                "engineCensusLiveBatchedEntries": self.census_batched_live, "flagsOnAtVerdict": self.flags_on,
+                "movingCluster": self.moving}
+
+
+class _RestartableBroker:
+    """The rehearsal's broker: the engine behind an admin that a restart swaps. A call made while it restarts fails
+    as a restarting broker's does (connection refused), so `wait` retries it and its watch sees the gap."""
+
+    def __init__(self, engine):
+        from ..admin.local import LocalAdmin
+
+        self._admin = LocalAdmin(engine)
+        self.restarting = False
+
+    def swap(self, engine) -> None:
+        from ..admin.local import LocalAdmin
+
+        self._admin = LocalAdmin(engine)
+
+    def __getattr__(self, name: str):
+        from ..admin.protocol import TargetUnreachableError
+
+        current = self._admin
+        attr = getattr(current, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            if self.restarting:
+                raise TargetUnreachableError("the rehearsal's broker is restarting (connection refused)")
+            return attr(*args, **kwargs)
+        return call
 
 
 def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s: float = 120.0,
-             scan_engine: str = "auto", on_step: Optional[Callable[[str, dict], None]] = None) -> RehearsalResult:
-    from ..admin.local import LocalAdmin
+             scan_engine: str = "auto", on_step: Optional[Callable[[str, dict], None]] = None,
+             shed_s: float = SHED_S) -> RehearsalResult:
+    """The whole downgrade under load, on a cluster that moves: a topic and a coordinator unloaded every ``shed_s``
+    seconds (bundle shedding), and one engine restart in the middle of the wait. `start` runs once; `wait
+    --rerecord` rides out the rest."""
     from ..engine.engine import Engine
+    from ..engine.faults import Shedder
     from ..engine.manage import init_engine
     from ..engine.observe import batched_census
     from ..engine.workload import WorkloadSpec, run_workload
     from ..scan import run_scan
     from ..scan.job import java_available
-    from .downgrade import record_verification, start, status
-    from .state import DEFAULT_STATE
+    from .downgrade import record_verification, start, wait
+    from .state import DEFAULT_STATE, load_state
 
-    directory = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="txnadmin-rehearsal-"))
-    result = RehearsalResult(str(directory), False)
+    root: Path = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="txnadmin-rehearsal-"))
+    result = RehearsalResult(str(root), False)
 
     def step(name: str, **info) -> None:
         result.steps.append({"step": name, **info})
         if on_step:
             on_step(name, info)
 
-    init_engine(directory / "engine", REHEARSAL_SETTINGS)
-    step("engine created", path=str(directory / "engine"), batching=True)
-    engine = Engine(directory / "engine")
-    stop = threading.Event()
+    init_engine(root / "engine", REHEARSAL_SETTINGS)
+    step("engine created", path=str(root / "engine"), batching=True)
     spec = WorkloadSpec(rate=300, concurrency=8, duration_s=0, topics=3, subscriptions=2, abort_ratio=0.1,
                         txn_timeout_ms=20_000, seed=7)
-    holder: dict = {}
-    worker = threading.Thread(target=lambda: holder.setdefault("stats", run_workload(engine, spec, stop)), daemon=True)
+    unloads = {"topics": 0, "coordinators": 0, "failures": 0}
+
+    class Running:
+        """The engine with its workload and its load shedding; ``stop()`` then ``open()`` is a broker restart."""
+
+        def __init__(self):
+            self.engine = Engine(root / "engine")
+            self.halt = threading.Event()
+            self.stats: dict = {}
+            self.worker = threading.Thread(target=lambda: self.stats.setdefault(
+                "stats", run_workload(self.engine, spec, self.halt)), daemon=True)
+            self.worker.start()
+            self.shed: Optional[Shedder] = None
+
+        def start_shedding(self) -> None:
+            self.shed = Shedder(self.engine, shed_s, lambda line: None).start()
+
+        def stop(self) -> None:
+            if self.shed is not None:
+                self.shed.stop()
+                counts = self.shed.counts()
+                unloads["topics"] += counts["topicUnloads"]
+                unloads["coordinators"] += counts["coordinatorUnloads"]
+                unloads["failures"] += counts["failures"]
+                self.shed = None
+            self.halt.set()
+            self.worker.join(timeout=30)
+            self.engine.close()
+
+    running = Running()
+    broker: Optional[_RestartableBroker] = None
+    restarted = threading.Event()
     try:
-        worker.start()
         time.sleep(warmup_s)
-        before = batched_census(engine.storage)
+        before = batched_census(running.engine.storage)
         step("workload running with batching on", batchedEntries=sum(v["batchedEntries"] for v in before.values()))
-        admin = LocalAdmin(engine)
-        state_path = directory / DEFAULT_STATE
-        state = start(admin, state_path, f"local:{directory / 'engine'}")
+        broker = _RestartableBroker(running.engine)
+        admin = cast(TransactionsAdmin, broker)
+        state_path = root / DEFAULT_STATE
+        state = start(admin, state_path, f"local:{root / 'engine'}")
         step("downgrade started", coordinators=len(state["coordinators"]),
              pendingAckStores=len(state["pendingAckStores"]), checklist=str(state_path))
-        deadline = time.monotonic() + timeout_s
-        report = status(admin, state_path)
-        shown = None
-        while not report.safe and time.monotonic() < deadline:
+        running.start_shedding()
+        step("load shedding", everySeconds=shed_s, unloads="a topic and a coordinator each time")
+        polls: dict[str, Any] = {"n": 0, "safeAfterRestart": False}
+        shown: dict = {"now": None}
+
+        def restart() -> None:
+            nonlocal running
+            assert broker is not None
+            broker.restarting = True
+            running.stop()
+            running = Running()
+            broker.swap(running.engine)
+            broker.restarting = False
+            running.start_shedding()
+            restarted.set()
+
+        def on_poll(report) -> None:
+            polls["n"] += 1
+            polls["safeAfterRestart"] = report.safe and restarted.is_set()
             now = (len(report.waiting), tuple((kind, len(logs)) for kind, logs in sorted(report.groups().items())))
-            if now != shown:  # one line per change of state, as `downgrade wait` does
-                step("waiting", waiting=now[0], logs=len(report.logs), byReason=dict(now[1]))
-                shown = now
-            time.sleep(1.0)
-            report = status(admin, state_path)
-        step("procedure verdict", safe=report.safe)
-        stop.set()
-        worker.join(timeout=30)
-        result.workload = stats.to_json() if (stats := holder.get("stats")) else None
-        dump = directory / "dump"
-        engine.storage.export(dump)
-        step("ledgers dumped", path=str(dump))
-        census = batched_census(engine.storage)
-        result.census_batched_live = sum(v["batchedEntries"] for v in census.values())
-        step("engine census", liveBatchedEntries=result.census_batched_live)
+            if now != shown["now"]:  # one line per change of state, as `downgrade wait` does
+                step("waiting", waiting=now[0], logs=len(report.logs), byReason=dict(now[1]),
+                     reopensAccepted=report.reopens_accepted)
+                shown["now"] = now
+            if polls["n"] == 2:
+                step("engine restarting", reason="a broker restart in the middle of the wait")
+                threading.Thread(target=restart, daemon=True).start()
+
+        deadline = time.monotonic() + timeout_s
+        report = wait(admin, state_path, timeout_s, 1.0, on_poll, rerecord_unproven=True)
+        if report.safe and not polls["safeAfterRestart"]:
+            # safe came before the restart landed: the verdict must hold on the restarted broker too
+            restarted.wait(timeout=max(0.0, deadline - time.monotonic()))
+            report = wait(admin, state_path, max(1.0, deadline - time.monotonic()), 1.0, on_poll,
+                          rerecord_unproven=True)
+        report.safe = report.safe and polls["safeAfterRestart"]
+        checklist = load_state(state_path) or {}
+        step("procedure verdict", safe=report.safe, reopensAccepted=report.reopens_accepted,
+             rerecordedInWait=checklist.get("rerecordedInWait", 0), startRuns=1)
+        # read from the broker itself, not taken from the procedure's report
+        result.flags_on = ClusterView(admin, "").flags_on_brokers()
+        running.stop()
+        step("load shedding stopped", topicUnloads=unloads["topics"], coordinatorUnloads=unloads["coordinators"],
+             failures=unloads["failures"])
+        result.moving = {"topicUnloads": unloads["topics"], "coordinatorUnloads": unloads["coordinators"],
+                         "restarts": 1 if restarted.is_set() else 0, "reopensAccepted": report.reopens_accepted,
+                         "rerecordedInWait": checklist.get("rerecordedInWait", 0), "startRuns": 1}
+        result.workload = stats.to_json() if (stats := running.stats.get("stats")) else None
+        engine = Engine(root / "engine", maintenance=False)
+        try:
+            dump = root / "dump"
+            engine.storage.export(dump)
+            step("ledgers dumped", path=str(dump))
+            census = batched_census(engine.storage)
+            result.census_batched_live = sum(v["batchedEntries"] for v in census.values())
+            step("engine census", liveBatchedEntries=result.census_batched_live)
+        finally:
+            engine.close()
     finally:
-        stop.set()
-        worker.join(timeout=30)
-        engine.close()
+        if not running.halt.is_set():
+            running.stop()
     engine_name = scan_engine if scan_engine != "auto" else ("spark" if java_available() else "python")
     scan = run_scan([str(dump / "ledgers")], dump / "ledgers.txt", engine=engine_name)
     result.scan = {"verdict": scan.verdict, "liveBatchedEntries": scan.live_batched_entries, "engine": scan.engine,
@@ -114,3 +220,4 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
     result.safe = report.safe and scan.verdict == "clean" and result.census_batched_live == 0
     step("verdict", safe=result.safe)
     return result
+

@@ -197,8 +197,11 @@ class Watch:
         listed = first.brokers
         last_read = {broker: first.readings[broker].at for broker in listed or ()}
         process = {broker: first.readings[broker].process_start for broker in listed or ()}
+        failed_at: dict[str, float] = {}  # broker → its first failed read since its last good one
         for rnd in span:
-            if rnd.brokers is None:
+            if rnd.brokers is None:  # the active list itself could not be read: no broker was
+                for broker in listed or ():
+                    failed_at.setdefault(broker, rnd.t0)
                 if rnd.t0 - min(last_read.values(), default=rnd.t0) > 2 * self.period:
                     return False, f"a gap in the watch: {rnd.error} for more than one period"
                 continue
@@ -216,13 +219,19 @@ class Watch:
                             return False, (f"broker {broker} restarted between the two polls (a new process at watch "
                                            f"round {rnd.seq}): a restart is a gap in the watch")
                         process[broker] = reading.process_start
+                    since = failed_at.pop(broker, None)
+                    if since is not None and reading.at - since > self.period:
+                        return False, (f"a gap in the watch: broker {broker} unreadable for "
+                                       f"{reading.at - since:.1f} s (more than one period)")
                     if reading.at - last_read[broker] > 2 * self.period:
                         return False, (f"a gap in the watch: broker {broker} went unread for "
                                        f"{reading.at - last_read[broker]:.1f} s (more than one period)")
                     last_read[broker] = reading.at
-                elif rnd.t1 - last_read[broker] > 2 * self.period:
-                    return False, (f"a gap in the watch: broker {broker} unreadable for more than one period "
-                                   f"({reading.error})")
+                else:
+                    failed_at.setdefault(broker, reading.at)
+                    if rnd.t1 - last_read[broker] > 2 * self.period:
+                        return False, (f"a gap in the watch: broker {broker} unreadable for more than one period "
+                                       f"({reading.error})")
         if last_complete is None:
             return None, "waiting for the watch to read every broker after the reopen was seen"
         return True, (f"flags off on {len(listed or ())}/{len(listed or ())} brokers at every read "
