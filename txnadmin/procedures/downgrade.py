@@ -960,10 +960,18 @@ def rerecord(admin: TransactionsAdmin, state_path: Path, logs: list[LogStatus], 
                     continue  # gone since the poll
                 info = found[l.name]
             todo.append(_Log(admin, "pending-ack", l.name, info))
+    # The re-record is an observation like a poll: it read each log right after its reload, under the watch, so a
+    # move that lands before the next poll is bracketed by the two (else every such move would need another).
+    state["polls"] = int(state.get("polls", 0)) + 1
+    poll = _Poll(state["polls"], time.monotonic(), time.time())
     this_run = _record_logs(admin, view, state, state_path, todo, brokers, True, concurrency, None, session.watch)
+    poll.t_end, poll.wall_end = time.monotonic(), time.time()
+    session.polls[poll.number] = poll
     for bucket, key in this_run:
         state[bucket][key].pop("unproven", None)
-        session.seen_unchanged.pop(("coordinator" if bucket == "coordinators" else "pending-ack", key), None)
+        log_key = ("coordinator" if bucket == "coordinators" else "pending-ack", key)
+        session.pending.pop(log_key, None)
+        session.seen_unchanged[log_key] = poll.number
     revoked = [rec for bucket in ("coordinators", "pendingAckStores") for rec in state[bucket].values()
                if rec.get("unproven")]
     baselines = flush_baselines(view, brokers)
@@ -1038,7 +1046,7 @@ def _wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval
                 continue
             backoff = min(interval_s, 1.0)
             last, last_error = report, None
-            if session.watch is None:
+            if session.watch is None and not getattr(admin, "frozen", False):  # a stopped engine observes nothing
                 # From the first answered poll on, the brokers are watched in the background (not before: a
                 # target that cannot answer a poll yet is retried by the poll loop alone).
                 session.start_watch(_baselines(_require_state(state_path)))
