@@ -681,21 +681,26 @@ class Session:
     """What one running `wait` knows beyond the checklist: its watch, its polls, and which poll last saw each log
     unchanged. None of it outlives the process: a bracket that spans two processes is a gap in the watch."""
 
-    def __init__(self, admin: TransactionsAdmin, admin_url: str, watch_period: float = WATCH_PERIOD_S):
+    def __init__(self, admin: TransactionsAdmin, admin_url: str, baselines: dict[str, dict],
+                 watch_period: float = WATCH_PERIOD_S):
         self.view = ClusterView(admin, admin_url)
-        self.watch: Optional[Watch] = None
-        self.watch_period = watch_period
+        # A stopped engine's read-only view runs no broker: nothing read from it is an observation.
+        self.watch: Optional[Watch] = (None if getattr(admin, "frozen", False)
+                                       else Watch(self.view, baselines, watch_period))
+        self.watching = False
         self.polls: dict[int, _Poll] = {}
         self.seen_unchanged: dict[tuple[str, str], int] = {}  # log → the last poll that saw it unchanged
         self.pending: dict[tuple[str, str], tuple[int, int, Optional[int]]] = {}  # log → (from, seen, to)
 
-    def start_watch(self, baselines: dict[str, dict]) -> Watch:
-        if self.watch is None:
-            self.watch = Watch(self.view, baselines, self.watch_period).__enter__()
-        return self.watch
+    def start_watching(self) -> None:
+        """From the first answered poll on, the brokers are read in the background every period (not before: a
+        target that cannot answer a poll yet is retried by the poll loop alone). Each poll reads them once more."""
+        if self.watch is not None and not self.watching:
+            self.watch.__enter__()
+            self.watching = True
 
     def close(self) -> None:
-        if self.watch is not None:
+        if self.watch is not None and self.watching:
             self.watch.__exit__(None, None, None)
 
 
@@ -1008,7 +1013,8 @@ def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_
     the target never answered or answered permanently wrong."""
     with ChecklistLock(state_path):
         state = _require_state(state_path)
-        session = Session(admin, target if target is not None else state["identity"]["adminUrl"], watch_period)
+        session = Session(admin, target if target is not None else state["identity"]["adminUrl"],
+                          _baselines(state), watch_period)
         try:
             return _wait(admin, state_path, timeout_s, interval_s, on_poll, concurrency, on_retry, target,
                          rerecord_unproven, session, on_rerecord)
@@ -1054,10 +1060,7 @@ def _wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval
                 continue
             backoff = min(interval_s, 1.0)
             last, last_error = report, None
-            if session.watch is None and not getattr(admin, "frozen", False):  # a stopped engine observes nothing
-                # From the first answered poll on, the brokers are watched in the background (not before: a
-                # target that cannot answer a poll yet is retried by the poll loop alone).
-                session.start_watch(_baselines(_require_state(state_path)))
+            session.start_watching()
             if on_poll:
                 on_poll(report)
             if report.safe:
