@@ -10,7 +10,8 @@ target the operator meant. The evidence, per log (a coordinator's transaction lo
    ``recoverStartTime`` (coordinator-stats / pending-ack-stats) and its ledgers *after* the flags are confirmed
    off, reloads it, and requires a new ``recoverStartTime``: that reopen happened with batching off. LastBatched
    is the largest ledger that existed before that reopen (re-read after the reload: a rollover in between moves
-   it up). Without a reload the log keeps waiting until it is seen reopened and re-recorded.
+   it up). Without a reload the log keeps waiting until it is seen reopened and re-recorded; that re-record takes
+   every ledger but the newest (the reopen's own) as LastBatched, as the reload does.
 3. **Nobody reopened it since.** Every ``status`` poll compares ``recoverStartTime`` with the recorded value: a
    store reopened by anyone since recording may have reopened with batching on, so it is never "done" ("reopened
    since recording") until ``start`` re-records it. A managed ledger always opens a new ledger, so while a log's
@@ -325,15 +326,28 @@ def _record(log: _Log, reload: bool, previous: Optional[dict]) -> Optional[dict]
         before_start, before = None, []
     if reload:
         return None  # the caller reloads per topic and then calls _after_reload
-    rec = {"lastBatchedLedgerId": max(before) if before else None, "recoverStartTime": before_start,
-           "confirmedLedger": max(before) if before else None, "reloaded": False, "recordedAt": _now_ms()}
     # Without a reload, the store batches until it reopens. A re-record after we saw it reopen (between two
     # confirmations that the flags were off) is the first baseline known to have opened with batching off.
     reopened = previous is not None and previous.get("recoverStartTime") not in (None, before_start)
+    last = _last_batched(before, reopened, previous)
+    rec = {"lastBatchedLedgerId": last, "recoverStartTime": before_start,
+           "confirmedLedger": max(before) if before else None, "reloaded": False, "recordedAt": _now_ms()}
     rec["batchingOff"] = bool(reopened or (previous or {}).get("batchingOff"))
     if before_start is None:
         rec["batchingOff"] = False
     return rec
+
+
+def _last_batched(ledgers: list[int], reopened: bool, previous: Optional[dict]) -> Optional[int]:
+    """LastBatched for a record without a reload: every ledger while the store may still batch; once it was seen
+    reopened, every ledger but the newest (a store always opens on a new ledger, and that one was written plainly).
+    Never below what was recorded before for this log."""
+    ids = sorted(ledgers)
+    candidates = ids[:-1] if reopened else ids
+    earlier = (previous or {}).get("lastBatchedLedgerId")
+    if earlier is not None:
+        candidates = [*candidates, int(earlier)]
+    return max(candidates) if candidates else None
 
 
 def _after_reload(log: _Log, before: list[int], before_start: Optional[int]) -> dict:
