@@ -3,6 +3,8 @@ against a running engine (`engine run`, killed with -9 and started again as a br
 
 - `start --no-reload`, a restart, `start --no-reload` again: the re-record took the ledger the restart's own reopen
   created for LastBatched, so the wait hung until that plain ledger rolled over (240 min by default).
+- An open transaction acked on a subscription that is then deleted: the broker can no longer describe that
+  transaction (Pulsar answers 500), and every poll failed on naming the transaction that pins its coordinator's log.
 
 Every "safe" is checked against the entry-log files once the engine has stopped.
 """
@@ -120,3 +122,70 @@ def test_no_reload_rerecord_after_a_restart_waits_only_for_the_ledgers_before_it
     assert live_batched_entries_in(d) == []
 
 
+# -- a subscription deleted under an open transaction --------------------------------------------------------
+
+U_STORE = "persistent://public/default/u-s__transaction_pending_ack"
+
+
+def _engine_with_an_open_ack_on_u(tmp_path):
+    """A batching engine after some traffic, holding one OPEN transaction (an hour's timeout) that acked a message
+    on u's subscription s. Returns the directory and the transaction's id as Pulsar prints it."""
+    from engine_helpers import Clock, open_engine
+    from test_downgrade import BATCHED
+    from test_downgrade_adversarial import load
+
+    d = tmp_path / "e"
+    # The real time: the served engine reopening it recovers the transaction's deadline from its open time.
+    with open_engine(d, Clock(int(time.time() * 1000)), **BATCHED) as engine:
+        load(engine)
+        sent = engine.begin(60_000)
+        engine.produce(sent, "u", b"held")
+        engine.commit(sent)
+        held = engine.begin(3_600_000)
+        got = engine.receive("u", "s", 1)
+        engine.ack(held, "u", "s", [got[0].position])
+        for _ in range(3):
+            engine.maintenance_tick()
+    return d, f"({held[0]},{held[1]})"
+
+
+def test_a_subscription_deleted_under_an_open_transaction_mid_wait(tmp_path):
+    from txnadmin.admin.http import HttpAdmin
+
+    from serve_helpers import serving
+
+    d, txn = _engine_with_an_open_ack_on_u(tmp_path)
+    tc_log = f"__transaction_log_{txn.strip('()').split(',')[0]}"
+    state = str(tmp_path / "s.json")
+    with serving(d, tmp_path / "home") as (url, token):
+        assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0
+        listed = local(d, "transactions", "list", "-o", "json")
+        assert listed.returncode == 0 and [r["txnId"] for r in _json(listed)] == [txn], listed.stderr
+        waiter = subprocess.Popen(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", state,
+                                              "--timeout", "20", "--interval", "0.5", "-o", "json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        # Mid-wait, someone deletes the subscription the open transaction acked on (its store goes with it).
+        HttpAdmin(url, token=token).delete_subscription("persistent://public/default/u", "s")
+        out, err = waiter.communicate(timeout=120)
+        assert "Traceback" not in err, err
+        # The wait goes on to its --timeout: not safe (the transaction still pins its coordinator's log) …
+        assert waiter.returncode == 1, (waiter.returncode, err)
+        report = json.loads(out)
+        by_name = {c["name"]: c for c in report["components"]}
+        # … the deleted store counts as done …
+        assert by_name[U_STORE]["done"] is True and "deleted" in by_name[U_STORE]["reason"], by_name[U_STORE]
+        # … and the coordinator whose open transaction cannot be described waits, saying so.
+        pinned = by_name[tc_log]
+        assert pinned["done"] is False and pinned["waitingFor"] == "open transaction pinning trimming", pinned
+        assert "could not be named" in pinned["reason"], pinned
+        polled = local(d, "downgrade", "status", "--state", state, "-o", "json")
+        assert polled.returncode == 1 and _json(polled)["safe"] is False, polled.stderr
+        # `transactions list` still lists every coordinator that can answer, and names the one that cannot.
+        listed = local(d, "transactions", "list", "-o", "json")
+        assert "Traceback" not in listed.stderr
+        assert listed.returncode == 1 and _json(listed) == [], (listed.stdout, listed.stderr)
+        tc_id = txn.strip("()").split(",")[0]
+        assert f"coordinator {tc_id}: its transactions could not be listed" in listed.stderr, listed.stderr
+        alone = local(d, "transactions", "list", "-c", tc_id)
+        assert alone.returncode == 1 and "Subscription s of" in alone.stderr and "Traceback" not in alone.stderr

@@ -611,7 +611,19 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
         status.suggestion = "wait for managedLedgerMaxEntriesPerLedger / managedLedgerMaxLedgerRolloverTimeMinutes"
         return status
     mark_delete = ml.get("cursors", {}).get(TC_LOG_CURSOR, {}).get("markDeletePosition", "?")
-    open_txns = _call(admin.slow_transactions, 0, tc_id)
+    try:
+        open_txns = _call(admin.slow_transactions, 0, tc_id)
+    except (DowngradeError, NotFoundError) as exc:
+        # Only names the pinning transaction: Pulsar cannot describe one whose acked subscription was deleted
+        # (500 for the whole listing), and that must not stop the other logs' judgment. The log still waits.
+        why = exc.reason if isinstance(exc, NotFoundError) else str(exc)
+        status.kind = KIND_PINNED
+        status.reason = (f"ledgers up to {last} not trimmed yet (mark-delete at {mark_delete}); the open transaction "
+                         f"that may pin trimming could not be named: {why}")
+        status.suggestion = (f"`txnadmin transactions list -c {tc_id}` names it once the broker can describe it; a "
+                             "transaction that acked on a subscription deleted since cannot be described until it "
+                             "ends (at its timeout)")
+        return status
     pinned = sorted((m for m in open_txns.values() if m.get("status") == "OPEN"), key=lambda m: m["openTimestamp"])
     if pinned:
         txn = pinned[0]
