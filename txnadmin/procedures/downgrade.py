@@ -10,7 +10,8 @@ target the operator meant. The evidence, per log (a coordinator's transaction lo
    ``recoverStartTime`` (coordinator-stats / pending-ack-stats) and its ledgers *after* the flags are confirmed
    off, reloads it, and requires a new ``recoverStartTime``: that reopen happened with batching off. LastBatched
    is the largest ledger that existed before that reopen (re-read after the reload: a rollover in between moves
-   it up). Without a reload the log keeps waiting until it is seen reopened and re-recorded.
+   it up). Without a reload the log keeps waiting until it is seen reopened and re-recorded; that re-record takes
+   every ledger but the newest (the reopen's own) as LastBatched, as the reload does.
 3. **Nobody reopened it since.** Every ``status`` poll compares ``recoverStartTime`` with the recorded value: a
    store reopened by anyone since recording may have reopened with batching on, so it is never "done" ("reopened
    since recording") until ``start`` re-records it. A managed ledger always opens a new ledger, so while a log's
@@ -293,15 +294,28 @@ def _record(log: _Log, reload: bool, previous: Optional[dict]) -> Optional[dict]
         before_start, before = None, []
     if reload:
         return None  # the caller reloads per topic and then calls _after_reload
-    rec = {"lastBatchedLedgerId": max(before) if before else None, "recoverStartTime": before_start,
-           "confirmedLedger": max(before) if before else None, "reloaded": False, "recordedAt": _now_ms()}
     # Without a reload, the store batches until it reopens. A re-record after we saw it reopen (between two
     # confirmations that the flags were off) is the first baseline known to have opened with batching off.
     reopened = previous is not None and previous.get("recoverStartTime") not in (None, before_start)
+    last = _last_batched(before, reopened, previous)
+    rec = {"lastBatchedLedgerId": last, "recoverStartTime": before_start,
+           "confirmedLedger": max(before) if before else None, "reloaded": False, "recordedAt": _now_ms()}
     rec["batchingOff"] = bool(reopened or (previous or {}).get("batchingOff"))
     if before_start is None:
         rec["batchingOff"] = False
     return rec
+
+
+def _last_batched(ledgers: list[int], reopened: bool, previous: Optional[dict]) -> Optional[int]:
+    """LastBatched for a record without a reload: every ledger while the store may still batch; once it was seen
+    reopened, every ledger but the newest (a store always opens on a new ledger, and that one was written plainly).
+    Never below what was recorded before for this log."""
+    ids = sorted(ledgers)
+    candidates = ids[:-1] if reopened else ids
+    earlier = (previous or {}).get("lastBatchedLedgerId")
+    if earlier is not None:
+        candidates = [*candidates, int(earlier)]
+    return max(candidates) if candidates else None
 
 
 def _after_reload(log: _Log, before: list[int], before_start: Optional[int]) -> dict:
@@ -624,7 +638,19 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
         status.suggestion = "wait for managedLedgerMaxEntriesPerLedger / managedLedgerMaxLedgerRolloverTimeMinutes"
         return status
     mark_delete = ml.get("cursors", {}).get(TC_LOG_CURSOR, {}).get("markDeletePosition", "?")
-    open_txns = _call(admin.slow_transactions, 0, tc_id)
+    try:
+        open_txns = _call(admin.slow_transactions, 0, tc_id)
+    except (DowngradeError, NotFoundError) as exc:
+        # Only names the pinning transaction: Pulsar cannot describe one whose acked subscription was deleted
+        # (500 for the whole listing), and that must not stop the other logs' judgment. The log still waits.
+        why = exc.reason if isinstance(exc, NotFoundError) else str(exc)
+        status.kind = KIND_PINNED
+        status.reason = (f"ledgers up to {last} not trimmed yet (mark-delete at {mark_delete}); the open transaction "
+                         f"that may pin trimming could not be named: {why}")
+        status.suggestion = (f"`txnadmin transactions list -c {tc_id}` names it once the broker can describe it; a "
+                             "transaction that acked on a subscription deleted since cannot be described until it "
+                             "ends (at its timeout)")
+        return status
     pinned = sorted((m for m in open_txns.values() if m.get("status") == "OPEN"), key=lambda m: m["openTimestamp"])
     if pinned:
         txn = pinned[0]
