@@ -300,7 +300,9 @@ def _record(log: _Log, reload: bool, previous: Optional[dict]) -> Optional[dict]
     last = _last_batched(before, reopened, previous)
     rec = {"lastBatchedLedgerId": last, "recoverStartTime": before_start,
            "confirmedLedger": max(before) if before else None, "reloaded": False, "recordedAt": _now_ms()}
-    rec["batchingOff"] = bool(reopened or (previous or {}).get("batchingOff"))
+    # an earlier "batching off" holds only for the same open store (a record voided by a switch-on has none)
+    same_store = previous is not None and previous.get("recoverStartTime") == before_start
+    rec["batchingOff"] = bool(reopened or (same_store and (previous or {}).get("batchingOff")))
     if before_start is None:
         rec["batchingOff"] = False
     return rec
@@ -480,6 +482,7 @@ def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state
         if on:
             for bucket, key in this_run:
                 state[bucket][key]["recoverStartTime"] = None
+                state[bucket][key]["batchingOff"] = False  # nothing recorded in this run proves batching off
             state["phase"] = "disabled"
             save_state(state_path, state)
             raise DowngradeError(f"batching was switched back on while recording ({_describe_on(on)}); nothing "
