@@ -170,16 +170,23 @@ def _first_line(proc: subprocess.Popen, lines: list[str]) -> None:
         for line in proc.stderr:
             lines.append(line)
 
-    threading.Thread(target=pump, daemon=True).start()
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    _READERS[proc.pid] = reader
     for _ in range(600):
         if any("logs done" in line for line in lines) or proc.poll() is not None:
             return
         time.sleep(0.05)
 
 
+_READERS: dict[int, threading.Thread] = {}
+
+
 def _finish(proc: subprocess.Popen, lines: list[str], timeout=400) -> dict:
     out, _ = proc.communicate(timeout=timeout)
-    time.sleep(0.2)
+    reader = _READERS.pop(proc.pid, None)
+    if reader is not None:
+        reader.join(timeout=30)  # every stderr line, up to the last one the wait printed
     err = "".join(lines)
     assert "Traceback" not in err, err
     if not out.strip() and proc.returncode in (1, 3) and err.strip().splitlines()[-1].startswith("error: "):
