@@ -721,6 +721,16 @@ class Session:
         self.seen_unchanged: dict[tuple[str, str], int] = {}  # log → the last poll that saw it unchanged
         self.pending: dict[tuple[str, str], tuple[int, int, Optional[int]]] = {}  # log → (from, seen, to)
 
+    def new_poll(self, state: dict) -> "_Poll":
+        """The next observation, numbered after every earlier one of this wait and of the checklist. The number
+        comes from this session, not from the checklist alone: a poll that changed nothing saves nothing, and a
+        number read back from the file would name two polls, bracketing a reopen with a poll taken after it."""
+        number = max(int(state.get("polls", 0)), max(self.polls, default=0)) + 1
+        state["polls"] = number
+        poll = _Poll(number, time.monotonic(), time.time())
+        self.polls[number] = poll
+        return poll
+
     def start_watching(self) -> None:
         """From the first answered poll on, the brokers are read in the background every period (not before: a
         target that cannot answer a poll yet is retried by the poll loop alone). Each poll reads them once more."""
@@ -798,9 +808,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
             "`txnadmin downgrade start` again to disable it and re-record what reopened", 1)
     poll: Optional[_Poll] = None
     if session is not None:
-        state["polls"] = int(state.get("polls", 0)) + 1
-        poll = _Poll(state["polls"], time.monotonic(), time.time())
-        session.polls[poll.number] = poll
+        poll = session.new_poll(state)
         if session.watch is not None:
             session.watch.read_round()  # a read of every broker right before this poll's reads of the logs
     baselines = _baselines(state)
@@ -1004,11 +1012,9 @@ def rerecord(admin: TransactionsAdmin, state_path: Path, logs: list[LogStatus], 
             todo.append(_Log(admin, "pending-ack", l.name, info))
     # The re-record is an observation like a poll: it read each log right after its reload, under the watch, so a
     # move that lands before the next poll is bracketed by the two (else every such move would need another).
-    state["polls"] = int(state.get("polls", 0)) + 1
-    poll = _Poll(state["polls"], time.monotonic(), time.time())
+    poll = session.new_poll(state)
     this_run = _record_logs(admin, view, state, state_path, todo, brokers, True, concurrency, None, session.watch)
     poll.t_end, poll.wall_end = time.monotonic(), time.time()
-    session.polls[poll.number] = poll
     for bucket, key in this_run:
         state[bucket][key].pop("unproven", None)
         log_key = ("coordinator" if bucket == "coordinators" else "pending-ack", key)
