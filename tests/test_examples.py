@@ -52,7 +52,7 @@ def test_downgrade_checklist_against_a_running_engine(tmp_path):
 
 
 def test_downgrade_checklist_runs_unattended_on_an_engine_that_sheds_load(tmp_path):
-    """Issue #24: `engine run --fault shed=1` unloads a topic and a coordinator every second while the script's
+    """Issue #24: `engine run --fault shed=3` unloads a topic and a coordinator every 3 s while the script's
     `wait --rerecord --yes` runs; the script still ends safe with one `start`."""
     engine = tmp_path / "engine"
     subprocess.run([TXNADMIN, "engine", "init", str(engine), "-c", "2",
@@ -63,7 +63,7 @@ def test_downgrade_checklist_runs_unattended_on_an_engine_that_sheds_load(tmp_pa
                     "--set", "managedLedgerMaxLedgerRolloverTimeMinutes=0.05",
                     "--set", "transactionPendingAckLogIndexMinLag=10"], check=True, capture_output=True)
     run = subprocess.Popen([TXNADMIN, "engine", "run", str(engine), "--duration", "0", "--rate", "100",
-                            "--fault", "shed=1", "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            "--fault", "shed=3", "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         for _ in range(100):
             if (engine / "server.json").exists():

@@ -899,6 +899,9 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                   reopens_accepted=_accepted_count(state), poll=poll.number if poll is not None else None)
 
 
+_REJUDGE = 3  # a log seen moving again while its last move is accepted is judged again, this many times per poll
+
+
 def _reopen(session: Optional[Session], poll: Optional[_Poll], key: tuple[str, str], job, result: LogStatus,
             confirmed: Optional[int], again) -> tuple[LogStatus, Optional[int], bool]:
     """A log seen reopened: accept it when the watch proves it harmless, and judge it afresh; else say why not.
@@ -913,14 +916,24 @@ def _reopen(session: Optional[Session], poll: Optional[_Poll], key: tuple[str, s
                "(and accepts those proven harmless)")
         result.extra["proof"] = why
         return result, confirmed, False
-    verdict, why = _judge_reopen(session, key, rec, poll, result.reopened_to)
-    if verdict is True:
+    changed = False
+    for _ in range(_REJUDGE):
+        verdict, why = _judge_reopen(session, key, rec, poll, result.reopened_to)
+        if verdict is not True:
+            break
         rec.setdefault("acceptedReopens", []).append(
             {"from": rec["recoverStartTime"], "to": result.reopened_to, "poll": poll.number, "evidence": why})
         rec["recoverStartTime"] = result.reopened_to
         session.seen_unchanged[key] = poll.number
-        fresh, confirmed = again(job)
-        return fresh, confirmed, True
+        result, confirmed = again(job)
+        # This poll read the log once more: every bracket ending at it now ends after that read (only ever wider).
+        poll.t_end, poll.wall_end = time.monotonic(), time.time()
+        changed = True
+        if result.kind != KIND_REOPENED or result.reopened_to is None or rec.get("unproven"):
+            return result, confirmed, True
+        # it moved again while we looked (a busy shedder): judge that move too
+    else:
+        return result, confirmed, changed
     result.extra["proof"] = why
     if verdict is False:
         rec["unproven"] = why
@@ -928,7 +941,7 @@ def _reopen(session: Optional[Session], poll: Optional[_Poll], key: tuple[str, s
         result.suggestion = RERECORD_HINT
         return result, confirmed, True
     result.reason = f"reopened since recording; proof pending: {why}"
-    return result, confirmed, False
+    return result, confirmed, changed
 
 
 def _baselines(state: dict) -> dict[str, dict]:
