@@ -96,22 +96,6 @@ def _int_body(raw: bytes, name: str) -> int:
     return _int(text, name)
 
 
-def _path_reader(piece: str, kind: str) -> Callable[[dict], Any]:
-    """How one path variable of the table becomes its argument again (the inverse of HttpAdmin's encoding)."""
-    names = re.findall(r"\{(\w+)\}", piece)
-    if kind == TOPIC:
-        return lambda p: f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}"
-    if kind == NAMESPACE:
-        return lambda p: f"{p['tenant']}/{p['namespace']}"
-    if kind == TXN:
-        most, least = names
-        return lambda p: TxnId(_int(p[most], most), _int(p[least], least))
-    name, = names
-    if kind == LONG:
-        return lambda p: _int(p[name], name)
-    return lambda p: p[name]
-
-
 Reader = Callable[[Request, dict, Any], Any]  # (request, path params, body) → one argument
 
 
@@ -124,20 +108,35 @@ def _arguments(row: Endpoint) -> Callable[[Request, dict, Any], list]:
 def _reader(row: Endpoint, arg: str) -> Reader:
     for piece, name, kind in row.variables:
         if name == arg:
-            from_path = _path_reader(piece, kind)
-            return lambda request, params, body: from_path(params)
+            return _path_reader(piece, kind)
     for query in row.query:
         if query.arg == arg:
             return _query_reader(query.name, query.is_flag)
     if arg == row.body:
-        return lambda request, params, body: body
+        return lambda request, p, body: body
     raise ValueError(f"{row}: nothing in the request carries {arg!r}")
+
+
+def _path_reader(piece: str, kind: str) -> Reader:
+    """How one path variable of the table becomes its argument again (the inverse of HttpAdmin's encoding)."""
+    names = re.findall(r"\{(\w+)\}", piece)
+    if kind == TOPIC:
+        return lambda request, p, body: f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}"
+    if kind == NAMESPACE:
+        return lambda request, p, body: f"{p['tenant']}/{p['namespace']}"
+    if kind == TXN:
+        most, least = names
+        return lambda request, p, body: TxnId(_int(p[most], most), _int(p[least], least))
+    name, = names
+    if kind == LONG:
+        return lambda request, p, body: _int(p[name], name)
+    return lambda request, p, body: p[name]
 
 
 def _query_reader(name: str, flag: bool) -> Reader:
     if flag:
-        return lambda request, params, body: _flag(request, name)
-    return lambda request, params, body: _opt_int(request, name)
+        return lambda request, p, body: _flag(request, name)
+    return lambda request, p, body: _opt_int(request, name)
 
 
 def _opt_int(request: Request, name: str) -> Optional[int]:
@@ -145,16 +144,22 @@ def _opt_int(request: Request, name: str) -> Optional[int]:
     return None if value in (None, "") else _int(value, name)
 
 
-def _variables(row: Endpoint) -> int:
-    return len(row.variables)
+def _in_routing_order(routes: list[Route]) -> list[Route]:
+    """Table order (the hot transaction calls first: Starlette tries routes one by one), except that a route goes
+    before an earlier one that would also match its paths: ``/brokers/internal-configuration`` before
+    ``/brokers/{cluster}``, as Pulsar's JAX-RS routing prefers the template with more literal segments."""
+    ordered: list[Route] = []
+    for route in routes:
+        example = re.sub(r"\{\w+\}", "x", route.path)  # one concrete path the route answers
+        shadowing = (at for at, earlier in enumerate(ordered)
+                     if earlier.methods == route.methods and earlier.path_regex.match(example))
+        ordered.insert(next(shadowing, len(ordered)), route)
+    return ordered
 
 
 def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
                extra_routes: Optional[list[Route]] = None) -> Starlette:
-    """Every row of the endpoint table as a route to the same method of ``admin``.
-
-    Rows with fewer path variables are routed first: where two templates match one path (``/brokers/version`` and
-    ``/brokers/{cluster}``) the one with more literal segments is the one meant, as in Pulsar's JAX-RS routing."""
+    """Every row of the endpoint table as a route to the same method of ``admin``."""
 
     def route(row: Endpoint) -> Route:
         call = getattr(admin, row.call)
@@ -189,7 +194,7 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
 
         return Route(row.path, handler, methods=[row.method])
 
-    routes = [route(row) for row in sorted(ENDPOINTS.values(), key=_variables)]
+    routes = _in_routing_order([route(row) for row in ENDPOINTS.values()])
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 500)
