@@ -98,7 +98,11 @@ PENDING_ACK_BATCH_FLAG = "transactionPendingAckBatchedWriteEnabled"
 
 @runtime_checkable
 class TransactionsAdmin(Protocol):
-    """What txnadmin needs from a Pulsar (REST path in brackets; base ``/admin/v3/transactions``)."""
+    """What txnadmin needs from a Pulsar.
+
+    The REST call behind each method is its row in :data:`txnadmin.admin.endpoints.ENDPOINTS` (method, Pulsar's path,
+    query, reply shape); the few methods that are not rows say which row they read (``endpoints.DERIVED``).
+    """
 
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
@@ -112,94 +116,94 @@ class TransactionsAdmin(Protocol):
 
     # -- pulsar-admin transactions ------------------------------------------------------------
     def list_coordinators(self) -> list[Json]:
-        """[GET /coordinators] ``[{"id": 0, "brokerServiceUrl": "pulsar://…"}, …]``."""
+        """``[{"id": 0, "brokerServiceUrl": "pulsar://…"}, …]``."""
 
     def coordinator_stats(self, coordinator_id: Optional[int] = None) -> Json:
-        """[GET /coordinatorStats] one TransactionCoordinatorStats, or ``{"<id>": stats}`` for all."""
+        """One TransactionCoordinatorStats, or ``{"<id>": stats}`` for all."""
 
     def coordinator_internal_stats(self, coordinator_id: int, metadata: bool = False) -> Json:
-        """[GET /coordinatorInternalStats/{id}] ``{"transactionLogStats": {…}}``."""
+        """``{"transactionLogStats": {…}}``."""
 
     def pending_ack_internal_stats(self, topic: str, subscription: str, metadata: bool = False) -> Json:
-        """[GET /pendingAckInternalStats/{t}/{ns}/{topic}/{sub}] ``{"pendingAckLogStats": {…}}``."""
+        """``{"pendingAckLogStats": {…}}``."""
 
     def buffer_snapshot_internal_stats(self, topic: str, metadata: bool = False) -> Json:
-        """[GET /transactionBufferInternalStats/{t}/{ns}/{topic}]."""
+        """A topic's TransactionBufferInternalStats (its snapshot system topic's ledger)."""
 
     def transaction_buffer_stats(
         self, topic: str, low_water_marks: bool = False, segment_stats: bool = False
     ) -> Json:
-        """[GET /transactionBufferStats/{t}/{ns}/{topic}]."""
+        """A topic's TransactionBufferStats."""
 
     def pending_ack_stats(self, topic: str, subscription: str, low_water_marks: bool = False) -> Json:
-        """[GET /pendingAckStats/{t}/{ns}/{topic}/{sub}]."""
+        """A subscription's TransactionPendingAckStats."""
 
     def transaction_in_buffer_stats(self, txn: TxnId, topic: str) -> Json:
-        """[GET /transactionInBufferStats/{t}/{ns}/{topic}/{most}/{least}]."""
+        """TransactionInBufferStats: where ``txn`` starts in ``topic`` and whether it aborted."""
 
     def transaction_in_pending_ack_stats(self, txn: TxnId, topic: str, subscription: str) -> Json:
-        """[GET /transactionInPendingAckStats/{t}/{ns}/{topic}/{sub}/{most}/{least}]."""
+        """TransactionInPendingAckStats of ``txn`` on one subscription."""
 
     def transaction_metadata(self, txn: TxnId) -> Json:
-        """[GET /transactionMetadata/{most}/{least}]."""
+        """TransactionMetadata (status, timeouts, produced and acked partitions)."""
 
     def slow_transactions(self, timeout_ms: int, coordinator_id: Optional[int] = None) -> Json:
-        """[GET /slowTransactions/{timeout}] ``{"(most,least)": TransactionMetadata}``."""
+        """``{"(most,least)": TransactionMetadata}`` of transactions open longer than ``timeout_ms``."""
 
     def scale_coordinators(self, replicas: int) -> None:
-        """[POST /transactionCoordinator/replicas]."""
+        """Grow the number of transaction coordinators to ``replicas``."""
 
     def position_stats_in_pending_ack(
         self, topic: str, subscription: str, ledger_id: int, entry_id: int, batch_index: Optional[int] = None
     ) -> Json:
-        """[GET /positionStatsInPendingAck/{t}/{ns}/{topic}/{sub}/{ledgerId}/{entryId}] ``{"state": …}``."""
+        """``{"state": …}``: whether that position is acked in a pending transaction."""
 
     def abort_transaction(self, txn: TxnId) -> None:
-        """[POST /abortTransaction/{most}/{least}]."""
+        """Abort ``txn``."""
 
     # -- brokers, namespaces, topics (/admin/v2) ---------------------------------------------
     def dynamic_config(self) -> dict[str, str]:
-        """[GET /admin/v2/brokers/configuration/values] the dynamic overrides."""
+        """The brokers' dynamic overrides."""
 
     def runtime_config(self) -> dict[str, str]:
-        """[GET /admin/v2/brokers/configuration/runtime] effective values."""
+        """The answering broker's effective values."""
 
     def update_dynamic_config(self, name: str, value: str) -> None:
-        """[POST /admin/v2/brokers/configuration/{name}/{value}]."""
+        """Set a dynamic override (every broker applies it)."""
 
     def delete_dynamic_config(self, name: str) -> None:
-        """[DELETE /admin/v2/brokers/configuration/{name}]."""
+        """Remove a dynamic override."""
 
     def list_tenants(self) -> list[str]:
-        """[GET /admin/v2/tenants]."""
+        """Tenant names."""
 
     def list_namespaces(self, tenant: str) -> list[str]:
-        """[GET /admin/v2/namespaces/{tenant}] names as ``tenant/ns``."""
+        """Names as ``tenant/ns``."""
 
     def list_topics(self, namespace: str, include_system: bool = True) -> list[str]:
-        """[GET /admin/v2/namespaces/{t}/{ns}/topics?includeSystemTopic=…] full topic names."""
+        """Full topic names, system topics included when ``include_system``."""
 
     def unload_topic(self, topic: str) -> None:
-        """[PUT /admin/v2/persistent/{t}/{ns}/{topic}/unload] stores reopen (and re-read batch flags)."""
+        """Unload a topic: its stores reopen (and re-read the batch flags)."""
 
     def broker_versions(self) -> dict[str, str]:
         """Each active broker's version: ``{"host:port": "3.3.2"}``."""
 
     def delete_subscription(self, topic: str, subscription: str) -> None:
-        """[DELETE /admin/v2/persistent/{t}/{ns}/{topic}/subscription/{sub}] with its pending-ack store."""
+        """Delete a subscription with its pending-ack store."""
 
     def delete_topic(self, topic: str) -> None:
-        """[DELETE /admin/v2/persistent/{t}/{ns}/{topic}?force=true] with its subscriptions' pending-ack stores."""
+        """Delete a topic (forced) with its subscriptions' pending-ack stores."""
 
     # -- cluster identity and brokers (used by the guided downgrade/upgrade) ---------------------
     def list_clusters(self) -> list[str]:
-        """[GET /admin/v2/clusters] cluster names."""
+        """Cluster names."""
 
     def active_brokers(self, cluster: str) -> list[str]:
-        """[GET /admin/v2/brokers/{cluster}] the cluster's active brokers as ``host:port`` (web service)."""
+        """The cluster's active brokers as ``host:port`` (web service)."""
 
     def internal_configuration(self) -> Json:
-        """[GET /admin/v2/brokers/internal-configuration] metadata-store and BookKeeper URIs (an identity)."""
+        """Metadata-store and BookKeeper URIs (an identity)."""
 
     def broker_runtime_config(self, broker: str) -> dict[str, str]:
         """[GET http(s)://{broker}/admin/v2/brokers/configuration/runtime] one named broker's effective values."""
@@ -209,7 +213,7 @@ class TransactionsAdmin(Protocol):
 
     # -- what `txnadmin doctor` reads besides the above ---------------------------------------
     def topic_internal_stats(self, topic: str) -> Json:
-        """[GET /admin/v2/persistent/{t}/{ns}/{topic}/internalStats] ManagedLedgerInternalStats + ``cursors``
+        """ManagedLedgerInternalStats + ``cursors``
         (one per subscription): ``lastConfirmedEntry`` is what a transaction buffer's max read position chases."""
 
     def broker_time_ms(self) -> Optional[int]:

@@ -1,5 +1,8 @@
 """`txnadmin serve`: any TransactionsAdmin (normally the embedded engine) over Pulsar's admin REST paths.
 
+The routes are the rows of the endpoint table (:mod:`txnadmin.admin.endpoints`), each calling the admin method of
+the same name with the arguments read back from the path, the query and the body.
+
 Hostile input gets a 4xx in Pulsar's error shape (``{"reason": …}``), never a 500: credentials are checked before
 a body is read, bodies are bounded before they are read, and numbers are taken only as plain 64-bit integers (so
 ``1e999``, ``Infinity``, 5,000 digits, ``true`` or ``1.5`` where Pulsar wants an int are 400s).
@@ -19,10 +22,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from ..admin.endpoints import ENDPOINTS, LONG, NAMESPACE, TOPIC, TXN, VERSION_TEXT, Endpoint
 from ..admin.protocol import AdminError, TransactionsAdmin, TxnId
 
-V3 = "/admin/v3/transactions"
-TOPIC = "{tenant}/{namespace}/{topic}"
 MAX_BODY = 64 * 1024  # the only body Pulsar's transaction API takes is a number
 _LONG = re.compile(r"-?[0-9]{1,19}")
 log = logging.getLogger(__name__)
@@ -49,10 +51,6 @@ class EncodedSlashes:
             raw = re.sub(rb"%2[fF]", b"%00", raw.split(b"?", 1)[0])
             scope = dict(scope, path=unquote_to_bytes(raw).decode("utf-8", "replace"))
         await self.app(scope, receive, send)
-
-
-def _topic(p: dict) -> str:
-    return f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}"
 
 
 def _int(value: Any, name: str) -> int:
@@ -98,99 +96,106 @@ def _int_body(raw: bytes, name: str) -> int:
     return _int(text, name)
 
 
+Reader = Callable[[Request, dict, Any], Any]  # (request, path params, body) → one argument
+
+
+def _arguments(row: Endpoint) -> Callable[[Request, dict, Any], list]:
+    """The row's arguments, in the protocol's order, from a request's path params, query and body."""
+    readers = [_reader(row, arg) for arg in row.args]
+    return lambda request, params, body: [read(request, params, body) for read in readers]
+
+
+def _reader(row: Endpoint, arg: str) -> Reader:
+    for piece, name, kind in row.variables:
+        if name == arg:
+            return _path_reader(piece, kind)
+    for query in row.query:
+        if query.arg == arg:
+            return _query_reader(query.name, query.is_flag)
+    if arg == row.body:
+        return lambda request, p, body: body
+    raise ValueError(f"{row}: nothing in the request carries {arg!r}")
+
+
+def _path_reader(piece: str, kind: str) -> Reader:
+    """How one path variable of the table becomes its argument again (the inverse of HttpAdmin's encoding)."""
+    names = re.findall(r"\{(\w+)\}", piece)
+    if kind == TOPIC:
+        return lambda request, p, body: f"persistent://{p['tenant']}/{p['namespace']}/{p['topic']}"
+    if kind == NAMESPACE:
+        return lambda request, p, body: f"{p['tenant']}/{p['namespace']}"
+    if kind == TXN:
+        most, least = names
+        return lambda request, p, body: TxnId(_int(p[most], most), _int(p[least], least))
+    name, = names
+    if kind == LONG:
+        return lambda request, p, body: _int(p[name], name)
+    return lambda request, p, body: p[name]
+
+
+def _query_reader(name: str, flag: bool) -> Reader:
+    if flag:
+        return lambda request, p, body: _flag(request, name)
+    return lambda request, p, body: _opt_int(request, name)
+
+
+def _opt_int(request: Request, name: str) -> Optional[int]:
+    value = request.query_params.get(name)
+    return None if value in (None, "") else _int(value, name)
+
+
+def _in_routing_order(routes: list[Route]) -> list[Route]:
+    """Table order (the hot transaction calls first: Starlette tries routes one by one), except that a route goes
+    before an earlier one that would also match its paths: ``/brokers/internal-configuration`` before
+    ``/brokers/{cluster}``, as Pulsar's JAX-RS routing prefers the template with more literal segments."""
+    ordered: list[Route] = []
+    for route in routes:
+        example = re.sub(r"\{\w+\}", "x", route.path)  # one concrete path the route answers
+        shadowing = (at for at, earlier in enumerate(ordered)
+                     if earlier.methods == route.methods and earlier.path_regex.match(example))
+        ordered.insert(next(shadowing, len(ordered)), route)
+    return ordered
+
+
 def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
                extra_routes: Optional[list[Route]] = None) -> Starlette:
-    def endpoint(fn: Callable[[Request, dict], Any], status: int = 200):
+    """Every row of the endpoint table as a route to the same method of ``admin``."""
+
+    def route(row: Endpoint) -> Route:
+        call = getattr(admin, row.call)
+        arguments = _arguments(row)
+        version_text = row.shape == VERSION_TEXT
+
         # Async on purpose: every admin call is short and CPU-bound, and a thread hop per request costs
         # more than the call (measured in bench/downgrade_status.py).
         async def handler(request: Request) -> Response:
-            if not _authorized(request, token):
+            if not _authorized(request, token):  # before a single byte of a body is read
                 return _error("Unauthorized", 401)
+            body = None
+            if row.body is not None:
+                try:
+                    body = _int_body(await _read_body(request), row.body)
+                except AdminError as exc:
+                    return _error(exc.reason, exc.status)
             try:
                 params = {k: v.replace(_SLASH, "/") if isinstance(v, str) else v
                           for k, v in request.path_params.items()}
-                result = fn(request, params)
+                result = call(*arguments(request, params, body))
+                if result is None:
+                    return Response(status_code=204)
+                if version_text:  # Pulsar sends the answering broker's version as bare text
+                    return PlainTextResponse(next(iter(result.values())))
+                return JSONResponse(result)
             except AdminError as exc:
                 return _error(exc.reason, exc.status or 500)
             except Exception as exc:  # a bug must not take the server's error shape away (logged below)
                 log.exception("%s %s failed", request.method, request.url.path)
                 return _error(f"internal error: {type(exc).__name__}", 500)
-            if result is None:
-                return Response(status_code=204)
-            if isinstance(result, Response):
-                return result
-            return JSONResponse(result, status_code=status)
-        return handler
 
-    def scale(request: Request, p: dict):
-        admin.scale_coordinators(request.state.replicas)
+        return Route(row.path, handler, methods=[row.method])
 
-    async def scale_handler(request: Request) -> Response:
-        if not _authorized(request, token):  # before a single byte of the body is read
-            return _error("Unauthorized", 401)
-        try:
-            request.state.replicas = _int_body(await _read_body(request), "replicas")
-        except AdminError as exc:
-            return _error(exc.reason, exc.status)
-        return await endpoint(scale)(request)
+    routes = _in_routing_order([route(row) for row in ENDPOINTS.values()])
 
-    def opt_int(request: Request, name: str) -> Optional[int]:
-        value = request.query_params.get(name)
-        return None if value in (None, "") else _int(value, name)
-
-    routes = [
-        Route(f"{V3}/coordinators", endpoint(lambda r, p: admin.list_coordinators())),
-        Route(f"{V3}/coordinatorStats", endpoint(lambda r, p: admin.coordinator_stats(opt_int(r, "coordinatorId")))),
-        Route(f"{V3}/coordinatorInternalStats/{{cid}}", endpoint(
-            lambda r, p: admin.coordinator_internal_stats(_int(p["cid"], "coordinatorId"), _flag(r, "metadata")))),
-        Route(f"{V3}/transactionInBufferStats/{TOPIC}/{{most}}/{{least}}", endpoint(
-            lambda r, p: admin.transaction_in_buffer_stats(TxnId(_int(p["most"], "mostSigBits"),
-                                                                 _int(p["least"], "leastSigBits")), _topic(p)))),
-        Route(f"{V3}/transactionInPendingAckStats/{TOPIC}/{{sub}}/{{most}}/{{least}}", endpoint(
-            lambda r, p: admin.transaction_in_pending_ack_stats(
-                TxnId(_int(p["most"], "mostSigBits"), _int(p["least"], "leastSigBits")), _topic(p), p["sub"]))),
-        Route(f"{V3}/transactionBufferStats/{TOPIC}", endpoint(
-            lambda r, p: admin.transaction_buffer_stats(_topic(p), _flag(r, "lowWaterMarks"), _flag(r, "segmentStats")))),
-        Route(f"{V3}/pendingAckStats/{TOPIC}/{{sub}}", endpoint(
-            lambda r, p: admin.pending_ack_stats(_topic(p), p["sub"], _flag(r, "lowWaterMarks")))),
-        Route(f"{V3}/transactionMetadata/{{most}}/{{least}}", endpoint(
-            lambda r, p: admin.transaction_metadata(TxnId(_int(p["most"], "mostSigBits"), _int(p["least"], "leastSigBits"))))),
-        Route(f"{V3}/slowTransactions/{{timeout}}", endpoint(
-            lambda r, p: admin.slow_transactions(_int(p["timeout"], "timeout"), opt_int(r, "coordinatorId")))),
-        Route(f"{V3}/pendingAckInternalStats/{TOPIC}/{{sub}}", endpoint(
-            lambda r, p: admin.pending_ack_internal_stats(_topic(p), p["sub"], _flag(r, "metadata")))),
-        Route(f"{V3}/transactionBufferInternalStats/{TOPIC}", endpoint(
-            lambda r, p: admin.buffer_snapshot_internal_stats(_topic(p), _flag(r, "metadata")))),
-        Route(f"{V3}/transactionCoordinator/replicas", scale_handler, methods=["POST"]),
-        Route(f"{V3}/positionStatsInPendingAck/{TOPIC}/{{sub}}/{{lid}}/{{eid}}", endpoint(
-            lambda r, p: admin.position_stats_in_pending_ack(_topic(p), p["sub"], _int(p["lid"], "ledgerId"),
-                                                             _int(p["eid"], "entryId"), opt_int(r, "batchIndex")))),
-        Route(f"{V3}/abortTransaction/{{most}}/{{least}}", endpoint(
-            lambda r, p: admin.abort_transaction(TxnId(_int(p["most"], "mostSigBits"), _int(p["least"], "leastSigBits")))),
-            methods=["POST"]),
-        Route("/admin/v2/brokers/configuration/values", endpoint(lambda r, p: admin.dynamic_config())),
-        Route("/admin/v2/brokers/configuration/runtime", endpoint(lambda r, p: admin.runtime_config())),
-        Route("/admin/v2/brokers/configuration/{name}/{value}", endpoint(
-            lambda r, p: admin.update_dynamic_config(p["name"], p["value"])), methods=["POST"]),
-        Route("/admin/v2/brokers/configuration/{name}", endpoint(
-            lambda r, p: admin.delete_dynamic_config(p["name"])), methods=["DELETE"]),
-        Route("/admin/v2/tenants", endpoint(lambda r, p: admin.list_tenants())),
-        Route("/admin/v2/namespaces/{tenant}", endpoint(lambda r, p: admin.list_namespaces(p["tenant"]))),
-        Route("/admin/v2/namespaces/{tenant}/{namespace}/topics", endpoint(
-            lambda r, p: admin.list_topics(f"{p['tenant']}/{p['namespace']}", _flag(r, "includeSystemTopic")))),
-        Route(f"/admin/v2/persistent/{TOPIC}/unload", endpoint(lambda r, p: admin.unload_topic(_topic(p))),
-              methods=["PUT"]),
-        Route("/admin/v2/brokers/version", endpoint(
-            lambda r, p: PlainTextResponse(next(iter(admin.broker_versions().values()))))),
-        Route("/admin/v2/clusters", endpoint(lambda r, p: admin.list_clusters())),
-        Route(f"/admin/v2/persistent/{TOPIC}/subscription/{{sub}}", endpoint(
-            lambda r, p: admin.delete_subscription(_topic(p), p["sub"]), 204), methods=["DELETE"]),
-        Route(f"/admin/v2/persistent/{TOPIC}", endpoint(lambda r, p: admin.delete_topic(_topic(p)), 204),
-              methods=["DELETE"]),
-        Route("/admin/v2/brokers/internal-configuration", endpoint(lambda r, p: admin.internal_configuration())),
-        Route("/admin/v2/brokers/{cluster}", endpoint(lambda r, p: admin.active_brokers(p["cluster"]))),
-        Route(f"/admin/v2/persistent/{TOPIC}/internalStats", endpoint(lambda r, p: admin.topic_internal_stats(_topic(p)))),
-    ]
     async def http_error(request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 500)
         return _error(getattr(exc, "detail", None) or "error", status)

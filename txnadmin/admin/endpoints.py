@@ -1,0 +1,248 @@
+"""The one table of the admin REST calls txnadmin makes and serves: :data:`ENDPOINTS`.
+
+Each row is one :class:`~txnadmin.admin.protocol.TransactionsAdmin` method: its HTTP method, Pulsar's path template
+(written as Pulsar publishes it, ``{tenant}/{namespace}/{topic}`` and all), its query parameters (Pulsar's names and
+defaults) and the shape its reply must have. Both ends are built from it:
+
+* ``HttpAdmin`` (``admin/http.py``) fills the template and the query from a method's arguments and checks the reply
+  against the row's shape;
+* ``txnadmin serve`` (``server/app.py``) routes each row's path to the same method of the admin it serves (normally
+  ``LocalAdmin`` on the embedded engine), reading the arguments back from the path, the query and the body.
+
+So a new admin call is one protocol method, one row here and one engine method in ``LocalAdmin``;
+tests/test_endpoints.py holds every row to Pulsar's published paths and to a method on each side.
+
+Path variables are Pulsar's names, bound once to our arguments in :data:`PATH_VARIABLES` (``{subName}`` is always the
+``subscription`` argument, ``{tenant}/{namespace}/{topic}`` always a ``topic``); a row's arguments are its protocol
+method's parameters, in order, read from the protocol itself.
+
+Why ``HttpAdmin`` keeps one real method per row (each one line calling ``self._endpoint("<call>", …)``) instead of
+methods generated from the table: mypy then checks every caller against the typed signatures, the exported-members
+test compares real signatures with the protocol's, and a reader finds each call where ``grep`` looks for it.
+Generated methods would be invisible to mypy (or need a stub per row, which is the duplication again).
+
+Calls that are not rows, each read through a row (:data:`DERIVED`), and the special readings of rows (a bare version
+string, the ``Date`` header) stay in ``HttpAdmin``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+from urllib.parse import quote
+
+from .protocol import AdminError, TransactionsAdmin, TxnId
+
+V3 = "/admin/v3/transactions"
+V2 = "/admin/v2"
+
+# -- reply shapes (checked by admin/_replies.check; only what txnadmin reads is required) ---------------------------
+CONFIG = "config"  # a broker configuration map: names to plain values
+VERSION_TEXT = "version text"  # not JSON: the bare version string /brokers/version sends
+STRINGS = ("list", str, False)
+_LEDGERS = ("obj", {"managedLedgerInternalStats": ("obj", {"ledgers": ("list", ("obj", {"ledgerId": int}), True)})})
+COORDINATORS = ("list", ("obj", {"id": int, "brokerServiceUrl": str}), False)
+COORDINATOR_INTERNAL_STATS = ("obj", {"transactionLogStats": _LEDGERS})
+PENDING_ACK_INTERNAL_STATS = ("obj", {"pendingAckLogStats": _LEDGERS})
+
+# -- path variables: Pulsar's template pieces and the protocol argument each one carries ---------------------------
+TOPIC, NAMESPACE, TXN, LONG, NAME = "topic", "namespace", "txn", "long", "name"  # how the argument is written
+PATH_VARIABLES: dict[str, tuple[str, str]] = {  # longest first: a template is matched against them in this order
+    "{tenant}/{namespace}/{topic}": ("topic", TOPIC),  # a topic's REST path: no domain, the local name encoded
+    "{tenant}/{namespace}": ("namespace", NAMESPACE),
+    "{mostSigBits}/{leastSigBits}": ("txn", TXN),
+    "{tenant}": ("tenant", NAME),
+    "{subName}": ("subscription", NAME),
+    "{coordinatorId}": ("coordinator_id", LONG),
+    "{timeout}": ("timeout_ms", LONG),
+    "{ledgerId}": ("ledger_id", LONG),
+    "{entryId}": ("entry_id", LONG),
+    "{configName}": ("name", NAME),
+    "{configValue}": ("value", NAME),
+    "{cluster}": ("cluster", NAME),
+}
+
+
+def topic_path(topic: str) -> str:
+    """`persistent://t/ns/x` (or `t/ns/x`, or `x`) → `t/ns/<x URL-encoded>` — Pulsar's REST path, no domain."""
+    name = topic
+    if "://" in name:
+        name = name.split("://", 1)[1]
+    parts = name.split("/")
+    if len(parts) == 1:
+        parts = ["public", "default", parts[0]]
+    if len(parts) < 3:
+        raise AdminError(f"Invalid topic name '{topic}'", 412)
+    tenant, namespace, local = parts[0], parts[1], "/".join(parts[2:])
+    return f"{quote(tenant, safe='')}/{quote(namespace, safe='')}/{quote(local, safe='')}"
+
+
+def _namespace_path(namespace: str) -> str:
+    tenant, ns = namespace.split("/", 1)
+    return f"{quote(tenant, safe='')}/{quote(ns, safe='')}"
+
+
+def _txn_path(txn: TxnId) -> str:
+    return f"{txn.most_bits}/{txn.least_bits}"
+
+
+def _name_path(value: Any) -> str:
+    return quote(str(value), safe="")
+
+
+ENCODERS: dict[str, Callable[[Any], str]] = {TOPIC: topic_path, NAMESPACE: _namespace_path, TXN: _txn_path,
+                                             LONG: str, NAME: _name_path}
+
+
+@dataclass(frozen=True)
+class Query:
+    """One query parameter: Pulsar's ``name`` and the protocol argument (``arg``) it carries, or a fixed ``value``.
+
+    A value equal to Pulsar's ``default`` (or None) is not sent, as pulsar-admin sends optional parameters only when
+    set; ``always`` sends it anyway. A boolean default makes it a flag (``true``/``false``), otherwise a long."""
+
+    name: str
+    arg: Optional[str] = None
+    default: Any = None
+    value: Optional[str] = None
+    always: bool = False
+
+    @property
+    def is_flag(self) -> bool:
+        return isinstance(self.default, bool)
+
+
+_NO_PARAMS: dict[str, Any] = {}  # shared by every call without a query: never written to
+
+
+class Endpoint:
+    """One row: ``call`` (the protocol method), HTTP ``method``, Pulsar's ``path`` template, ``query``, the argument
+    sent as the JSON ``body`` (if any) and the reply's ``shape`` (None: no check; an empty reply is None)."""
+
+    __slots__ = ("call", "method", "path", "query", "body", "shape", "args", "variables", "_head", "_fills",
+                 "_query", "_body_at")
+
+    def __init__(self, call: str, method: str, path: str, *, query: tuple[Query, ...] = (), body: Optional[str] = None,
+                 shape: Any = None):
+        self.call, self.method, self.path, self.query, self.body, self.shape = call, method, path, query, body, shape
+        self.args = _arguments(call)
+        literals, variables = _parse(path)
+        self.variables: tuple[tuple[str, str, str], ...] = variables  # (template piece, argument, kind), in order
+        self._head = literals[0]
+        self._fills = tuple((self.args.index(arg), ENCODERS[kind], literal)  # an argument, then the text after it
+                            for (_, arg, kind), literal in zip(variables, literals[1:], strict=True))
+        self._query: tuple[tuple[str, Optional[int], Any, Optional[str], bool], ...] = tuple(
+            (q.name, None if q.arg is None else self.args.index(q.arg), q.default, q.value, q.always) for q in query)
+        self._body_at = None if body is None else self.args.index(body)
+
+    def target(self, args: tuple) -> tuple[str, dict[str, Any]]:
+        """The path and query for one call with ``args`` (the protocol method's arguments, in order)."""
+        path = self._head
+        for at, encode, literal in self._fills:
+            path += encode(args[at]) + literal
+        if not self._query:
+            return path, _NO_PARAMS
+        params: dict[str, Any] = {}
+        for name, index, default, fixed, always in self._query:
+            value = fixed if index is None else args[index]
+            if value is None or (value == default and not always):
+                continue
+            params[name] = "true" if value is True else "false" if value is False else value
+        return path, params
+
+    def content(self, args: tuple) -> Optional[bytes]:
+        """The request body: the body argument as JSON (Pulsar takes a bare number), or None."""
+        return None if self._body_at is None else json.dumps(args[self._body_at]).encode()
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.call!r}, {self.method} {self.path})"
+
+
+def _arguments(call: str) -> tuple[str, ...]:
+    """The protocol method's parameters after ``self``, in order (from its code object: inspect.signature would
+    cost a millisecond of every command's start for the whole table)."""
+    code = getattr(TransactionsAdmin, call).__code__
+    return code.co_varnames[1:code.co_argcount]
+
+
+def _parse(path: str) -> tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]]:
+    """A template → its literal pieces (one more than the variables) and its variables (piece, argument, kind)."""
+    literals, variables, at = [], [], 0
+    while (start := path.find("{", at)) >= 0:
+        piece = next((p for p in PATH_VARIABLES if path.startswith(p, start)), None)
+        if piece is None:
+            raise ValueError(f"{path}: no argument carries the path variable at {path[start:]!r} (add it to "
+                             "PATH_VARIABLES)")
+        literals.append(path[at:start])
+        variables.append((piece, *PATH_VARIABLES[piece]))
+        at = start + len(piece)
+    literals.append(path[at:])
+    return tuple(literals), tuple(variables)
+
+
+def _rows(*rows: Endpoint) -> dict[str, Endpoint]:
+    return {row.call: row for row in rows}
+
+
+METADATA = Query("metadata", "metadata", False)
+_TOPIC = "{tenant}/{namespace}/{topic}"
+
+ENDPOINTS: dict[str, Endpoint] = _rows(
+    # -- pulsar-admin transactions (Pulsar's Transactions.java) ----------------------------------------------------
+    Endpoint("list_coordinators", "GET", f"{V3}/coordinators", shape=COORDINATORS),
+    Endpoint("coordinator_stats", "GET", f"{V3}/coordinatorStats", query=(Query("coordinatorId", "coordinator_id"),),
+             shape=dict),
+    Endpoint("coordinator_internal_stats", "GET", f"{V3}/coordinatorInternalStats/{{coordinatorId}}",
+             query=(METADATA,), shape=COORDINATOR_INTERNAL_STATS),
+    Endpoint("pending_ack_internal_stats", "GET", f"{V3}/pendingAckInternalStats/{_TOPIC}/{{subName}}",
+             query=(METADATA,), shape=PENDING_ACK_INTERNAL_STATS),
+    Endpoint("buffer_snapshot_internal_stats", "GET", f"{V3}/transactionBufferInternalStats/{_TOPIC}",
+             query=(METADATA,), shape=dict),
+    Endpoint("transaction_buffer_stats", "GET", f"{V3}/transactionBufferStats/{_TOPIC}",
+             query=(Query("lowWaterMarks", "low_water_marks", False), Query("segmentStats", "segment_stats", False)),
+             shape=dict),
+    Endpoint("pending_ack_stats", "GET", f"{V3}/pendingAckStats/{_TOPIC}/{{subName}}",
+             query=(Query("lowWaterMarks", "low_water_marks", False),), shape=dict),
+    Endpoint("transaction_in_buffer_stats", "GET",
+             f"{V3}/transactionInBufferStats/{_TOPIC}/{{mostSigBits}}/{{leastSigBits}}", shape=dict),
+    Endpoint("transaction_in_pending_ack_stats", "GET",
+             f"{V3}/transactionInPendingAckStats/{_TOPIC}/{{subName}}/{{mostSigBits}}/{{leastSigBits}}", shape=dict),
+    Endpoint("transaction_metadata", "GET", f"{V3}/transactionMetadata/{{mostSigBits}}/{{leastSigBits}}", shape=dict),
+    Endpoint("slow_transactions", "GET", f"{V3}/slowTransactions/{{timeout}}",
+             query=(Query("coordinatorId", "coordinator_id"),), shape=dict),
+    Endpoint("scale_coordinators", "POST", f"{V3}/transactionCoordinator/replicas", body="replicas"),
+    Endpoint("position_stats_in_pending_ack", "GET",
+             f"{V3}/positionStatsInPendingAck/{_TOPIC}/{{subName}}/{{ledgerId}}/{{entryId}}",
+             query=(Query("batchIndex", "batch_index"),), shape=dict),
+    Endpoint("abort_transaction", "POST", f"{V3}/abortTransaction/{{mostSigBits}}/{{leastSigBits}}"),
+    # -- brokers, namespaces, topics (/admin/v2) -------------------------------------------------------------------
+    Endpoint("dynamic_config", "GET", f"{V2}/brokers/configuration/values", shape=CONFIG),
+    Endpoint("runtime_config", "GET", f"{V2}/brokers/configuration/runtime", shape=CONFIG),
+    Endpoint("update_dynamic_config", "POST", f"{V2}/brokers/configuration/{{configName}}/{{configValue}}"),
+    Endpoint("delete_dynamic_config", "DELETE", f"{V2}/brokers/configuration/{{configName}}"),
+    Endpoint("list_tenants", "GET", f"{V2}/tenants", shape=STRINGS),
+    Endpoint("list_namespaces", "GET", f"{V2}/namespaces/{{tenant}}", shape=STRINGS),
+    Endpoint("list_topics", "GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/topics",
+             query=(Query("mode", value="ALL"), Query("includeSystemTopic", "include_system", False, always=True)),
+             shape=STRINGS),
+    Endpoint("unload_topic", "PUT", f"{V2}/persistent/{_TOPIC}/unload"),
+    Endpoint("broker_versions", "GET", f"{V2}/brokers/version", shape=VERSION_TEXT),
+    Endpoint("delete_subscription", "DELETE", f"{V2}/persistent/{_TOPIC}/subscription/{{subName}}"),
+    Endpoint("delete_topic", "DELETE", f"{V2}/persistent/{_TOPIC}", query=(Query("force", value="true"),)),
+    # -- cluster identity and brokers ------------------------------------------------------------------------------
+    Endpoint("list_clusters", "GET", f"{V2}/clusters", shape=STRINGS),
+    Endpoint("active_brokers", "GET", f"{V2}/brokers/{{cluster}}", shape=STRINGS),
+    Endpoint("internal_configuration", "GET", f"{V2}/brokers/internal-configuration"),
+    # -- what `txnadmin doctor` reads besides the above ------------------------------------------------------------
+    Endpoint("topic_internal_stats", "GET", f"{V2}/persistent/{_TOPIC}/internalStats"),
+)
+
+# Protocol methods that are not rows: each is read through a row (or the broker's metrics page), as said here.
+DERIVED: dict[str, str] = {
+    "broker_runtime_config": "runtime_config, asked of the named broker itself",
+    "broker_version": "broker_versions, asked of the named broker itself",
+    "broker_metrics_text": "metrics_text, asked of the named broker itself",
+    "broker_time_ms": "the Date header of broker_versions' reply",
+    "metrics_text": "GET /metrics/: the broker's Prometheus page, outside the admin API (served by server/run.py)",
+}
