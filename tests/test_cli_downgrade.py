@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
@@ -116,6 +118,7 @@ def test_killed_start_resumes_to_the_same_verdict(tmp_path):
         assert done.exit_code == 0, done.output
 
 
+@pytest.mark.slow
 def test_verify_folds_the_scan_into_the_verdict(tmp_path):
     d = _engine(tmp_path)
     state = tmp_path / "s.json"

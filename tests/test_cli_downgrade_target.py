@@ -9,6 +9,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
@@ -26,6 +28,7 @@ def _clean_env(tmp_path) -> dict:
     return env
 
 
+@pytest.mark.slow
 def test_no_target_or_an_empty_one_is_refused(tmp_path):
     env = _clean_env(tmp_path)
     # A local engine exists in the default place: it must still not be used implicitly.
@@ -98,6 +101,7 @@ def _served_and_started(tmp_path):
         yield d, state
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_wait_keeps_the_checklist_and_exits_130(tmp_path):
     with _served_and_started(tmp_path) as (d, state):
         before = state.read_text()
@@ -112,6 +116,7 @@ def test_ctrl_c_during_wait_keeps_the_checklist_and_exits_130(tmp_path):
     assert json.loads(state.read_text())["phase"] == json.loads(before)["phase"]
 
 
+@pytest.mark.slow
 def test_wait_on_a_stopped_engine_polls_once_and_says_to_start_it(tmp_path):
     with _served_and_started(tmp_path) as (d, state):
         pass
