@@ -72,6 +72,7 @@ def test_dry_run_changes_nothing_and_no_terminal_refuses(tmp_path):
     assert up.exit_code == 0 and "nothing was changed" in up.stdout
 
 
+@pytest.mark.slow
 def test_a_checklist_from_another_engine_is_refused_through_the_cli(tmp_path):
     a = _engine(tmp_path)
     b = tmp_path / "b"
