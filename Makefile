@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run test check install install-test proto check-java clean docs
+.PHONY: run test test-fast check install install-test proto check-java clean docs
 
 $(VENV)/.created:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "txnadmin needs Python 3.11 or newer (found " + sys.version.split()[0] + ")")'
@@ -42,6 +42,11 @@ run: $(VENV)/.installed check-java
 # Lint and type checks first: a clean clone (.ci/run) fails on a finding as it fails on a test.
 test: $(VENV)/.installed-test check-java check
 	$(PY) -m pytest -q
+
+# The inner loop while editing: no lint, no Spark, no slow rehearsals (markers in pyproject.toml), one worker per core
+# with each file kept on one worker (some files order their tests). `make test` stays the gate and runs everything.
+test-fast: $(VENV)/.installed-test
+	$(PY) -m pytest -q -m "not spark and not slow" -n auto --dist loadfile
 
 # Lint and type checks (settings in pyproject.toml; ruff and mypy are pinned in the test extra).
 check: $(VENV)/.installed-test

@@ -1,4 +1,9 @@
-"""Shared fixtures: one SparkSession for the whole test session (Spark costs seconds to start)."""
+"""Shared fixtures: one SparkSession for the whole test session (Spark costs seconds to start).
+
+Tests that start Spark are marked `spark`, and the slowest ones `slow` (pyproject.toml), so `make test-fast`
+(`-m "not spark and not slow"`) can leave them out. The `spark` fixture refuses a test without the marker: a test
+that starts Spark unmarked would slip into the fast run and make it slow again.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,18 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark_session():
     from txnadmin.scan.spark import spark_session
 
     session = spark_session("local[2]")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def spark(request):
+    """The session's SparkSession, for tests marked `spark` only (checked before Spark starts)."""
+    if request.node.get_closest_marker("spark") is None:
+        pytest.fail(f"{request.node.nodeid} uses the spark fixture: mark it @pytest.mark.spark (or "
+                    "pytest.param(..., marks=pytest.mark.spark)) so `-m 'not spark'` leaves it out", pytrace=False)
+    return request.getfixturevalue("spark_session")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
@@ -54,6 +56,7 @@ def _load(d, seconds="1.5"):
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.slow
 def test_start_status_json_and_exit_codes(tmp_path):
     d = _engine(tmp_path)
     state = tmp_path / "checklist.json"
@@ -95,6 +98,7 @@ def test_unreadable_target_and_missing_checklist(tmp_path):
     assert bad.exit_code == 3 and "bad.json" in bad.stderr
 
 
+@pytest.mark.slow
 def test_killed_start_resumes_to_the_same_verdict(tmp_path):
     d = _engine(tmp_path)
     state = tmp_path / "s.json"
@@ -116,6 +120,7 @@ def test_killed_start_resumes_to_the_same_verdict(tmp_path):
         assert done.exit_code == 0, done.output
 
 
+@pytest.mark.slow
 def test_verify_folds_the_scan_into_the_verdict(tmp_path):
     d = _engine(tmp_path)
     state = tmp_path / "s.json"

@@ -14,6 +14,8 @@ import json
 import re
 import time
 
+import pytest
+
 from txnadmin.admin.http import HttpAdmin
 from txnadmin.admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG
 
@@ -21,6 +23,8 @@ from engine_helpers import live_batched_entries_in
 from http_front import brokers_are, front
 from test_cli_downgrade import _engine as _batching_engine, _load, _running
 from test_cli_downgrade_serve import TOKEN, _engine as _loaded_engine, _serve, cli
+
+pytestmark = pytest.mark.slow  # every test races engine processes against downgrade polls: several seconds each
 
 U_STORE = "persistent://public/default/u-s__transaction_pending_ack"
 REOPENED = "reopened since recording"

@@ -18,11 +18,14 @@ import subprocess
 import sys
 import time
 
+import pytest
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
 
 from engine_helpers import live_batched_entries_in
+
+pytestmark = pytest.mark.slow  # both tests drive engine processes through a whole downgrade wait: tens of seconds
 
 runner = CliRunner()
 TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]

@@ -10,12 +10,16 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from txnadmin.admin.http import HttpAdmin
 
 from engine_helpers import live_batched_entries_in
 from serve_helpers import serving
 from test_cli_downgrade import _engine as _batching_engine, _load, _running
 from test_cli_downgrade_serve import TC_ASSIGN, _engine as _loaded_engine
+
+pytestmark = pytest.mark.slow  # every test drives engine processes through a whole downgrade wait: several seconds each
 
 TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
 

@@ -10,12 +10,16 @@ import time
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 from txnadmin.admin.http import HttpAdmin
 from txnadmin.server.run import free_port, wait_until_listening
 
 from engine_helpers import open_engine
 from test_downgrade import BATCHED
 from test_downgrade_adversarial import load
+
+pytestmark = pytest.mark.slow  # every test drives `txnadmin serve` through a whole downgrade: several seconds each
 
 TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
 TOKEN = "serve-test-token"

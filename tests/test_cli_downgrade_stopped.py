@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
@@ -47,6 +49,7 @@ def _status(d, state):
     return result.exit_code, json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_reading_a_stopped_engine_changes_no_byte_and_keeps_the_proven_verdict(tmp_path):
     d, state = _safe_and_stopped(tmp_path)
     before = directory_fingerprint(d)
@@ -67,6 +70,7 @@ def test_reading_a_stopped_engine_changes_no_byte_and_keeps_the_proven_verdict(t
     assert directory_fingerprint(d) == before
 
 
+@pytest.mark.slow
 def test_a_reopen_while_stopped_and_reading_is_still_caught(tmp_path):
     """The view reports each store's last open as saved by the process that wrote its ledgers: an engine run in
     between with batching switched on (and off again before anyone looks) is seen as a reopen, never as safe."""
@@ -84,6 +88,7 @@ def test_a_reopen_while_stopped_and_reading_is_still_caught(tmp_path):
     assert directory_fingerprint(d) == before
 
 
+@pytest.mark.slow
 def test_no_engine_starts_under_an_open_view_and_a_writer_without_server_is_refused(tmp_path):
     d, state = _safe_and_stopped(tmp_path)
     from txnadmin.admin.local import LocalAdmin
@@ -132,6 +137,7 @@ def test_start_on_a_stopped_engine_opens_it_for_writing_and_status_then_sees_no_
 
 
 
+@pytest.mark.slow
 def test_a_store_the_view_cannot_open_is_listed_not_loaded_never_deleted(tmp_path):
     """Absence of evidence is not "deleted": a store whose log the read-only view cannot open (here its managed
     ledger's record is gone) stays in the listing, answers 404, and keeps the verdict from being safe."""
@@ -166,6 +172,7 @@ def _logical_metadata(d) -> list[str]:
             conn.close()
 
 
+@pytest.mark.slow
 def test_after_a_crash_reading_changes_no_metadata_and_no_entry_log(tmp_path):
     import signal
     import time

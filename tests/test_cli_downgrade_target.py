@@ -9,6 +9,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
@@ -26,6 +28,7 @@ def _clean_env(tmp_path) -> dict:
     return env
 
 
+@pytest.mark.slow
 def test_no_target_or_an_empty_one_is_refused(tmp_path):
     env = _clean_env(tmp_path)
     # A local engine exists in the default place: it must still not be used implicitly.
@@ -69,6 +72,7 @@ def test_dry_run_changes_nothing_and_no_terminal_refuses(tmp_path):
     assert up.exit_code == 0 and "nothing was changed" in up.stdout
 
 
+@pytest.mark.slow
 def test_a_checklist_from_another_engine_is_refused_through_the_cli(tmp_path):
     a = _engine(tmp_path)
     b = tmp_path / "b"
@@ -98,6 +102,7 @@ def _served_and_started(tmp_path):
         yield d, state
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_wait_keeps_the_checklist_and_exits_130(tmp_path):
     with _served_and_started(tmp_path) as (d, state):
         before = state.read_text()
@@ -112,6 +117,7 @@ def test_ctrl_c_during_wait_keeps_the_checklist_and_exits_130(tmp_path):
     assert json.loads(state.read_text())["phase"] == json.loads(before)["phase"]
 
 
+@pytest.mark.slow
 def test_wait_on_a_stopped_engine_polls_once_and_says_to_start_it(tmp_path):
     with _served_and_started(tmp_path) as (d, state):
         pass

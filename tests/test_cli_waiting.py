@@ -15,6 +15,8 @@ import pytest
 
 from test_http_faults import Misbehaving
 
+pytestmark = pytest.mark.slow  # each case waits on a hung server for seconds on purpose
+
 BIN = Path(sys.executable).parent / "txnadmin"
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from txnadmin.cli.docgen import commands, render
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_cli_reference_is_current():
     committed = (ROOT / "docs" / "cli-reference.md").read_text()
     assert committed == render(), "docs/cli-reference.md is stale: run `make docs`"

@@ -817,6 +817,7 @@ GARBLED = ["/admin/v3/transactions/coordinators", "/admin/v3/transactions/coordi
            "/admin/v2/persistent", "/admin/v2/brokers/configuration/runtime", "/admin/v3/transactions/coordinatorInternalStats"]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prefix=st.sampled_from(GARBLED), garbage=JSON, stuck=st.booleans())
 def test_garbage_answers_never_make_a_traceback(monkeypatch, prefix, garbage, stuck):
@@ -941,6 +942,7 @@ def test_target_lost_mid_run_judges_what_was_read(monkeypatch, stuck, code):
     assert any(f["subject"] == "(0,3)" and f["severity"] == "critical" for f in out["findings"]) is stuck
 
 
+@pytest.mark.slow
 def test_engine_run_faults_are_found_by_doctor_and_cleared_by_the_fixes(tmp_path):
     """The operator's way: `engine run --fault stuck-open --fault hold-ending` in one shell, doctor in another
     (through the running engine's server); `--fix --yes` aborts the three stuck ones, a restart of the engine

@@ -57,6 +57,7 @@ def until_safe(engine, admin, path, rounds=12):
     return report
 
 
+@pytest.mark.slow
 def test_reenabled_with_a_reload_between_two_polls_is_caught_and_rerecorded(tmp_path):
     with _started(tmp_path) as (engine, admin):
         # Someone switches batching on, reloads, writes batched entries into new ledgers, switches it off.
@@ -79,6 +80,7 @@ def test_reenabled_with_a_reload_between_two_polls_is_caught_and_rerecorded(tmp_
         assert until_safe(engine, admin, tmp_path / "s.json").safe
 
 
+@pytest.mark.slow
 def test_no_reload_never_takes_a_rollover_for_the_end_of_batching(tmp_path):
     with open_engine(tmp_path / "e", **BATCHED) as engine:
         admin = LocalAdmin(engine)
@@ -143,6 +145,7 @@ class Unloaded(LocalAdmin):
         return [n for n in names if not (self.deleted and n.startswith(self.hidden + "-"))]
 
 
+@pytest.mark.slow
 def test_an_unloaded_but_listed_store_is_not_deleted(tmp_path):
     with open_engine(tmp_path / "e", **BATCHED) as engine:
         load(engine)
@@ -195,6 +198,7 @@ class Flaky(LocalAdmin):
         return super().runtime_config()
 
 
+@pytest.mark.slow
 def test_wait_rides_out_a_broker_restart_and_stops_at_once_on_401(tmp_path):
     with open_engine(tmp_path / "e", **BATCHED) as engine:
         load(engine)
@@ -255,6 +259,7 @@ def test_a_store_deleted_mid_wait_counts_as_done_and_an_idle_one_does_not(tmp_pa
     assert not idle["done"] and result.exit_code == 1
 
 
+@pytest.mark.slow
 def test_a_store_created_while_batching_was_briefly_on_is_not_ignored(tmp_path):
     with _started(tmp_path) as (engine, admin):
         admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "true")
@@ -317,6 +322,7 @@ class Counting(LocalAdmin):
         return super().pending_ack_stats(topic, subscription, low_water_marks)
 
 
+@pytest.mark.slow
 def test_a_store_proven_done_then_reopened_with_batching_on_is_caught(tmp_path):
     """A store proven done is then only asked whether it reopened (one small call per poll): that must still catch
     a reopen while batching was briefly on, and a reopen the ledgers alone could not show."""

@@ -13,6 +13,7 @@ from test_downgrade import BATCHED
 from test_downgrade_adversarial import load
 
 
+@pytest.mark.slow
 def test_a_no_reload_record_after_a_voided_start_does_not_inherit_batching_off(tmp_path):
     flag = "transactionPendingAckBatchedWriteEnabled"
     with open_engine(tmp_path / "e", **BATCHED) as engine:

@@ -55,6 +55,7 @@ def _local_json(tmp_path: Path, engine: Path, *args: str):
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_shed_unloads_a_topic_and_a_coordinator_in_turn_and_each_reopens(tmp_path):
     engine = _init(tmp_path)  # 16 coordinators: a 3 s run cannot reach them all
     run = _cli(tmp_path, "engine", "run", str(engine), "--fault", "shed=0.5", "--duration", "3", "--rate", "50")
@@ -81,6 +82,7 @@ def test_shed_unloads_a_topic_and_a_coordinator_in_turn_and_each_reopens(tmp_pat
     assert all(stats[str(i)]["state"] == "Ready" for i in range(16))
 
 
+@pytest.mark.slow
 def test_shed_reopens_pending_ack_stores_while_another_shell_watches(tmp_path):
     """The operator's view: while `engine run --fault shed` runs, `-u local:DIR` (through the engine's server)
     sees a store's recoverStartTime change, and /metrics carries the process start; Ctrl-C stops everything."""
@@ -114,6 +116,7 @@ def test_shed_reopens_pending_ack_stores_while_another_shell_watches(tmp_path):
     assert not (engine / "server.json").exists()  # stopped cleanly
 
 
+@pytest.mark.slow
 def test_shed_with_other_faults_and_json_leaves_what_they_broke_alone(tmp_path):
     """Combinable: the stuck and held transactions' coordinators are never unloaded (an unload is their cure),
     the other coordinators are; -o json prints no unload lines, only the count, and the counts in the JSON."""

@@ -110,6 +110,7 @@ def _set(directory: Path, name: str, value: str) -> None:
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.slow
 def test_workload_toggling_batching_survives_kill_9(tmp_path):
     directory, journal = tmp_path / "e", tmp_path / "journal.jsonl"
     _init(directory, "transactionLogBatchedWriteEnabled=true", "transactionPendingAckBatchedWriteEnabled=true")
@@ -139,6 +140,7 @@ def test_workload_toggling_batching_survives_kill_9(tmp_path):
         assert engine.storage.garbage_bytes() > 0  # and trimmed: deleted ledgers wait for compaction
 
 
+@pytest.mark.slow
 def test_stats_from_a_second_process_while_the_workload_runs(tmp_path):
     directory = tmp_path / "e"
     _init(directory, "transactionLogBatchedWriteEnabled=true")

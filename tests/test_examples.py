@@ -9,6 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # the example scripts run whole workloads end to end
+
 ROOT = Path(__file__).resolve().parent.parent
 TXNADMIN = str(Path(sys.executable).parent / "txnadmin")
 

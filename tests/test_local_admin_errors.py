@@ -98,3 +98,85 @@ def test_an_invalid_topic_name_through_the_cli_is_one_failure_line(tmp_path):
                                  "-s", "sub"])
     assert result.exit_code == 1, result.output
     assert "Invalid short topic name 'tenant/orders'" in result.stderr and "Traceback" not in result.output
+
+
+def _engine_with_a_garbled_record(tmp_path):
+    """A real engine whose metadata holds a record no engine wrote (a half JSON object): opening it meets an error
+    none of the engine's own errors describes, the kind a bug or unforeseen damage raises."""
+    import sqlite3
+
+    d = tmp_path / "e"
+    assert CliRunner().invoke(app, ["engine", "init", str(d), "-c", "1"]).exit_code == 0
+    with sqlite3.connect(d / "metadata.db") as db:
+        db.execute("INSERT OR REPLACE INTO kv (key, value) VALUES ('engine/opened/tc/0', ?)", (b"{half",))
+    db.close()
+    return d
+
+
+def _opening_commands(d):
+    """Every way the CLI opens an engine, and the exit code each gives a target it cannot open."""
+    return [(["-u", f"local:{d}", "downgrade", "status"], 3), (["-u", f"local:{d}", "transactions", "coordinator-stats"], 1),
+            (["engine", "run", str(d), "--duration", "0.1"], 3), (["engine", "txn", "begin", "--dir", str(d)], 3),
+            (["serve", "--engine-dir", str(d), "--port", "0"], 3)]
+
+
+def _copies(template, tmp_path):
+    """A fresh copy of the engine for each command: an engine that failed half-way through opening keeps its
+    directory locked until it is collected, and the next command in this process would meet that lock instead."""
+    import shutil
+
+    for n, (args, code) in enumerate(_opening_commands(template)):
+        d = shutil.copytree(template, tmp_path / f"copy{n}")
+        yield d, [a.replace(str(template), str(d)) for a in args], code
+
+
+def test_an_unexpected_error_opening_an_engine_is_one_line_and_keeps_its_traceback_under_debug(tmp_path):
+    import json
+
+    template = _engine_with_a_garbled_record(tmp_path)
+    runner = CliRunner()
+    for d, args, code in _copies(template, tmp_path / "plain"):
+        plain = runner.invoke(app, args)
+        assert plain.exit_code == code, (args, plain.output)
+        said = plain.stderr.strip().splitlines()[0]
+        assert str(d) in said and "unexpected JSONDecodeError" in said and "run with --debug for the traceback" in said
+        assert isinstance(plain.exception, SystemExit), args
+    for how, env in (("--debug", {}), ("TXNADMIN_DEBUG", {"TXNADMIN_DEBUG": "1"})):
+        for d, args, _ in _copies(template, tmp_path / how):
+            debug = runner.invoke(app, ["--debug", *args] if how == "--debug" else args, env=env)
+            # the root group lets the error through: its cause is the original failure, with its traceback
+            assert str(d) in str(debug.exception), (args, debug.output)
+            assert isinstance(debug.exception.__cause__, json.JSONDecodeError), (args, debug.exception)
+            assert debug.exception.__cause__.__traceback__ is not None
+
+
+def test_the_traceback_reaches_stderr_under_debug_and_never_without_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    d = _engine_with_a_garbled_record(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "TXNADMIN_DEBUG"}
+    cli = [sys.executable, "-m", "txnadmin", "-u", f"local:{d}"]
+    plain = subprocess.run([*cli, "downgrade", "status"], capture_output=True, text=True, timeout=120, env=env)
+    assert plain.returncode == 3 and plain.stdout == ""
+    assert plain.stderr.count("\n") == 1 and "Traceback" not in plain.stderr
+    assert "unexpected JSONDecodeError" in plain.stderr and "run with --debug" in plain.stderr
+    debug = subprocess.run([*cli, "--debug", "downgrade", "status"], capture_output=True, text=True, timeout=120,
+                           env=env)
+    assert debug.returncode != 0 and debug.stderr.startswith("Traceback"), debug.stderr
+    # the whole chain: the decoder's own frame, then the one-line error it became
+    assert "json.decoder.JSONDecodeError" in debug.stderr and "direct cause" in debug.stderr
+    assert f"TargetUnreachableError: {d}: cannot open the engine" in debug.stderr
+
+
+def test_an_engine_error_on_opening_stays_one_line_under_debug(tmp_path):
+    """--debug is for the unexpected: a damaged metadata.db is the engine's own answer, said the same either way."""
+    template = tmp_path / "e"
+    runner = CliRunner()
+    assert runner.invoke(app, ["engine", "init", str(template), "-c", "1"]).exit_code == 0
+    (template / "metadata.db").write_bytes(b"not a database at all" * 100)
+    for _, args, code in _copies(template, tmp_path):
+        result = runner.invoke(app, ["--debug", *args])
+        assert result.exit_code == code, (args, result.output, result.exception)
+        assert "damaged" in result.stderr and "--debug" not in result.stderr, (args, result.stderr)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from txnadmin.admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG
@@ -11,6 +13,7 @@ from txnadmin.cli.main import app
 from txnadmin.engine.config import read_dynamic
 
 
+@pytest.mark.slow
 def test_rehearsal_reaches_safe_and_all_three_agree(tmp_path):
     result = CliRunner().invoke(app, ["rehearse", "--dir", str(tmp_path), "--warmup", "2", "--scan-engine", "python",
                                       "-o", "json"])
@@ -32,6 +35,7 @@ def test_rehearsal_reaches_safe_and_all_three_agree(tmp_path):
     assert (tmp_path / "txnadmin-downgrade.json").exists() and (tmp_path / "dump" / "ledgers.txt").exists()
 
 
+@pytest.mark.slow
 def test_rehearsal_rides_out_shedding_and_a_restart_with_one_start(tmp_path):
     """Issue #24 goal 5: the rehearsal's downgrade runs while a topic and a coordinator are unloaded every 2 s and the
     engine restarts mid-wait; it still ends SAFE, with `start` run once."""

@@ -32,7 +32,7 @@ def bookie(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("engine", ["python", "spark"])
+@pytest.mark.parametrize("engine", ["python", pytest.param("spark", marks=pytest.mark.spark)])
 def test_entry_logs_with_live_list(bookie, engine, request):
     if engine == "spark":
         request.getfixturevalue("spark")
@@ -177,6 +177,7 @@ def test_a_format_registered_by_a_plugin_is_used(tmp_path):
     assert "fake" not in REGISTRY
 
 
+@pytest.mark.spark
 def test_engine_dump_then_scan_agrees_with_the_engine(tmp_path, spark):
     from txnadmin.codec import decode_entry
     from txnadmin.engine.storage import LedgerStorage
@@ -214,6 +215,7 @@ def test_without_a_ledger_list_messages_never_count_and_the_best_is_incomplete(t
     assert run_scan([str(tmp_path / "1.log")], engine="python").verdict == "batched"
 
 
+@pytest.mark.spark
 def test_both_engines_give_identical_reports(tmp_path, spark, monkeypatch):
     """Same dumps, same list: the reports differ only in the engine field (damage, replicas, formats, coverage),
     also when the operator names the dumps with a relative path (executors need absolute ones)."""

@@ -29,6 +29,7 @@ def _wait_port(port: int, proc, seconds: float = 60) -> None:
     raise TimeoutError(f"nothing listening on {port}")
 
 
+@pytest.mark.spark
 @pytest.mark.slow
 def test_standalone_cluster_gives_the_same_report_as_local(tmp_path):
     import pyspark

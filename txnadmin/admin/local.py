@@ -6,10 +6,13 @@ import functools
 import os
 import threading
 from pathlib import Path
-from typing import Optional, Self
+from typing import TYPE_CHECKING, Any, Optional, Self
 
 from ..names import coordinator_of_assign_partition, normalize_topic
 from .protocol import AdminError, Json, NotFoundError, TargetUnreachableError, TxnId
+
+if TYPE_CHECKING:
+    from ..engine.engine import Engine
 
 
 @functools.cache
@@ -52,6 +55,26 @@ def engine_error_status(exc: BaseException) -> Optional[int]:
         if isinstance(exc, kind):
             return status
     return None
+
+
+def open_engine(directory: Path, **options: Any) -> Engine:
+    """Open the engine in ``directory`` (``options`` as :class:`Engine` takes them); any failure to open it is a
+    TargetUnreachableError naming the directory.
+
+    Locked, damaged or unreadable files are the engine's own errors, said in one line. Anything else (a bug, or
+    damage nobody foresaw) is chained as the error's cause, so `--debug` can still show where it came from."""
+    from ..engine.engine import Engine
+    from ..engine.storage import StorageError
+
+    said: tuple[type[BaseException], ...] = (*_engine_error_types(), StorageError, OSError)
+    try:
+        return Engine(directory, **options)
+    except said as exc:
+        raise TargetUnreachableError(f"{directory}: {exc}") from None
+    except Exception as exc:  # whatever else stops the open: one line, its traceback kept as the cause
+        raise TargetUnreachableError(
+            f"{directory}: cannot open the engine: unexpected {type(exc).__name__}"
+            + (f" ({' '.join(str(exc).split())})" if str(exc).strip() else "")) from exc
 
 
 def _topic_name(name: str) -> str:
@@ -145,12 +168,7 @@ class LocalAdmin:
 
     @staticmethod
     def _open(directory: Path, read_only: bool):
-        from ..engine.engine import Engine
-
-        try:
-            return Engine(directory, read_only=read_only)
-        except Exception as exc:  # noqa: BLE001 — locked by another writer, unreadable files …: one line, named
-            raise TargetUnreachableError(f"{directory}: {exc}") from None
+        return open_engine(directory, read_only=read_only)
 
     def _hold_off_writers(self, directory: Path) -> None:
         """While this view is open no engine process can start and change what is being judged; one already

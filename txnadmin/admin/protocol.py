@@ -60,7 +60,10 @@ class NotAuthorizedError(AdminError):
 
 
 class TargetUnreachableError(AdminError):
-    """The target could not be reached at all (connection refused, DNS, TLS, engine dir missing)."""
+    """The target could not be reached at all (connection refused, DNS, TLS, engine dir missing).
+
+    One raised for an unexpected failure underneath carries it as its ``__cause__`` (``raise … from exc``); the
+    expected ones are raised ``from None``. The CLI shows that cause's traceback under ``--debug``."""
 
     before_send = False  # True when the request surely never left: HttpAdmin may then retry even a write
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, NoReturn
 
@@ -30,6 +31,12 @@ def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
 
     typer.echo(mask(f"error: {message}"), err=True)
     raise typer.Exit(code)
+
+
+def debug_requested(ctx: Any) -> bool:
+    """The operator asked for tracebacks of unexpected failures: the root's --debug, or TXNADMIN_DEBUG set."""
+    root = ctx.find_root() if ctx is not None else None
+    return bool(root is not None and root.params.get("debug")) or os.environ.get("TXNADMIN_DEBUG", "") not in ("", "0")
 
 
 def stdout_is_terminal() -> bool:

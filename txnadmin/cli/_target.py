@@ -64,8 +64,24 @@ def open_target(ctx: typer.Context, admin_url: Optional[str] = None, conf: Optio
     try:
         admin = open_admin(target)
     except TargetUnreachableError as exc:
-        on_error(exc)
+        on_error(unopened(ctx, exc))
     return target, ctx.with_resource(admin)
+
+
+def unopened(ctx: typer.Context, exc: "TargetUnreachableError") -> "TargetUnreachableError":
+    """The error to report for a target or engine that did not open.
+
+    An unexpected failure underneath (chained as the cause, see TargetUnreachableError) goes on as it is under
+    --debug, so the root group lets its traceback through; otherwise its one line says how to see that traceback.
+    """
+    from ..admin.protocol import TargetUnreachableError
+    from ._common import debug_requested
+
+    if exc.__cause__ is None:
+        return exc
+    if debug_requested(ctx):
+        raise exc
+    return TargetUnreachableError(f"{exc.reason} — run with --debug for the traceback")
 
 
 def engine_dir_for(ctx: typer.Context, directory: Optional[Path], command: str, given_as: str) -> tuple[Path, str]:

@@ -7,13 +7,16 @@ import secrets
 import signal
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from .render import output_option
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
-from ._target import engine_dir_for
+from ._target import engine_dir_for, unopened
+
+if TYPE_CHECKING:
+    from ..engine.engine import Engine
 
 app = typer.Typer(help="The embedded engine: init, run a workload, dump ledgers, settings.", no_args_is_help=True)
 
@@ -80,9 +83,7 @@ def run(
     """Run a transactional workload; Ctrl-C stops cleanly, kill -9 loses nothing acknowledged."""
     import math
 
-    from ..engine.engine import Engine
     from ..engine.faults import FAULTS, SHED, Shedder, Spared, fault_name, inject, shed_period, shown
-    from ..engine.manage import EngineDirError, require_engine
     from ..engine.workload import WorkloadSpec, run_workload
 
     if abort_ratio + timeout_ratio > 1:
@@ -106,12 +107,7 @@ def run(
         elif fault_name(name) not in FAULTS or name.endswith("="):
             fail(f"--fault {shown(name)}: use one of {', '.join(FAULTS)}", EXIT_USAGE)
     path, source = engine_dir_for(ctx, directory, "engine run", "the directory argument")
-    try:
-        engine = Engine(require_engine(path))
-    except EngineDirError as exc:
-        fail(str(exc), EXIT_UNREADABLE)
-    except Exception as exc:  # noqa: BLE001 — any engine that cannot open is a one-line exit 3, not a traceback
-        fail(f"{path}: {exc}", EXIT_UNREADABLE)
+    engine = _open(ctx, path)
     typer.echo(f"engine run: {path} ({source})", err=True)
     spec = WorkloadSpec(rate=rate, concurrency=concurrency, duration_s=duration, topics=topics,
                         subscriptions=subscriptions, abort_ratio=abort_ratio, timeout_ratio=timeout_ratio,
@@ -220,20 +216,27 @@ txn_app = typer.Typer(help="Act as a transactional client (begin, commit, abort)
 app.add_typer(txn_app, name="txn")
 
 
-def _client_engine(directory: Optional[Path]):
-    from ..engine.engine import Engine
+def _open(ctx: typer.Context, path: Path, **options: Any) -> "Engine":
+    """The engine in ``path``, or a one-line exit 3 (an unexpected failure keeps its traceback under --debug)."""
+    from ..admin.local import open_engine
+    from ..admin.protocol import TargetUnreachableError
     from ..engine.manage import EngineDirError, require_engine
 
     try:
-        return Engine(require_engine(_dir(directory)), maintenance=False)
+        return open_engine(require_engine(path), **options)
     except EngineDirError as exc:
         fail(str(exc), EXIT_UNREADABLE)
-    except Exception as exc:  # noqa: BLE001 — any engine that cannot open is a one-line exit 3, not a traceback
-        fail(f"{_dir(directory)}: {exc}", EXIT_UNREADABLE)
+    except TargetUnreachableError as exc:
+        fail(unopened(ctx, exc).reason, EXIT_UNREADABLE)
+
+
+def _client_engine(ctx: typer.Context, directory: Optional[Path]) -> "Engine":
+    return _open(ctx, _dir(directory), maintenance=False)
 
 
 @txn_app.command("begin")
 def txn_begin(
+    ctx: typer.Context,
     directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
     timeout_ms: int = typer.Option(60_000, "--timeout-ms"),
     owner: Optional[str] = typer.Option(None, "--owner"),
@@ -246,7 +249,7 @@ def txn_begin(
         if not sep or not topic.strip():
             fail(f"--produce {item!r}: expected TOPIC=TEXT", EXIT_USAGE)
         messages.append((topic, text.encode()))
-    engine = _client_engine(directory)
+    engine = _client_engine(ctx, directory)
     try:
         txn = engine.begin(timeout_ms, owner)
         for topic, payload in messages:
@@ -256,8 +259,8 @@ def txn_begin(
     print_json({"txnId": f"({txn[0]},{txn[1]})", "mostSigBits": txn[0], "leastSigBits": txn[1]})
 
 
-def _end(directory, most: Optional[int], least: Optional[int], client_name: Optional[str], commit: bool,
-         txn_id: Optional[str] = None) -> None:
+def _end(ctx: typer.Context, directory, most: Optional[int], least: Optional[int], client_name: Optional[str],
+         commit: bool, txn_id: Optional[str] = None) -> None:
     from ..engine.coordinator import CoordinatorError
     from ..engine.engine import NotFound
     from ._common import txn_id_from
@@ -267,7 +270,7 @@ def _end(directory, most: Optional[int], least: Optional[int], client_name: Opti
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
 
-    engine = _client_engine(directory)
+    engine = _client_engine(ctx, directory)
     try:
         status = engine.end_transaction((most, least), commit, client_name)
     except (CoordinatorError, NotFound) as exc:  # no such transaction, or no such coordinator
@@ -279,6 +282,7 @@ def _end(directory, most: Optional[int], least: Optional[int], client_name: Opti
 
 @txn_app.command("commit")
 def txn_commit(
+    ctx: typer.Context,
     most: Optional[int] = typer.Option(None, "--most-sig-bits", "-m", help="Or use --txn-id."),
     least: Optional[int] = typer.Option(None, "--least-sig-bits", "-l", help="Or use --txn-id."),
     txn_id: Optional[str] = typer.Option(None, "--txn-id", help='The TxnID as printed, e.g. "(1,6)".'),
@@ -286,11 +290,12 @@ def txn_commit(
     directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
 ) -> None:
     """Commit a transaction; with --client-name a retry after a lost answer succeeds (PIP-255)."""
-    _end(directory, most, least, client_name, True, txn_id)
+    _end(ctx, directory, most, least, client_name, True, txn_id)
 
 
 @txn_app.command("abort")
 def txn_abort(
+    ctx: typer.Context,
     most: Optional[int] = typer.Option(None, "--most-sig-bits", "-m", help="Or use --txn-id."),
     least: Optional[int] = typer.Option(None, "--least-sig-bits", "-l", help="Or use --txn-id."),
     txn_id: Optional[str] = typer.Option(None, "--txn-id", help='The TxnID as printed, e.g. "(1,6)".'),
@@ -298,7 +303,7 @@ def txn_abort(
     directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
 ) -> None:
     """Abort a transaction; with --client-name a retry after a lost answer succeeds (PIP-255)."""
-    _end(directory, most, least, client_name, False, txn_id)
+    _end(ctx, directory, most, least, client_name, False, txn_id)
 
 
 @app.command("recover")

@@ -28,6 +28,7 @@ from . import serve as serve_cli
 from . import target as target_cli
 from . import transactions
 from . import upgrade as upgrade_cli
+from ._common import debug_requested
 
 PULSAR_STYLE = ("transactions", "txn")
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for `… | head`
@@ -62,22 +63,18 @@ class GuardedGroup(TyperGroup):
         except (typer.Exit, typer.Abort, TyperException):
             raise  # exits, aborts and usage errors show themselves
         except KeyboardInterrupt:
-            if _debug(ctx):
+            if debug_requested(ctx):
                 raise
             typer.echo("interrupted", err=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except BrokenPipeError:
             raise  # the reader of stdout went away: main() ends quietly (141); not a failure to describe
         except Exception as exc:  # this is the one place that may catch everything
-            if _debug(ctx):
+            if debug_requested(ctx):
                 raise
             pulsar_style = ctx.invoked_subcommand in PULSAR_STYLE
             typer.echo(describe_failure(exc, ctx), err=True)
             raise typer.Exit(1 if pulsar_style else 3) from None
-
-
-def _debug(ctx: Any) -> bool:
-    return bool(ctx.params.get("debug")) or os.environ.get("TXNADMIN_DEBUG", "") not in ("", "0")
 
 
 def describe_failure(exc: BaseException, ctx: Optional[Any] = None) -> str:

@@ -28,6 +28,8 @@ def serve(
     from ..admin.protocol import TargetUnreachableError
     from ..server.run import serve_forever
 
+    from ._target import unopened
+
     token = None
     if token_file:
         try:
@@ -47,4 +49,4 @@ def serve(
     try:
         serve_forever(directory, host, port, token, on_ready=ready)
     except TargetUnreachableError as exc:
-        fail(exc.reason, EXIT_UNREADABLE)
+        fail(unopened(ctx, exc).reason, EXIT_UNREADABLE)
