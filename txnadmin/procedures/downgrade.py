@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..admin.cluster import ClusterView
-from ..admin.discovery import discover_pending_ack_stores
 from ..admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin, TxnId, is_transient,
 )
@@ -243,7 +242,7 @@ def confirm_flags_off(view: ClusterView, brokers: list[str], wait_s: float = FLA
 
 def _pending_ack_stores(admin: TransactionsAdmin, concurrency: int) -> dict[str, dict]:
     """Every pending-ack store of the target, as the checklist records it: store name → origin topic, subscription."""
-    found = _call(discover_pending_ack_stores, admin, concurrency)
+    found = _call(ClusterView(admin).pending_ack_stores, concurrency)
     return {name: {"topic": s.topic, "subscription": s.subscription} for name, s in found.items()}
 
 
@@ -769,10 +768,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     jobs = coord + stores
     # Logs that exist now but were never recorded may have opened while batching was on: they are part of the
     # proof too. One listing per namespace (also what tells "deleted" from "not loaded").
-    namespaces = [ns for tenant in _call(admin.list_tenants) for ns in _call(admin.list_namespaces, tenant)]
-    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(namespaces)))) as pool:
-        listing = {t for topics in pool.map(lambda ns: _call(admin.list_topics, ns, True), namespaces)
-                   for t in topics}
+    listing = {t for topics in _call(view.topic_listing, concurrency).values() for t in topics}
     unrecorded = [LogStatus("pending-ack", name, None, None, False, "created since recording: it may have opened "
                             "while batching was on", RERECORD_HINT, kind=KIND_UNRECORDED)
                   for name in sorted(listing) if is_pending_ack_store(name)
