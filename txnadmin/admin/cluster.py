@@ -155,7 +155,7 @@ class ClusterView:
     def identity(self) -> dict[str, Any]:
         """What a checklist is about: the admin URL, the cluster's own name and its metadata/BookKeeper URIs."""
         def read() -> dict[str, Any]:
-            clusters = self.ask("clusters", self.admin.list_clusters, absent_ok=True) or []
+            clusters = self.clusters()
             internal = self.ask("internal configuration", self.admin.internal_configuration, absent_ok=True) or {}
             ident: dict[str, Any] = {"adminUrl": self.admin_url,
                                      "clusterName": clusters[0] if len(clusters) == 1 else None,
@@ -166,11 +166,15 @@ class ClusterView:
             return ident
         return self._once("identity", read)
 
+    def clusters(self) -> list[str]:
+        """The cluster names the target lists ([] when it answers 404: it lists none)."""
+        return self._once("clusters", lambda: self.ask("clusters", self.admin.list_clusters, absent_ok=True) or [])
+
     def active_brokers(self, fresh: bool = False) -> list[str]:
         """Every cluster's active brokers, sorted ([] when the target lists none)."""
         def read() -> list[str]:
             brokers: list[str] = []
-            for cluster in self.identity().get("clusters") or []:
+            for cluster in self.clusters():
                 brokers += self.ask(f"brokers of {cluster}", self.admin.active_brokers, cluster, absent_ok=True) or []
             return sorted(set(brokers))
         if fresh:
