@@ -12,6 +12,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+import dumpgen as g
 from test_http_faults import Misbehaving
 from txnadmin.cli.main import app
 
@@ -66,6 +67,7 @@ OWN = [
     ["downgrade", "start", "--yes", "--state", "{state}"],
     ["downgrade", "status", "--state", "{recorded}"],
     ["downgrade", "wait", "--state", "{recorded}", "--timeout", "0"],
+    ["downgrade", "verify", "--state", "{recorded}", "--dumps", "{dump}", "--ledgers", "{ledgers}", "--engine", "python"],
     ["upgrade", "--yes"],
     ["doctor"],
     ["doctor", "-o", "json", "--fix", "--yes"],
@@ -100,7 +102,10 @@ def test_bad_reply_gives_one_short_error_and_the_documented_code(servers, reply,
     monkeypatch.setenv("TXNADMIN_HOME", str(tmp_path / "home"))
     server = servers[reply]
     recorded = _recorded_state(tmp_path / "recorded.json", server.url)
-    args = [a.format(state=tmp_path / "new.json", recorded=recorded, url=server.url) for a in command]
+    g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0))])
+    g.ledger_list(tmp_path / "l.txt", {10: g.TC_ML.format(0)}, last={10: 0})
+    args = [a.format(state=tmp_path / "new.json", recorded=recorded, url=server.url, dump=tmp_path / "0.log",
+                     ledgers=tmp_path / "l.txt") for a in command]
     result = runner.invoke(app, ["-u", server.url, "--request-timeout", "5", "--auth-params", f"token:{SECRET}",
                                  *args])
     assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit), \
@@ -153,7 +158,7 @@ def _must_fail(reply: str, command: list[str]) -> bool:
 
 # Commands that never talk to a Pulsar or a served engine over HTTP: they read files and engine directories
 # (whose bad input has its own tests), so no broker reply can reach them.
-NO_SERVER = {"target", "scan", "rehearse", "serve", "inspect entry", "downgrade verify", "downgrade reset",
+NO_SERVER = {"target", "scan", "rehearse", "serve", "inspect entry", "downgrade reset",
              "engine init", "engine run", "engine dump", "engine set", "engine recover", "engine txn begin",
              "engine txn commit", "engine txn abort"}
 

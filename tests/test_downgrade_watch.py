@@ -242,9 +242,9 @@ def test_the_background_watch_reads_every_period_and_stops():
 
 # -- the one exposition reader ------------------------------------------------------------------------------
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings, strategies as st
 
-from txnadmin.metrics.exposition import (  # noqa: E402
+from txnadmin.metrics.exposition import (
     DOWNGRADE_METRICS, ExpositionError, batched_flushes_by_label, parse_exposition, process_start_time,
 )
 

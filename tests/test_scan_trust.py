@@ -406,13 +406,21 @@ def test_downgrade_verify_passes_incomplete_through_as_exit_3(tmp_path):
     started = runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state", str(state)])
     assert started.exit_code == 0, started.output
     g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0))])
-    result = runner.invoke(app, ["downgrade", "verify", "--dumps", str(tmp_path / "0.log"), "--state", str(state),
-                                 "--engine", "python", "-o", "json"])
+    result = runner.invoke(app, ["downgrade", "verify", "-u", f"local:{d}", "--dumps", str(tmp_path / "0.log"),
+                                 "--state", str(state), "--engine", "python", "-o", "json"])
     # Without a ledger list the scan cannot prove clean: exit 3 ("cannot tell"), not 1 ("batched").
     assert result.exit_code == 3, result.output
     out = json.loads(result.stdout)
     assert out["verdict"] == "incomplete" and "listledgers -meta" in out["reasons"][0]
     assert json.loads(state.read_text())["verification"]["verdict"] == "incomplete"
+
+
+def _coordinator_ledgers(engine_dir) -> list[int]:
+    """Coordinator 0's live ledgers, as the engine lists them (what `downgrade verify` holds a list to)."""
+    stats = runner.invoke(app, ["-u", f"local:{engine_dir}", "transactions", "coordinator-internal-stats", "-c", "0"])
+    assert stats.exit_code == 0, stats.output
+    return [l["ledgerId"] for l in
+            json.loads(stats.stdout)["transactionLogStats"]["managedLedgerInternalStats"]["ledgers"]]
 
 
 def test_downgrade_verify_takes_the_fixes_the_scan_names(tmp_path):
@@ -422,20 +430,24 @@ def test_downgrade_verify_takes_the_fixes_the_scan_names(tmp_path):
     assert runner.invoke(app, ["engine", "init", str(d), "-c", "1"]).exit_code == 0
     state = tmp_path / "s.json"
     assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state", str(state)]).exit_code == 0
+    # The lists hold the engine's own coordinator ledgers too: verify refuses a list that lacks this target's.
+    ours = _coordinator_ledgers(d)
+    assert not set(ours) & {10, 11, 26}, ours  # a fresh engine's first ledgers: apart from the made-up ones
     g.write_entry_log(tmp_path / "0.log", [(10, 0, g.plain(0)), (11, 0, g.batched(1))])
-    g.ledger_list(tmp_path / "l.txt", {10: TC, 11: g.ACK_ML}, meta=False)
-    base = ["downgrade", "verify", "--dumps", str(tmp_path / "0.log"), "--ledgers", str(tmp_path / "l.txt"),
-            "--state", str(state), "--engine", "python"]
+    g.ledger_list(tmp_path / "l.txt", {10: TC, 11: g.ACK_ML, **{lid: g.TC_ML.format(0) for lid in ours}}, meta=False)
+    base = ["downgrade", "verify", "-u", f"local:{d}", "--dumps", str(tmp_path / "0.log"), "--ledgers",
+            str(tmp_path / "l.txt"), "--state", str(state), "--engine", "python"]
     refused = runner.invoke(app, base)
     assert refused.exit_code == 3 and "--txn-ledgers" in refused.stderr
-    named = runner.invoke(app, [*base, "--txn-ledgers", "10,11", "-o", "json"])
+    named = runner.invoke(app, [*base, "--txn-ledgers", ",".join(map(str, [10, 11, *ours])), "-o", "json"])
     assert named.exit_code == 1 and json.loads(named.stdout)["verdict"] == "batched", named.output
     hexdump = tmp_path / "d.txt"
     hexdump.write_text(g.readledger_hex([(26, 0, g.plain(0))], id_format=lambda lid: format(lid, "x")))
-    g.ledger_list(tmp_path / "h.txt", {26: TC}, last={26: 0}, id_format=lambda lid: format(lid, "x"))
-    clean = runner.invoke(app, ["downgrade", "verify", "--dumps", str(hexdump), "--ledgers", str(tmp_path / "h.txt"),
-                                "--state", str(state), "--engine", "python", "--ledger-id-format", "hex",
-                                "--format", "readledger-hex"])
+    g.ledger_list(tmp_path / "h.txt", {26: TC, **{lid: g.TC_ML.format(0) for lid in ours}}, last={26: 0},
+                  id_format=lambda lid: format(lid, "x"))
+    clean = runner.invoke(app, ["downgrade", "verify", "-u", f"local:{d}", "--dumps", str(hexdump), "--ledgers",
+                                str(tmp_path / "h.txt"), "--state", str(state), "--engine", "python",
+                                "--ledger-id-format", "hex", "--format", "readledger-hex"])
     assert clean.exit_code == 0, clean.output
     for bad in (["--engine", "gpu"], ["--txn-ledgers", "ten"], ["--format", "tape"], ["--ledger-id-format", "oct"]):
         result = runner.invoke(app, [*base[:-2], *bad])

@@ -29,6 +29,7 @@ resumes where it was.
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -129,10 +130,6 @@ class Report:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _ledger_ids(internal: dict, key: str) -> list[int]:
-    return [int(l["ledgerId"]) for l in internal[key]["managedLedgerInternalStats"]["ledgers"]]
 
 
 _PERMANENT_503 = "transactionCoordinatorEnabled"
@@ -265,10 +262,17 @@ class _Log:
         self.admin, self.component, self.key, self.info = admin, component, key, info
 
     def ledgers(self) -> list[int]:
+        return [int(l["ledgerId"]) for l in self.live_ledgers()[1]]
+
+    def live_ledgers(self) -> tuple[Optional[str], list[dict]]:
+        """(its managed ledger's name when the target says it, its ledgers as the target lists them)."""
         if self.component == "coordinator":
-            return _ledger_ids(_call(self.admin.coordinator_internal_stats, int(self.key)), "transactionLogStats")
-        return _ledger_ids(_call(self.admin.pending_ack_internal_stats, self.info["topic"], self.info["subscription"]),
-                           "pendingAckLogStats")
+            stats = _call(self.admin.coordinator_internal_stats, int(self.key))["transactionLogStats"]
+        else:
+            stats = _call(self.admin.pending_ack_internal_stats, self.info["topic"],
+                          self.info["subscription"])["pendingAckLogStats"]
+        name = stats.get("managedLedgerName")
+        return (name if isinstance(name, str) and name else None), stats["managedLedgerInternalStats"]["ledgers"]
 
     def recover_start(self) -> Optional[int]:
         if self.component == "coordinator":
@@ -656,6 +660,11 @@ def _store_status(log: _Log, rec: dict, ids: list[int]) -> LogStatus:
     return status
 
 
+def _topic_listing(admin: TransactionsAdmin, concurrency: int) -> set[str]:
+    """Every topic the target lists, system topics included: one listing per namespace (ClusterView's walk)."""
+    return {t for topics in _call(ClusterView(admin).topic_listing, concurrency).values() for t in topics}
+
+
 @dataclass
 class _Poll:
     number: int
@@ -768,7 +777,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     jobs = coord + stores
     # Logs that exist now but were never recorded may have opened while batching was on: they are part of the
     # proof too. One listing per namespace (also what tells "deleted" from "not loaded").
-    listing = {t for topics in _call(view.topic_listing, concurrency).values() for t in topics}
+    listing = _topic_listing(admin, concurrency)
     unrecorded = [LogStatus("pending-ack", name, None, None, False, "created since recording: it may have opened "
                             "while batching was on", RERECORD_HINT, kind=KIND_UNRECORDED)
                   for name in sorted(listing) if is_pending_ack_store(name)
@@ -956,10 +965,18 @@ def rerecord(admin: TransactionsAdmin, state_path: Path, logs: list[LogStatus], 
                     continue  # gone since the poll
                 info = found[l.name]
             todo.append(_Log(admin, "pending-ack", l.name, info))
+    # The re-record is an observation like a poll: it read each log right after its reload, under the watch, so a
+    # move that lands before the next poll is bracketed by the two (else every such move would need another).
+    state["polls"] = int(state.get("polls", 0)) + 1
+    poll = _Poll(state["polls"], time.monotonic(), time.time())
     this_run = _record_logs(admin, view, state, state_path, todo, brokers, True, concurrency, None, session.watch)
+    poll.t_end, poll.wall_end = time.monotonic(), time.time()
+    session.polls[poll.number] = poll
     for bucket, key in this_run:
         state[bucket][key].pop("unproven", None)
-        session.seen_unchanged.pop(("coordinator" if bucket == "coordinators" else "pending-ack", key), None)
+        log_key = ("coordinator" if bucket == "coordinators" else "pending-ack", key)
+        session.pending.pop(log_key, None)
+        session.seen_unchanged[log_key] = poll.number
     revoked = [rec for bucket in ("coordinators", "pendingAckStores") for rec in state[bucket].values()
                if rec.get("unproven")]
     baselines = flush_baselines(view, brokers)
@@ -1034,7 +1051,7 @@ def _wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval
                 continue
             backoff = min(interval_s, 1.0)
             last, last_error = report, None
-            if session.watch is None:
+            if session.watch is None and not getattr(admin, "frozen", False):  # a stopped engine observes nothing
                 # From the first answered poll on, the brokers are watched in the background (not before: a
                 # target that cannot answer a poll yet is retried by the poll loop alone).
                 session.start_watch(_baselines(_require_state(state_path)))
@@ -1078,6 +1095,194 @@ def record_verification(state_path: Path, result: dict) -> dict:
         state["verification"] = result
         save_state(state_path, state)
         return state
+
+
+# -- verify -------------------------------------------------------------------------------------
+
+_NAMED_IN_REFUSAL = 3  # ledgers a refusal names; the count says how many more
+
+
+@dataclass
+class _Held:
+    """A ledger the target lists as live for a recorded log."""
+
+    log: str  # how status names the log
+    managed_ledger: Optional[str]
+    entries: Optional[int]  # only for a closed ledger (any but the log's newest), when the target states it
+
+
+def _ledger_list_digest(path: Path) -> tuple[int, str]:
+    """(size, sha256) of the ledger list; the scan's own error when it cannot be read."""
+    import hashlib
+
+    from ..scan import ScanInputError
+
+    digest, size = hashlib.sha256(), 0
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+                size += len(chunk)
+    except OSError as exc:
+        raise ScanInputError(f"{path}: cannot read ledger list ({exc.strerror or exc})") from None
+    return size, digest.hexdigest()
+
+
+def _held_ledgers(admin: TransactionsAdmin, state: dict, state_path: Path, concurrency: int,
+                  progress: Progress) -> dict[int, _Held]:
+    """Every ledger the target lists, now, as live for a log recorded in the checklist (exit 3 if it cannot say)."""
+    logs = [_Log(admin, "coordinator", k, {}) for k in sorted(state["coordinators"], key=int)]
+    logs += [_Log(admin, "pending-ack", k, rec) for k, rec in sorted(state["pendingAckStores"].items())]
+
+    def one(log: _Log) -> tuple[_Log, Optional[tuple[Optional[str], list[dict]]]]:
+        try:
+            return log, log.live_ledgers()
+        except NotFoundError:
+            return log, None
+
+    held: dict[int, _Held] = {}
+    gone: list[str] = []
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(logs)))) as pool:
+        for count, (log, read) in enumerate(pool.map(one, logs), 1):
+            if progress:
+                progress(count, len(logs))
+            if read is None:
+                if log.component == "coordinator":
+                    raise DowngradeError(f"coordinator {log.key} not found on the target (404): coordinators are "
+                                         "never deleted, so this is not the cluster the checklist was recorded on, "
+                                         "or it is not serving transactions", 3)
+                gone.append(log.key)
+                continue
+            name, ledgers = read
+            ids = [int(l["ledgerId"]) for l in ledgers]
+            if log.component == "coordinator":
+                _ledger_history_fits(state, log.key, ids, state_path)
+            label = transaction_log_local_name(log.key) if log.component == "coordinator" else log.key
+            newest = max(ids, default=None)
+            for lid, info in zip(ids, ledgers, strict=True):
+                entries = info.get("entries")
+                closed = lid != newest and isinstance(entries, int) and not isinstance(entries, bool)
+                held[lid] = _Held(label, name, entries if closed else None)
+    if gone:
+        # Gone from the listing: deleted, nothing of it to prove. Listed but 404: not loaded, its ledgers unknown.
+        listing = _topic_listing(admin, concurrency)
+        unloaded = [key for key in gone if key in listing]
+        if unloaded:
+            more = f" (and {len(unloaded) - 1} more)" if len(unloaded) > 1 else ""
+            raise DowngradeError(f"store {unloaded[0]}{more} is listed on the target but its stats answer 404 (not "
+                                 "loaded): cannot tell which of its ledgers are live; load its topic (e.g. "
+                                 "`pulsar-admin topics stats <topic>`) and run `txnadmin downgrade verify` again", 3)
+    return held
+
+
+def _refuse_uncovered(held: dict[int, _Held], live: Optional[dict], named: frozenset, source: str,
+                      state_path: Path) -> None:
+    """Exit 3 when the ledger list does not hold this target's live ledgers as the scan will judge them."""
+    from ..scan.job import judged_ledgers
+
+    judged = judged_ledgers(live, named)
+    missing, unnamed, differ = [], [], []
+    for lid in sorted(held):
+        ours, listed = held[lid], (live or {}).get(lid)
+        here = ours.managed_ledger or ours.log
+        if lid not in judged:
+            if listed is None:
+                missing.append(f"{lid} of {ours.log}")
+            elif not listed.has_metadata:
+                unnamed.append(f"{lid} of {ours.log}")
+            else:  # the same id on another cluster: another managed ledger's, or a cursor's
+                there = f"{listed.managed_ledger or 'no managed ledger'}{' cursor ' + listed.cursor if listed.cursor else ''}"
+                differ.append(f"{lid}: {there} there, {here} here")
+        elif listed is not None and listed.has_metadata:
+            if ours.managed_ledger and listed.managed_ledger and listed.managed_ledger != ours.managed_ledger:
+                differ.append(f"{lid}: {listed.managed_ledger} there, {here} here")
+            elif ours.entries is not None and listed.closed and listed.last_entry_id + 1 != ours.entries:
+                differ.append(f"{lid}: {listed.last_entry_id + 1} entries there, {ours.entries} here")
+    if not (missing or unnamed or differ):
+        return
+
+    def few(items: list[str]) -> str:
+        more = f" and {len(items) - _NAMED_IN_REFUSAL} more" if len(items) > _NAMED_IN_REFUSAL else ""
+        return "; ".join(items[:_NAMED_IN_REFUSAL]) + more
+
+    parts = [f"{len(held)} ledgers are live on the target for the logs recorded in {state_path}, but {source}"]
+    if missing:
+        parts.append(f"lacks {len(missing)} of them ({few(missing)})")
+    if unnamed:
+        parts.append(f"lists {len(unnamed)} of them without metadata and --txn-ledgers does not name them "
+                     f"({few(unnamed)})")
+    if differ:
+        parts.append(f"holds {len(differ)} of them as other ledgers ({few(differ)})")
+    raise DowngradeError(f"{parts[0]} {', '.join(parts[1:])}: these dumps are another cluster's, or older than its "
+                         "ledgers; nothing recorded: copy this cluster's dumps, then take `bookkeeper shell "
+                         "listledgers -meta`, and run verify again", 3)
+
+
+def _dump_inputs(paths: list[str], inputs: list[dict]) -> list[dict]:
+    """Each dump path as given, with how many files and bytes the scan read under it."""
+    out = []
+    for raw in paths:
+        root = os.path.abspath(raw)
+        mine = [i for i in inputs if i["path"] == root or i["path"].startswith(root.rstrip(os.sep) + os.sep)]
+        out.append({"path": root, "files": len(mine), "bytes": sum(i["bytes"] for i in mine)})
+    return out
+
+
+def _recorded_logs(state: dict) -> tuple[list[str], list[str]]:
+    return sorted(state["coordinators"]), sorted(state["pendingAckStores"])
+
+
+def verify(admin: TransactionsAdmin, state_path: Path, dumps: list[str], ledgers: Optional[Path] = None,
+           txn_ledgers: Optional[str] = None, ledger_id_format: str = "long", fmt: str = "auto", engine: str = "auto",
+           target: Optional[str] = None, concurrency: int = 16, progress: Progress = None) -> tuple[Any, dict]:
+    """Scan the bookies' dumps and fold the verdict into the checklist, if they are this target's.
+
+    The ledger list (``ledgers``, and the ids named in ``txn_ledgers``) must hold, as the scan judges them, every
+    ledger the target lists now as live for a recorded log: a clean scan of another cluster's dumps proves nothing
+    here. Refused (exit 3) with nothing recorded otherwise. Returns (the ScanResult, the entry recorded, with what
+    it was checked against for an audit). Scan errors: ScanUsageError (2), ScanInputError (3).
+    """
+    from ..scan import run_scan
+    from ..scan.job import check_options, parse_txn_ledgers, read_live_list
+
+    check_options(fmt, engine, ledger_id_format)
+    named = parse_txn_ledgers(txn_ledgers, ledger_id_format)
+    state = _require_state(state_path)
+    digest = _ledger_list_digest(ledgers) if ledgers else None
+    live = read_live_list(ledgers, ledger_id_format, named) if ledgers else None
+    ident = target_identity(admin, target if target is not None else state["identity"]["adminUrl"])
+    check_identity(state, ident, state_path)
+    held: Optional[dict[int, _Held]] = None
+    if live is not None or named:
+        # (Without any list the scan cannot say clean: its verdict, incomplete, is recorded as it is.)
+        held = _held_ledgers(admin, state, state_path, concurrency, progress)
+        source = f"{ledgers}{' with --txn-ledgers' if named else ''}" if ledgers else "--txn-ledgers"
+        _refuse_uncovered(held, live, named, source, state_path)
+    paths = [str(p) for p in dumps]
+    result = run_scan(paths, ledgers_file=ledgers, engine=engine, fmt=fmt, txn_ledgers=named,
+                      ledger_id_format=ledger_id_format)
+    if ledgers and _ledger_list_digest(ledgers) != digest:
+        raise DowngradeError(f"{ledgers} changed while verify read it; nothing was recorded: run `txnadmin downgrade "
+                             "verify` again with a list that stays put", 3)
+    record = {"verdict": result.verdict, "liveBatchedEntries": result.live_batched_entries, "engine": result.engine,
+              "reasons": result.reasons[:20], "verifiedAt": _now_ms(),
+              "target": {"adminUrl": ident["adminUrl"], "clusterName": ident.get("clusterName")},
+              "dumps": _dump_inputs(paths, result.inputs),
+              "ledgerList": ({"path": os.path.abspath(ledgers), "bytes": digest[0], "sha256": digest[1]}
+                             if ledgers and digest else None),
+              "txnLedgers": txn_ledgers or None, "ledgerIdFormat": ledger_id_format,
+              "liveLedgersChecked": None if held is None else len(held)}
+    # Read again under the checklist's lock (its one writer; refused while a `start` or `wait` holds it): a
+    # `wait` may have saved it during a long scan, and its updates stay.
+    with ChecklistLock(state_path):
+        now = _require_state(state_path)
+        check_identity(now, ident, state_path)
+        if _recorded_logs(now) != _recorded_logs(state):
+            raise DowngradeError(f"{state_path}: logs were recorded while verify ran (`start` again?); nothing was "
+                                 "recorded: run `txnadmin downgrade verify` again", 3)
+        now["verification"] = record
+        save_state(state_path, now)
+    return result, record
 
 
 def reset(state_path: Path) -> bool:

@@ -135,6 +135,15 @@ def _suspect(lid: int, t: LedgerTally, what: str, reasons: list[str]) -> None:
                    f"were unreadable (a damaged header can hide a transaction ledger's entry){at}")
 
 
+def judged_ledgers(live: Optional[dict[int, LiveLedger]], named: frozenset = frozenset()) -> set[int]:
+    """The ledgers the scan holds to full coverage: those named with --txn-ledgers and the live ones whose
+    metadata names a transaction log or pending-ack store."""
+    judged: set[int] = set(named)
+    if live is not None:
+        judged |= {lid for lid, l in live.items() if l.transaction_ledger}
+    return judged
+
+
 def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inputs: list[ScanInput],
           notes: list[str], named: frozenset = frozenset()) -> ScanResult:
     """The verdict: batched > incomplete > clean, from the merged tally and the ledger list.
@@ -149,9 +158,7 @@ def judge(tally: Tally, live: Optional[dict[int, LiveLedger]], engine: str, inpu
         reasons.append("no ledger list (--ledgers): the scan cannot tell which ledgers are live transaction ledgers "
                        "or whether any is missing from the dumps; take `bookkeeper shell listledgers -meta` after "
                        "copying the dumps and pass it with --ledgers")
-    judged: set[int] = set(named)
-    if live is not None:
-        judged |= {lid for lid, l in live.items() if l.transaction_ledger}
+    judged = judged_ledgers(live, named)
     ledgers, dead = [], []
     live_batched = 0
     for lid in sorted(set(tally.ledgers) | judged):
@@ -301,30 +308,43 @@ def parse_txn_ledgers(text: Optional[str], id_format: str = "long") -> frozenset
     return frozenset(out)
 
 
-def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str = "auto", engine: str = "auto",
-             master: Optional[str] = None, report: Optional[Path] = None,
-             progress: Optional[Callable[[int, int, int, int], None]] = None, txn_ledgers: Iterable[int] = (),
-             ledger_id_format: str = "long", verify_all_digests: bool = False) -> ScanResult:
-    from .ledgers import LedgerListError
-
+def check_options(fmt: str = "auto", engine: str = "auto", ledger_id_format: str = "long") -> None:
+    """The scan's flag values, checked before anything is read (ScanUsageError: exit 2)."""
     if engine not in ("auto", "spark", "python"):
         raise ScanUsageError(f"--engine {engine!r}: use auto, spark or python")
     if ledger_id_format not in ("long", "hex"):
         raise ScanUsageError(f"--ledger-id-format {ledger_id_format!r}: use long or hex (UUIDs are recognised)")
+    if fmt != "auto" and fmt not in REGISTRY:
+        raise ScanUsageError(f"--format {fmt!r}: unknown (known: {', '.join(sorted(REGISTRY))})")
+
+
+def read_live_list(ledgers_file: Path, id_format: str = "long", named: frozenset = frozenset()) -> dict[int, LiveLedger]:
+    """The live ledger list as the scan judges by it; ScanInputError when it is unreadable or cannot tell
+    transaction ledgers apart (no metadata and none named with --txn-ledgers)."""
+    from .ledgers import LedgerListError
+
+    try:
+        live = read_ledger_list(ledgers_file, id_format)
+    except LedgerListError as exc:
+        raise ScanInputError(str(exc)) from None
+    blind = sorted(lid for lid, l in live.items() if not l.has_metadata and lid not in named)
+    if blind and not named:
+        raise ScanInputError(
+            f"{ledgers_file}: {len(blind)} of {len(live)} ledgers have no metadata (first: {blind[0]}), so "
+            "transaction ledgers cannot be told apart; take the list with `bookkeeper shell listledgers -meta`, "
+            "or name the transaction ledgers with --txn-ledgers ID,...")
+    return live
+
+
+def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str = "auto", engine: str = "auto",
+             master: Optional[str] = None, report: Optional[Path] = None,
+             progress: Optional[Callable[[int, int, int, int], None]] = None, txn_ledgers: Iterable[int] = (),
+             ledger_id_format: str = "long", verify_all_digests: bool = False) -> ScanResult:
+    check_options(fmt, engine, ledger_id_format)
     named = frozenset(txn_ledgers)
     paths = list(paths)
     inputs, notes = collect_inputs(paths, fmt)
-    try:
-        live = read_ledger_list(ledgers_file, ledger_id_format) if ledgers_file else None
-    except LedgerListError as exc:
-        raise ScanInputError(str(exc)) from None
-    if live is not None:
-        blind = sorted(lid for lid, l in live.items() if not l.has_metadata and lid not in named)
-        if blind and not named:
-            raise ScanInputError(
-                f"{ledgers_file}: {len(blind)} of {len(live)} ledgers have no metadata (first: {blind[0]}), so "
-                "transaction ledgers cannot be told apart; take the list with `bookkeeper shell listledgers -meta`, "
-                "or name the transaction ledgers with --txn-ledgers ID,...")
+    live = read_live_list(ledgers_file, ledger_id_format, named) if ledgers_file else None
     plan = read_plan(live, named, ledger_id_format, verify_all_digests)
     if engine == "auto":
         big = sum(i.size for i in inputs) >= SPARK_THRESHOLD_BYTES[live is not None]
