@@ -33,6 +33,7 @@ Progress = Optional[Callable[[int, int], None]]
 # What a garbled answer (a list where Pulsar sends an object, a string where it sends a number) raises in the
 # code that reads it. Caught per survey part and per check: doctor reports it as unknown, never a traceback.
 MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+NO_CLOCK = "the target's answers carry no Date header, so ages cannot be judged on its clock"
 # Checks that judge the buffers and stores (coverage says what of them could not be read).
 TOPIC_SURVEY = {"max-read-position", "recovery", "snapshots", "leftovers", "batched-log", "coverage"}
 
@@ -123,7 +124,7 @@ def survey(admin: TransactionsAdmin, target: str, need: set[str], concurrency: i
     s = Survey(now_ms=now, clock="target" if now is not None else "unknown", target=target, answered=view.answered)
     notes: dict[str, str] = {}  # what the survey itself found unreadable (beyond the view's admin errors)
     if now is None:
-        notes["clock"] = "the target's answers carry no Date header, so ages cannot be judged on its clock"
+        notes["clock"] = NO_CLOCK
     if bookie_dir is not None and "bookie-rocksdb" in need:
         s.bookie = read_bookie_files(bookie_dir)
     try:

@@ -7,7 +7,7 @@ from ....admin.protocol import TxnId
 from ....names import coordinator_assign_partition
 from ..knowledge import ENDING_STATES, ref
 from ..report import Finding, unknown
-from ..survey import Survey, position
+from ..survey import NO_CLOCK, Survey, position
 from .common import age_text, txn_times
 
 NAME = "max-read-position"
@@ -68,7 +68,7 @@ def check(s: Survey, t: dict) -> list[Finding]:
             continue
         opened, txn_text, meta = known[0]
         if s.now_ms is None:
-            out.append(unknown(name, topic, s.errors["clock"], "ages need the target's clock; see the stuck-transactions check"))
+            out.append(unknown(name, topic, s.errors.get("clock", NO_CLOCK), "ages need the target's clock; see the stuck-transactions check"))
             continue
         age = s.now_ms - opened
         if age < t["stalled"]:

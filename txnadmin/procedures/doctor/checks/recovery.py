@@ -7,7 +7,7 @@ from typing import Optional
 from ....names import coordinator_assign_partition
 from ..knowledge import READY_STATES, ref
 from ..report import Finding, unknown
-from ..survey import Survey
+from ..survey import NO_CLOCK, Survey
 from .common import age_text
 
 NAME = "recovery"
@@ -43,7 +43,7 @@ def check(s: Survey, t: dict) -> list[Finding]:
     name = NAME
     out: list[Finding] = []
     if s.now_ms is None:
-        out.append(unknown(name, "cluster", s.errors["clock"], "recovery durations need the target's clock"))
+        out.append(unknown(name, "cluster", s.errors.get("clock", NO_CLOCK), "recovery durations need the target's clock"))
     for tc_id, stats in sorted(s.coordinator_stats.items()):
         ev = recovering(stats, s.now_ms, t["recovery"])
         if ev:

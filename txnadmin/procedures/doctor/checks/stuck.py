@@ -7,7 +7,7 @@ from ....admin.protocol import TxnId
 from ....names import coordinator_assign_partition
 from ..knowledge import ENDING_STATES, ref
 from ..report import Finding, unknown
-from ..survey import Survey, problem
+from ..survey import NO_CLOCK, Survey, problem
 from .common import age_text, tc_disabled_unknown, txn_times
 
 NAME = "stuck-transactions"
@@ -28,7 +28,7 @@ def check(s: Survey, t: dict) -> list[Finding]:
                            "broker's log"))
     if s.now_ms is None:
         if s.transactions:
-            out.append(unknown(name, "cluster", s.errors["clock"],
+            out.append(unknown(name, "cluster", s.errors.get("clock", NO_CLOCK),
                                "put doctor behind no proxy that strips Date headers; `pulsar-admin transactions "
                                "slow-transactions -t 1h` lists long-timeout transactions without judging their age"))
         return out
