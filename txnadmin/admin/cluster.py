@@ -29,8 +29,8 @@ The rules live here and nowhere else:
 
 Error policy (``on_error``): ``"raise"`` (the downgrade, the upgrade, the batch-log commands) lets every
 :class:`AdminError` through; ``"record"`` (doctor) lets only :class:`TargetUnreachableError` through and records
-any other under the area it was reading (``errors``), so a walk goes on past a namespace it may not list. Either way
-:meth:`ask` is the one place that applies it.
+any other under the area it was reading (``errors``), so a walk goes on past a namespace it may not list.
+:meth:`ClusterView.attempt` (and :meth:`ClusterView.ask` on it) is the one place that applies it.
 """
 
 from __future__ import annotations
@@ -298,26 +298,31 @@ class ClusterView:
         """Every pending-ack store of every namespace, by store name, each split by the one rule (module
         docstring)."""
         def read() -> dict[str, PendingAckStore]:
-            jobs: list[tuple[str, set[str]]] = []
+            found: dict[str, PendingAckStore] = {}
+            ambiguous: list[tuple[str, list[tuple[str, str]]]] = []
             for listed in self.topic_listing(concurrency).values():
                 others = {t for t in listed if not is_pending_ack_store(t)}
-                jobs += [(t, others) for t in listed if is_pending_ack_store(t)]
-            if not jobs:
-                return {}
-            with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(jobs)))) as pool:
-                return {s.name: s for s in pool.map(lambda job: self._split_store(*job), jobs)}
+                for name in (t for t in listed if is_pending_ack_store(t)):
+                    readings = pending_ack_readings(name, others)
+                    if len(readings) > 1:
+                        ambiguous.append((name, readings))
+                    elif readings:
+                        found[name] = PendingAckStore(name, *readings[0], True)
+                    else:
+                        found[name] = PendingAckStore(name, *pending_ack_guess(name), False)
+            if ambiguous:  # only these cost calls: asked in parallel
+                with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(ambiguous)))) as pool:
+                    found.update((s.name, s) for s in pool.map(lambda job: self._resolve(*job), ambiguous))
+            return found
         return self._once("stores", read)
 
-    def _split_store(self, store: str, topics: set[str]) -> PendingAckStore:
-        readings = pending_ack_readings(store, topics)
-        if not readings:
-            return PendingAckStore(store, *pending_ack_guess(store), False)
-        if len(readings) > 1:
-            for topic, sub in readings:
-                stats, error = self.attempt(f"pending-ack store {store}", self.admin.pending_ack_internal_stats,
-                                            topic, sub, absent_ok=True)
-                if error is not None:
-                    break  # "record": the target would not say which; the likeliest reading stands
-                if stats is not None:
-                    return PendingAckStore(store, topic, sub, True)
+    def _resolve(self, store: str, readings: list[tuple[str, str]]) -> PendingAckStore:
+        """The reading of an ambiguous store name whose pending-ack internal stats the target answers."""
+        for topic, sub in readings:
+            stats, error = self.attempt(f"pending-ack store {store}", self.admin.pending_ack_internal_stats,
+                                        topic, sub, absent_ok=True)
+            if error is not None:
+                break  # "record": the target would not say which; the likeliest reading stands
+            if stats is not None:
+                return PendingAckStore(store, topic, sub, True)
         return PendingAckStore(store, *readings[0], True)
