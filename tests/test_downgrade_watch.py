@@ -279,3 +279,19 @@ def test_only_the_named_metrics_are_kept_and_labels_split_the_counts():
             assert "not a Prometheus exposition" in str(exc)
         else:
             raise AssertionError(page)
+
+
+def test_poll_numbers_never_repeat_within_a_wait_though_the_checklist_was_not_saved():
+    """A poll that changes nothing saves nothing; numbering from the file alone named two polls 1, and a store
+    seen unchanged by the first was bracketed by the second, taken after a restart: a false acceptance."""
+    from txnadmin.procedures.downgrade import Session
+
+    class Admin:
+        pass
+
+    session = Session(Admin(), "http://b:8080", {})  # type: ignore[arg-type]
+    on_disk = {"polls": 7}
+    first = session.new_poll(dict(on_disk))  # each poll reads the checklist afresh: still 7 on disk
+    second = session.new_poll(dict(on_disk))
+    assert (first.number, second.number) == (8, 9)
+    assert session.polls[8] is first and second.t_start >= first.t_start

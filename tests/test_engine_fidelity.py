@@ -451,3 +451,33 @@ def test_a_marker_the_buffer_fails_to_apply_fails_its_own_end_not_the_one_that_a
         with pytest.raises(OSError, match="snapshot write failed"):
             finish_first()
         assert topic.transaction_in_buffer(second) == (None, False)
+
+
+def test_a_transaction_whose_acked_subscription_was_deleted_cannot_be_described(tmp_path):
+    # TransactionsBase.getTransactionMetadata asks for the pending-ack stats of every subscription the transaction
+    # acked on and fails as a whole when one fails; PersistentTopic.getTransactionInPendingAckStats looks the
+    # subscription up without a check, so a deleted one is a NullPointerException: HTTP 500, for slowTransactions too.
+    from txnadmin.admin.local import LocalAdmin
+    from txnadmin.admin.protocol import AdminError, NotFoundError, TxnId
+
+    with open_engine(tmp_path) as engine:
+        engine.subscribe(TOPIC, "sub")
+        pos = engine.publish(TOPIC, b"x")
+        engine.receive(TOPIC, "sub", 1)
+        txn = engine.begin(3_600_000)
+        engine.ack(txn, TOPIC, "sub", [pos])
+        admin, txn_id = LocalAdmin(engine), TxnId(*txn)
+        assert admin.transaction_metadata(txn_id)["ackedPartitions"] == {TOPIC: {"sub": {}}}
+        engine.delete_subscription(TOPIC, "sub")
+        calls = {"metadata": lambda: admin.transaction_metadata(txn_id),
+                 "slow, every coordinator": lambda: admin.slow_transactions(0),
+                 "slow, its coordinator": lambda: admin.slow_transactions(0, txn[0]),
+                 "in pending ack": lambda: admin.transaction_in_pending_ack_stats(txn_id, TOPIC, "sub")}
+        for name, call in calls.items():
+            with pytest.raises(AdminError) as failed:
+                call()
+            assert failed.value.status == 500 and "Subscription sub of" in failed.value.reason, name
+        # The topic gone too: Pulsar's getExistingPersistentTopicAsync answers 404 "Topic not found" first.
+        engine.delete_topic(TOPIC)
+        with pytest.raises(NotFoundError, match="Topic not found"):
+            admin.transaction_metadata(txn_id)

@@ -7,7 +7,7 @@ from typing import Optional
 
 from ..names import namespace_of
 from .cluster import ClusterView
-from .protocol import NotFoundError, TransactionsAdmin, TxnId
+from .protocol import AdminError, BadReplyError, NotFoundError, TargetUnreachableError, TransactionsAdmin, TxnId
 
 
 def open_transactions(admin: TransactionsAdmin, coordinator_id: Optional[int] = None,
@@ -24,6 +24,36 @@ def open_transactions(admin: TransactionsAdmin, coordinator_id: Optional[int] = 
                      "ackedPartitions": sorted(f"{t}/{s}" for t, subs in meta.get("ackedPartitions", {}).items()
                                                for s in subs)})
     return sorted(rows, key=lambda r: (r["openTimestamp"] or 0, r["txnId"]))
+
+
+def open_transactions_by_coordinator(admin: TransactionsAdmin, coordinator_id: Optional[int] = None,
+                                     now_ms: Optional[int] = None) -> tuple[list[dict], dict[int, str]]:
+    """:func:`open_transactions`, and why each coordinator that could not be listed was not (coordinator → reason).
+
+    Pulsar fails the listing of every coordinator when it cannot describe one transaction (one that acked on a
+    subscription deleted since answers 500 until it ends), so a failed listing of all is asked again coordinator
+    by coordinator: the others' transactions are still shown. Failures that would fail every call are raised."""
+    try:
+        return open_transactions(admin, coordinator_id, now_ms), {}
+    except (TargetUnreachableError, BadReplyError):
+        raise
+    except AdminError as exc:
+        if coordinator_id is not None or exc.status in (401, 403):
+            raise
+        first = exc
+    ids = sorted(int(c["id"]) for c in admin.list_coordinators())
+    rows: list[dict] = []
+    unreadable: dict[int, str] = {}
+    for tc_id in ids:
+        try:
+            rows += open_transactions(admin, tc_id, now_ms)
+        except (TargetUnreachableError, BadReplyError):
+            raise
+        except AdminError as exc:
+            unreadable[tc_id] = exc.reason
+    if len(unreadable) == len(ids):
+        raise first  # no coordinator answered on its own either: the first answer says it best
+    return sorted(rows, key=lambda r: (r["openTimestamp"] or 0, r["txnId"])), unreadable
 
 
 def find_hanging(admin: TransactionsAdmin, max_transaction_timeout_minutes: float = 15.0,

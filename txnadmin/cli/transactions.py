@@ -384,13 +384,21 @@ def list_transactions(ctx: typer.Context, coordinator_id: Optional[int] = typer.
                       topic: Optional[str] = typer.Option(None, "--topic", "-t",
                                                           help="Only transactions that produced to or acked on it."),
                       output: Optional[str] = Output) -> None:
-    """Open transactions per coordinator, oldest first, with age and owner."""
-    from ..admin.hanging import open_transactions
+    """Open transactions per coordinator, oldest first, with age and owner.
+
+    Exit 1 when a coordinator could not be listed (the others are shown, and why that one was not on stderr).
+    """
+    from ..admin.auth import mask
+    from ..admin.hanging import open_transactions_by_coordinator
 
     touches = _topic_filter(topic)
-    rows = _run(ctx, lambda a: open_transactions(a, coordinator_id))
+    rows, unreadable = _run(ctx, lambda a: open_transactions_by_coordinator(a, coordinator_id))
     rows = [r for r in rows if touches is None or touches(r)]
     _print(rows, output or "table", table=lambda v: _txn_table(v, f"{len(v)} open transactions on {_target_url(ctx)}"))
+    for tc_id, reason in sorted(unreadable.items()):
+        typer.echo(mask(f"coordinator {tc_id}: its transactions could not be listed: {reason}"), err=True)
+    if unreadable:
+        raise typer.Exit(1)
 
 
 def _target_flags(ctx: typer.Context) -> str:

@@ -17,6 +17,11 @@ class NotReady(EngineError):
     """Pulsar's ServiceUnitNotReadyException: asked before the component finished loading."""
 
 
+class SubscriptionGone(EngineError):
+    """A transaction's acked subscription deleted since: Pulsar's topic dereferences it unchecked (a
+    NullPointerException, HTTP 500), which fails the transaction's metadata and slow-transactions too."""
+
+
 def coordinators_list(engine: Engine) -> list[dict]:
     url = engine.config.engineBrokerServiceUrl
     return [{"id": tc_id, "brokerServiceUrl": url} for tc_id in sorted(engine.coordinators)]
@@ -81,6 +86,11 @@ def _store_or_none(engine: Engine, topic: str, sub: str):
 
 
 def transaction_in_pending_ack_stats(engine: Engine, txn: tuple[int, int], topic: str, sub: str) -> dict:
+    t = engine.topic(topic, create=False)
+    key = (t.name, sub)
+    if key not in engine.stores and key not in engine.unopened_stores and sub not in t.ledger.cursors():
+        raise SubscriptionGone(f"Subscription {sub} of {t.name} does not exist: cannot read the pending-ack state of "
+                               f"transaction ({txn[0]},{txn[1]}) (Pulsar answers this with a NullPointerException, HTTP 500)")
     store = _store_or_none(engine, topic, sub)
     pos = store.txn_cumulative_position(txn) if store is not None else None
     return {"cumulativeAckPosition": pos} if pos is not None else {}

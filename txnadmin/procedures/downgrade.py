@@ -10,7 +10,8 @@ target the operator meant. The evidence, per log (a coordinator's transaction lo
    ``recoverStartTime`` (coordinator-stats / pending-ack-stats) and its ledgers *after* the flags are confirmed
    off, reloads it, and requires a new ``recoverStartTime``: that reopen happened with batching off. LastBatched
    is the largest ledger that existed before that reopen (re-read after the reload: a rollover in between moves
-   it up). Without a reload the log keeps waiting until it is seen reopened and re-recorded.
+   it up). Without a reload the log keeps waiting until it is seen reopened and re-recorded; that re-record takes
+   every ledger but the newest (the reopen's own) as LastBatched, as the reload does.
 3. **Nobody reopened it since.** Every ``status`` poll compares ``recoverStartTime`` with the recorded value: a
    store reopened by anyone since recording may have reopened with batching on, so it is never "done" ("reopened
    since recording") until ``start`` re-records it. A managed ledger always opens a new ledger, so while a log's
@@ -292,15 +293,30 @@ def _record(log: _Log, reload: bool, previous: Optional[dict]) -> Optional[dict]
         before_start, before = None, []
     if reload:
         return None  # the caller reloads per topic and then calls _after_reload
-    rec = {"lastBatchedLedgerId": max(before) if before else None, "recoverStartTime": before_start,
-           "confirmedLedger": max(before) if before else None, "reloaded": False, "recordedAt": _now_ms()}
     # Without a reload, the store batches until it reopens. A re-record after we saw it reopen (between two
     # confirmations that the flags were off) is the first baseline known to have opened with batching off.
     reopened = previous is not None and previous.get("recoverStartTime") not in (None, before_start)
-    rec["batchingOff"] = bool(reopened or (previous or {}).get("batchingOff"))
+    last = _last_batched(before, reopened, previous)
+    rec = {"lastBatchedLedgerId": last, "recoverStartTime": before_start,
+           "confirmedLedger": max(before) if before else None, "reloaded": False, "recordedAt": _now_ms()}
+    # an earlier "batching off" holds only for the same open store (a record voided by a switch-on has none)
+    same_store = previous is not None and previous.get("recoverStartTime") == before_start
+    rec["batchingOff"] = bool(reopened or (same_store and (previous or {}).get("batchingOff")))
     if before_start is None:
         rec["batchingOff"] = False
     return rec
+
+
+def _last_batched(ledgers: list[int], reopened: bool, previous: Optional[dict]) -> Optional[int]:
+    """LastBatched for a record without a reload: every ledger while the store may still batch; once it was seen
+    reopened, every ledger but the newest (a store always opens on a new ledger, and that one was written plainly).
+    Never below what was recorded before for this log."""
+    ids = sorted(ledgers)
+    candidates = ids[:-1] if reopened else ids
+    earlier = (previous or {}).get("lastBatchedLedgerId")
+    if earlier is not None:
+        candidates = [*candidates, int(earlier)]
+    return max(candidates) if candidates else None
 
 
 def _after_reload(log: _Log, before: list[int], before_start: Optional[int]) -> dict:
@@ -465,6 +481,7 @@ def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state
         if on:
             for bucket, key in this_run:
                 state[bucket][key]["recoverStartTime"] = None
+                state[bucket][key]["batchingOff"] = False  # nothing recorded in this run proves batching off
             state["phase"] = "disabled"
             save_state(state_path, state)
             raise DowngradeError(f"batching was switched back on while recording ({_describe_on(on)}); nothing "
@@ -623,7 +640,19 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
         status.suggestion = "wait for managedLedgerMaxEntriesPerLedger / managedLedgerMaxLedgerRolloverTimeMinutes"
         return status
     mark_delete = ml.get("cursors", {}).get(TC_LOG_CURSOR, {}).get("markDeletePosition", "?")
-    open_txns = _call(admin.slow_transactions, 0, tc_id)
+    try:
+        open_txns = _call(admin.slow_transactions, 0, tc_id)
+    except (DowngradeError, NotFoundError) as exc:
+        # Only names the pinning transaction: Pulsar cannot describe one whose acked subscription was deleted
+        # (500 for the whole listing), and that must not stop the other logs' judgment. The log still waits.
+        why = exc.reason if isinstance(exc, NotFoundError) else str(exc)
+        status.kind = KIND_PINNED
+        status.reason = (f"ledgers up to {last} not trimmed yet (mark-delete at {mark_delete}); the open transaction "
+                         f"that may pin trimming could not be named: {why}")
+        status.suggestion = (f"`txnadmin transactions list -c {tc_id}` names it once the broker can describe it; a "
+                             "transaction that acked on a subscription deleted since cannot be described until it "
+                             "ends (at its timeout)")
+        return status
     pinned = sorted((m for m in open_txns.values() if m.get("status") == "OPEN"), key=lambda m: m["openTimestamp"])
     if pinned:
         txn = pinned[0]
@@ -678,21 +707,36 @@ class Session:
     """What one running `wait` knows beyond the checklist: its watch, its polls, and which poll last saw each log
     unchanged. None of it outlives the process: a bracket that spans two processes is a gap in the watch."""
 
-    def __init__(self, admin: TransactionsAdmin, admin_url: str, watch_period: float = WATCH_PERIOD_S):
+    def __init__(self, admin: TransactionsAdmin, admin_url: str, baselines: dict[str, dict],
+                 watch_period: float = WATCH_PERIOD_S):
         self.view = ClusterView(admin, admin_url)
-        self.watch: Optional[Watch] = None
-        self.watch_period = watch_period
+        # A stopped engine's read-only view runs no broker: nothing read from it is an observation.
+        self.watch: Optional[Watch] = (None if getattr(admin, "frozen", False)
+                                       else Watch(self.view, baselines, watch_period))
+        self.watching = False
         self.polls: dict[int, _Poll] = {}
         self.seen_unchanged: dict[tuple[str, str], int] = {}  # log → the last poll that saw it unchanged
         self.pending: dict[tuple[str, str], tuple[int, int, Optional[int]]] = {}  # log → (from, seen, to)
 
-    def start_watch(self, baselines: dict[str, dict]) -> Watch:
-        if self.watch is None:
-            self.watch = Watch(self.view, baselines, self.watch_period).__enter__()
-        return self.watch
+    def new_poll(self, state: dict) -> "_Poll":
+        """The next observation, numbered after every earlier one of this wait and of the checklist. The number
+        comes from this session, not from the checklist alone: a poll that changed nothing saves nothing, and a
+        number read back from the file would name two polls, bracketing a reopen with a poll taken after it."""
+        number = max(int(state.get("polls", 0)), max(self.polls, default=0)) + 1
+        state["polls"] = number
+        poll = _Poll(number, time.monotonic(), time.time())
+        self.polls[number] = poll
+        return poll
+
+    def start_watching(self) -> None:
+        """From the first answered poll on, the brokers are read in the background every period (not before: a
+        target that cannot answer a poll yet is retried by the poll loop alone). Each poll reads them once more."""
+        if self.watch is not None and not self.watching:
+            self.watch.__enter__()
+            self.watching = True
 
     def close(self) -> None:
-        if self.watch is not None:
+        if self.watch is not None and self.watching:
             self.watch.__exit__(None, None, None)
 
 
@@ -761,9 +805,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
             "`txnadmin downgrade start` again to disable it and re-record what reopened", 1)
     poll: Optional[_Poll] = None
     if session is not None:
-        state["polls"] = int(state.get("polls", 0)) + 1
-        poll = _Poll(state["polls"], time.monotonic(), time.time())
-        session.polls[poll.number] = poll
+        poll = session.new_poll(state)
         if session.watch is not None:
             session.watch.read_round()  # a read of every broker right before this poll's reads of the logs
     baselines = _baselines(state)
@@ -967,11 +1009,9 @@ def rerecord(admin: TransactionsAdmin, state_path: Path, logs: list[LogStatus], 
             todo.append(_Log(admin, "pending-ack", l.name, info))
     # The re-record is an observation like a poll: it read each log right after its reload, under the watch, so a
     # move that lands before the next poll is bracketed by the two (else every such move would need another).
-    state["polls"] = int(state.get("polls", 0)) + 1
-    poll = _Poll(state["polls"], time.monotonic(), time.time())
+    poll = session.new_poll(state)
     this_run = _record_logs(admin, view, state, state_path, todo, brokers, True, concurrency, None, session.watch)
     poll.t_end, poll.wall_end = time.monotonic(), time.time()
-    session.polls[poll.number] = poll
     for bucket, key in this_run:
         state[bucket][key].pop("unproven", None)
         log_key = ("coordinator" if bucket == "coordinators" else "pending-ack", key)
@@ -1005,7 +1045,8 @@ def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_
     the target never answered or answered permanently wrong."""
     with ChecklistLock(state_path):
         state = _require_state(state_path)
-        session = Session(admin, target if target is not None else state["identity"]["adminUrl"], watch_period)
+        session = Session(admin, target if target is not None else state["identity"]["adminUrl"],
+                          _baselines(state), watch_period)
         try:
             return _wait(admin, state_path, timeout_s, interval_s, on_poll, concurrency, on_retry, target,
                          rerecord_unproven, session, on_rerecord)
@@ -1051,10 +1092,7 @@ def _wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval
                 continue
             backoff = min(interval_s, 1.0)
             last, last_error = report, None
-            if session.watch is None and not getattr(admin, "frozen", False):  # a stopped engine observes nothing
-                # From the first answered poll on, the brokers are watched in the background (not before: a
-                # target that cannot answer a poll yet is retried by the poll loop alone).
-                session.start_watch(_baselines(_require_state(state_path)))
+            session.start_watching()
             if on_poll:
                 on_poll(report)
             if report.safe:

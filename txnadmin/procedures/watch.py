@@ -123,14 +123,19 @@ class Watch:
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)  # a round in flight ends with its requests; a hung one is left behind
 
     def _run(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
             try:
                 self.read_round()
-            except Exception:  # a bug must not end the watch silently: it is logged and the round is a gap
-                log.exception("downgrade watch: a round failed")
+            except Exception as exc:  # logged, never swallowed: the missing round is a gap in the watch
+                if self._stop.is_set():
+                    return  # stopping (the process may be shutting down under the round)
+                log.error("downgrade watch: a round failed (%s: %s); the missed round counts as a gap",
+                          type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
             self._stop.wait(max(0.0, self.period - (time.monotonic() - began)))
 
     def read_round(self) -> Round:
@@ -164,10 +169,11 @@ class Watch:
     def wait_for_round(self, after: float, timeout: float) -> Optional[Round]:
         """The first round that began at or after ``after`` (monotonic), waiting up to ``timeout`` for it."""
         deadline = time.monotonic() + timeout
+        running = self._thread is not None and self._thread.is_alive()
         with self._cond:
             while True:
                 found = self._first_from(after)
-                if found is not None or self._stop.is_set():
+                if found is not None or self._stop.is_set() or not running:  # no round will come by itself
                     return found
                 left = deadline - time.monotonic()
                 if left <= 0:
