@@ -24,6 +24,9 @@ def healthy_cluster(now_ms: int = NOW) -> dict:
         "date_header": True,
         "tc_disabled": False,
         "version": "4.2.0",
+        # host:port → version: the cluster's active brokers, each answering at its own address; empty: the target
+        # lists no cluster (a 404), so the broker behind the admin URL is the only one
+        "brokers": {},
         "coordinators": {
             0: {"state": "Ready", "leastSigBits": 10, "lowWaterMark": 9, "ongoingTxnSize": 0,
                 "recoverStartTime": now_ms - 86_400_000, "recoverEndTime": now_ms - 86_399_000},
@@ -77,7 +80,8 @@ class BrokerStandIn:
         path = request.url.raw_path.decode().split("?", 1)[0]
         self.calls.append(f"{request.method} {path}")
         try:
-            status, body = self._route(request.method, path, dict(request.url.params))
+            status, body = self._at(request.url.netloc.decode(), path) or \
+                self._route(request.method, path, dict(request.url.params))
         except KeyError as exc:
             status, body = 404, {"reason": f"Not found: {exc}"}
         headers = {}
@@ -89,6 +93,13 @@ class BrokerStandIn:
             return httpx.Response(status, headers=headers)
         return httpx.Response(status, content=json.dumps(body).encode(),
                               headers=dict(headers, **{"Content-Type": "application/json"}))
+
+    def _at(self, host: str, path: str) -> Optional[tuple[int, Any]]:
+        """What only the broker at ``host`` answers: its own version (None: the shared routes answer)."""
+        brokers = self.state.get("brokers") or {}
+        if host in brokers and path == "/admin/v2/brokers/version":
+            return (200, brokers[host]) if brokers[host] is not None else (503, {"reason": "Service Unavailable"})
+        return None
 
     def _topic(self, tenant: str, ns: str, local: str) -> str:
         return f"persistent://{unquote(tenant)}/{unquote(ns)}/{unquote(local)}"
@@ -102,6 +113,10 @@ class BrokerStandIn:
             return (s["metrics_status"], s["metrics"]) if s["metrics_status"] == 200 else (s["metrics_status"], {"reason": "Not Found"})
         if path == "/admin/v2/brokers/configuration/runtime":
             return 200, s["runtime"]
+        if path == "/admin/v2/clusters" and s.get("brokers"):
+            return 200, ["standin"]
+        if path == "/admin/v2/brokers/standin" and s.get("brokers"):
+            return 200, sorted(s["brokers"])
         if path == "/admin/v2/tenants":
             return 200, sorted({t.split("://")[1].split("/")[0] for t in s["topics"]} | {"pulsar"})
         m = re.fullmatch(r"/admin/v2/namespaces/([^/]+)", path)
@@ -158,6 +173,18 @@ class BrokerStandIn:
             if sub not in topic["subscriptions"]:
                 return 404, {"reason": "Subscription not found"}
             return 200, topic["subscriptions"][sub]
+        m = re.fullmatch(r"/pendingAckInternalStats/([^/]+)/([^/]+)/([^/]+)/([^/]+)", path)
+        if m:
+            topic_name = self._topic(*m.groups()[:3])
+            sub = unquote(m.group(4))
+            if sub not in s["topics"][topic_name]["subscriptions"]:
+                return 404, {"reason": "Subscription not found"}
+            stats = s["topics"][topic_name]["subscriptions"][sub]
+            return 200, {"pendingAckLogStats": {
+                "managedLedgerName": f"{topic_name.split('://')[1]}-{sub}__transaction_pending_ack",
+                "managedLedgerInternalStats": {"lastLedgerCreatedTimestamp": stats.get("ledgerCreated",
+                                                                                       "2026-09-21T10:00:00.000Z"),
+                                               "ledgers": [{"ledgerId": 21, "entries": 0, "size": 0}]}}}
         m = re.fullmatch(r"/abortTransaction/(\d+)/(\d+)", path)
         if m and method == "POST":
             key = f"({m.group(1)},{m.group(2)})"

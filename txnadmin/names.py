@@ -140,6 +140,14 @@ def pending_ack_readings(store: str, topics: Iterable[str]) -> list[tuple[str, s
     return out
 
 
+def pending_ack_guess(store: str) -> tuple[str, str]:
+    """(topic, subscription) of a store no listed topic matches (its topic was deleted): cut at the last ``-``, as a
+    subscription holds no ``-`` more often than a topic does. A guess, and callers mark it so."""
+    base = store[: -len(PENDING_ACK_SUFFIX)] if is_pending_ack_store(store) else store
+    cut = base.rfind("-")
+    return base[:cut], base[cut + 1:]
+
+
 # -- ledgers ------------------------------------------------------------------------------------
 
 def is_transaction_ledger(managed_ledger: str) -> bool:

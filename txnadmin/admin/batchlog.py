@@ -19,7 +19,7 @@ from typing import Optional
 
 from .._fs import atomic_write_text
 from ..names import coordinator_assign_partition
-from .discovery import discover_pending_ack_stores
+from .cluster import ClusterView, PendingAckStore, flag_is_on
 from .protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, NotFoundError, TransactionsAdmin
 
 DERIVATION = ("derived: a store batches when the flag was on at its last open; it counts as reopened since "
@@ -49,7 +49,7 @@ def _save_change(target: str, flag: str, enabled: bool, previous: bool) -> None:
 
 
 def _flag_value(admin: TransactionsAdmin, flag: str) -> bool:
-    return str(admin.runtime_config().get(flag, "false")).lower() == "true"
+    return flag_is_on(admin.runtime_config(), flag)
 
 
 def reload_units(admin: TransactionsAdmin, component: str, concurrency: int = 16) -> list[str]:
@@ -59,7 +59,7 @@ def reload_units(admin: TransactionsAdmin, component: str, concurrency: int = 16
     """
     if component == "tc":
         return [coordinator_assign_partition(c["id"]) for c in admin.list_coordinators()]
-    stores = discover_pending_ack_stores(admin, concurrency).values()
+    stores = ClusterView(admin).pending_ack_stores(concurrency).values()
     return sorted({s.topic for s in stores if s.origin_listed})
 
 
@@ -99,15 +99,17 @@ def _store_batching(ml: dict, change: Optional[dict], flag_now: bool) -> tuple[b
 
 def tc_batch_log_stat(admin: TransactionsAdmin, target: str, concurrency: int = 16) -> dict:
     flag_now = _flag_value(admin, TC_BATCH_FLAG)
-    change = _load_changes().get(target, {}).get(TC_BATCH_FLAG)
-    ids = [int(c["id"]) for c in admin.list_coordinators()]
-
-    def one(tc_id: int) -> tuple[str, bool, bool]:
-        ml = admin.coordinator_internal_stats(tc_id)["transactionLogStats"]["managedLedgerInternalStats"]
-        return (str(tc_id), *_store_batching(ml, change, flag_now))
-
+    ids = sorted(int(c["id"]) for c in admin.list_coordinators())
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        rows = list(pool.map(one, sorted(ids)))
+        internals = dict(zip(ids, pool.map(admin.coordinator_internal_stats, ids), strict=True))
+    return tc_batch_log_from(flag_now, recorded_change(target, TC_BATCH_FLAG), internals)
+
+
+def tc_batch_log_from(flag_now: bool, change: Optional[dict], internals: dict[int, dict]) -> dict:
+    """The coordinators' batch-log stat from their internal stats (coordinator id → coordinatorInternalStats)."""
+    rows = [(str(tc_id), *_store_batching(internals[tc_id]["transactionLogStats"]["managedLedgerInternalStats"],
+                                          change, flag_now))
+            for tc_id in sorted(internals)]
     return {"txnTcBatchLogEnabled": flag_now, "coodinatorArray": [{tc: batching} for tc, batching, _ in rows],
             "reopenedSinceChange": {tc: reopened for tc, _, reopened in rows},
             "lastChange": change, "derived": DERIVATION}
@@ -115,19 +117,28 @@ def tc_batch_log_stat(admin: TransactionsAdmin, target: str, concurrency: int = 
 
 def pending_ack_batch_log_stat(admin: TransactionsAdmin, target: str, concurrency: int = 16) -> dict:
     flag_now = _flag_value(admin, PENDING_ACK_BATCH_FLAG)
-    change = _load_changes().get(target, {}).get(PENDING_ACK_BATCH_FLAG)
-    stores = sorted(discover_pending_ack_stores(admin, concurrency).values(), key=lambda s: s.name)
+    stores = list(ClusterView(admin).pending_ack_stores(concurrency).values())
 
-    def one(store) -> Optional[dict]:
+    def one(store: PendingAckStore) -> Optional[dict]:
         try:
-            stats = admin.pending_ack_internal_stats(store.topic, store.subscription)
+            return admin.pending_ack_internal_stats(store.topic, store.subscription)
         except NotFoundError:
-            return None
-        batching, reopened = _store_batching(stats["pendingAckLogStats"]["managedLedgerInternalStats"], change, flag_now)
-        return {"topic": store.topic, "subscription": store.subscription, "batchLogEnabled": batching,
-                "reopenedSinceChange": reopened}
+            return None  # not loaded (or gone since the listing): no store to judge
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        rows = [r for r in pool.map(one, stores) if r is not None]
+        internals = list(zip(stores, pool.map(one, stores), strict=True))
+    return pending_ack_batch_log_from(flag_now, recorded_change(target, PENDING_ACK_BATCH_FLAG), internals)
+
+
+def pending_ack_batch_log_from(flag_now: bool, change: Optional[dict],
+                               internals: list[tuple[PendingAckStore, Optional[dict]]]) -> dict:
+    """The stores' batch-log stat from their pending-ack internal stats (None: the store answered 404, left out)."""
+    rows = []
+    for store, stats in sorted(internals, key=lambda pair: pair[0].name):
+        if stats is None:
+            continue
+        batching, reopened = _store_batching(stats["pendingAckLogStats"]["managedLedgerInternalStats"], change, flag_now)
+        rows.append({"topic": store.topic, "subscription": store.subscription, "batchLogEnabled": batching,
+                     "reopenedSinceChange": reopened})
     return {"txnPendingAckBatchLogEnabled": flag_now, "subscriptionArray": rows, "lastChange": change,
             "derived": DERIVATION}

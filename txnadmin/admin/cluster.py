@@ -16,7 +16,21 @@ The rules live here and nowhere else:
 - a broker restart is recognised by ``process_start_time_seconds``, never by counters going down;
 - a broker serving a cached exposition (``metricsBufferResponse=true``) shows counters as they were at the start
   of its cache slot (``managedLedgerStatsPeriodSeconds`` long, at least 1 s), so its counters are that much older
-  than the moment we read them.
+  than the moment we read them;
+- every active broker's version is asked of that broker; a target that lists no broker at all (no cluster
+  answers) is one broker, the one behind the admin URL, which speaks for itself;
+- the namespaces are every tenant's; a namespace's topics are listed with the system topics (that is where the
+  pending-ack stores are);
+- a pending-ack store's name is split into (topic, subscription) by :func:`txnadmin.names.pending_ack_readings`
+  against the other topics of its namespace (the raw and the URL-encoded subscription both read); when the name
+  reads more than one way, the first reading whose pending-ack internal stats the target answers is the store (a
+  404 means "not this one"; none answering: the likeliest); when no listed topic matches, the name is cut at its
+  last ``-`` and marked as a guess.
+
+Error policy (``on_error``): ``"raise"`` (the downgrade, the upgrade, the batch-log commands) lets every
+:class:`AdminError` through; ``"record"`` (doctor) lets only :class:`TargetUnreachableError` through and records
+any other under the area it was reading (``errors``), so a walk goes on past a namespace it may not list.
+:meth:`ClusterView.attempt` (and :meth:`ClusterView.ask` on it) is the one place that applies it.
 """
 
 from __future__ import annotations
@@ -24,15 +38,20 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from ..metrics.exposition import (
     DOWNGRADE_METRICS, ExpositionError, batched_flushes_by_label, parse_exposition, process_start_time,
 )
-from .protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin
+from ..names import is_pending_ack_store, pending_ack_guess, pending_ack_readings
+from .protocol import (
+    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin,
+)
 
 BATCH_FLAGS = (TC_BATCH_FLAG, PENDING_ACK_BATCH_FLAG)
 DEFAULT_STATS_PERIOD_S = 60.0  # Pulsar's managedLedgerStatsPeriodSeconds default
+RAISE, RECORD = "raise", "record"  # the error policies (module docstring)
+T = TypeVar("T")
 
 
 def flag_is_on(runtime: dict[str, Any], flag: str) -> bool:
@@ -77,31 +96,67 @@ class BrokerReading:
         return self.at - self.cache_s
 
 
+@dataclass(frozen=True)
+class PendingAckStore:
+    """A pending-ack store found in a topic listing, and the (topic, subscription) it belongs to."""
+
+    name: str  # the store's topic, as listed
+    topic: str  # the origin topic (the partition, for partitioned topics)
+    subscription: str
+    origin_listed: bool  # False: no listed topic matches the name (its topic was deleted), so the split is a guess
+
+
 @dataclass
 class ClusterView:
-    """One run's view of a cluster through ``admin`` (see the module docstring for the rules)."""
+    """One run's view of a cluster through ``admin`` (see the module docstring for the rules and the policies)."""
 
     admin: TransactionsAdmin
     admin_url: str = ""
+    on_error: str = RAISE
+    errors: dict[str, AdminError] = field(default_factory=dict)  # "record": area → what its read raised
+    answered: set[str] = field(default_factory=set)  # areas whose read the target answered
     _memo: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.on_error not in (RAISE, RECORD):
+            raise ValueError(f"on_error={self.on_error!r}: use {RAISE!r} or {RECORD!r}")
 
     def _once(self, key: str, read):
         if key not in self._memo:
             self._memo[key] = read()
         return self._memo[key]
 
+    # -- the error policy ---------------------------------------------------------------------
+    def attempt(self, area: str, call: Callable[..., T], *args: Any,
+                absent_ok: bool = False) -> tuple[Optional[T], Optional[AdminError]]:
+        """``call(*args)`` under the policy: (its value, None), or with "record" (None, the error it raised, also
+        kept in ``errors[area]``). An unreachable target is never recorded: nothing after it can be read either.
+        ``absent_ok``: a 404 is an answer meaning "none" here, (None, None) under either policy."""
+        try:
+            value = call(*args)
+        except TargetUnreachableError:
+            raise
+        except AdminError as exc:
+            if absent_ok and isinstance(exc, NotFoundError):
+                return None, None
+            if self.on_error == RAISE:
+                raise
+            self.errors[area] = exc
+            return None, exc
+        self.answered.add(area)
+        return value, None
+
+    def ask(self, area: str, call: Callable[..., T], *args: Any, absent_ok: bool = False) -> Optional[T]:
+        """``call(*args)``'s value, or None when the policy recorded its failure under ``area`` (or, with
+        ``absent_ok``, when the target answered 404)."""
+        return self.attempt(area, call, *args, absent_ok=absent_ok)[0]
+
     # -- identity and brokers -----------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
         """What a checklist is about: the admin URL, the cluster's own name and its metadata/BookKeeper URIs."""
         def read() -> dict[str, Any]:
-            try:
-                clusters = self.admin.list_clusters()
-            except NotFoundError:
-                clusters = []
-            try:
-                internal = self.admin.internal_configuration()
-            except NotFoundError:
-                internal = {}
+            clusters = self.clusters()
+            internal = self.ask("internal configuration", self.admin.internal_configuration, absent_ok=True) or {}
             ident: dict[str, Any] = {"adminUrl": self.admin_url,
                                      "clusterName": clusters[0] if len(clusters) == 1 else None,
                                      "clusters": sorted(clusters)}
@@ -111,15 +166,16 @@ class ClusterView:
             return ident
         return self._once("identity", read)
 
+    def clusters(self) -> list[str]:
+        """The cluster names the target lists ([] when it answers 404: it lists none)."""
+        return self._once("clusters", lambda: self.ask("clusters", self.admin.list_clusters, absent_ok=True) or [])
+
     def active_brokers(self, fresh: bool = False) -> list[str]:
         """Every cluster's active brokers, sorted ([] when the target lists none)."""
         def read() -> list[str]:
             brokers: list[str] = []
-            for cluster in self.identity().get("clusters") or []:
-                try:
-                    brokers += self.admin.active_brokers(cluster)
-                except NotFoundError:
-                    continue
+            for cluster in self.clusters():
+                brokers += self.ask(f"brokers of {cluster}", self.admin.active_brokers, cluster, absent_ok=True) or []
             return sorted(set(brokers))
         if fresh:
             self._memo["brokers"] = read()
@@ -147,9 +203,18 @@ class ClusterView:
             return self.admin.broker_version(broker)
         return self._once(f"version:{broker}", read)
 
-    def broker_versions(self) -> dict[str, str]:
-        """Every active broker's version, asked of each broker (AdminError from the first that cannot say)."""
-        return {b: self.broker_version(b) for b in self.active_brokers()}
+    def broker_versions(self, concurrency: int = 16) -> dict[str, str]:
+        """Every active broker's version, asked of each broker ("raise": AdminError from the first that cannot say;
+        "record": the brokers that said, each failure under ``version of BROKER``). A target that lists no broker
+        is the one broker behind the admin URL (area ``versions``)."""
+        brokers = self.active_brokers()
+        if not brokers:
+            if any(area == "clusters" or area.startswith("brokers of ") for area in self.errors):
+                return {}  # the listing failed: the answering broker cannot speak for brokers nobody listed
+            return dict(self.ask("versions", self.admin.broker_versions) or {})
+        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(brokers)))) as pool:
+            asked = list(pool.map(lambda b: (b, self.ask(f"version of {b}", self.broker_version, b)), brokers))
+        return {b: v for b, v in asked if v is not None}
 
     def flags_on_brokers(self, brokers: Optional[list[str]] = None) -> dict[str, list[str]]:
         """Broker → batching flags on in its runtime config, read afresh ({} when off everywhere); AdminError when a
@@ -206,3 +271,58 @@ class ClusterView:
             return {}
         with ThreadPoolExecutor(max_workers=min(16, len(brokers))) as pool:
             return {r.broker: r for r in pool.map(self.read_broker, brokers)}
+
+    # -- namespaces, topics, pending-ack stores ------------------------------------------------
+    def namespaces(self) -> list[str]:
+        """Every tenant's namespaces (``tenant/ns``), in the order the target lists them."""
+        def read() -> list[str]:
+            out: list[str] = []
+            for tenant in self.ask("namespaces", self.admin.list_tenants) or []:
+                out += self.ask(f"namespaces of {tenant}", self.admin.list_namespaces, tenant) or []
+            return out
+        return self._once("namespaces", read)
+
+    def topics(self, namespace: str) -> Optional[list[str]]:
+        """Every topic of ``namespace``, system topics included; None when "record" kept its failure."""
+        return self._once(f"topics:{namespace}",
+                          lambda: self.ask(f"topics of {namespace}", self.admin.list_topics, namespace, True))
+
+    def topic_listing(self, concurrency: int = 16) -> dict[str, list[str]]:
+        """Namespace → its topics (system topics included), for every namespace whose listing answered."""
+        namespaces = self.namespaces()
+        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(namespaces) or 1))) as pool:
+            listed = list(pool.map(lambda ns: (ns, self.topics(ns)), namespaces))
+        return {ns: topics for ns, topics in listed if topics is not None}
+
+    def pending_ack_stores(self, concurrency: int = 16) -> dict[str, PendingAckStore]:
+        """Every pending-ack store of every namespace, by store name, each split by the one rule (module
+        docstring)."""
+        def read() -> dict[str, PendingAckStore]:
+            found: dict[str, PendingAckStore] = {}
+            ambiguous: list[tuple[str, list[tuple[str, str]]]] = []
+            for listed in self.topic_listing(concurrency).values():
+                others = {t for t in listed if not is_pending_ack_store(t)}
+                for name in (t for t in listed if is_pending_ack_store(t)):
+                    readings = pending_ack_readings(name, others)
+                    if len(readings) > 1:
+                        ambiguous.append((name, readings))
+                    elif readings:
+                        found[name] = PendingAckStore(name, *readings[0], True)
+                    else:
+                        found[name] = PendingAckStore(name, *pending_ack_guess(name), False)
+            if ambiguous:  # only these cost calls: asked in parallel
+                with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(ambiguous)))) as pool:
+                    found.update((s.name, s) for s in pool.map(lambda job: self._resolve(*job), ambiguous))
+            return found
+        return self._once("stores", read)
+
+    def _resolve(self, store: str, readings: list[tuple[str, str]]) -> PendingAckStore:
+        """The reading of an ambiguous store name whose pending-ack internal stats the target answers."""
+        for topic, sub in readings:
+            stats, error = self.attempt(f"pending-ack store {store}", self.admin.pending_ack_internal_stats,
+                                        topic, sub, absent_ok=True)
+            if error is not None:
+                break  # "record": the target would not say which; the likeliest reading stands
+            if stats is not None:
+                return PendingAckStore(store, topic, sub, True)
+        return PendingAckStore(store, *readings[0], True)

@@ -6,6 +6,7 @@ import time
 from typing import Optional
 
 from ..names import namespace_of
+from .cluster import ClusterView
 from .protocol import AdminError, BadReplyError, NotFoundError, TargetUnreachableError, TransactionsAdmin, TxnId
 
 
@@ -59,13 +60,14 @@ def find_hanging(admin: TransactionsAdmin, max_transaction_timeout_minutes: floa
                  coordinator_id: Optional[int] = None, now_ms: Optional[int] = None) -> list[dict]:
     """Open longer than the max timeout, or touching partitions/subscriptions that no longer exist."""
     limit = max_transaction_timeout_minutes * 60_000
+    view = ClusterView(admin)
     existing: dict[str, set[str]] = {}
 
     def exists(topic: str) -> bool:
         ns = namespace_of(topic)
         if ns not in existing:
             try:
-                existing[ns] = set(admin.list_topics(ns, False))
+                existing[ns] = set(view.topics(ns) or ())
             except NotFoundError:  # the broker says the namespace is gone: none of its topics exist
                 existing[ns] = set()
             # Any other failure propagates: a listing that failed proves nothing about the partitions, and

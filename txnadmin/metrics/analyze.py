@@ -2,7 +2,7 @@
 
 Pulsar's implemented names (`{p}_bufferedwriter_*`, p = pulsar_txn_tc | pulsar_txn_pending_ack_store) are
 preferred; the names PIP-160 proposed (never implemented, `olderst` typo included) are accepted too, and the
-report says which set was found. Parsing uses prometheus-client's own parser.
+report says which set was found. The text is read by :func:`txnadmin.metrics.exposition.parse_exposition`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from prometheus_client.parser import text_string_to_metric_families
+from .exposition import ExpositionError, Sample, parse_exposition
 
 DEFAULTS = {"MaxRecords": 512, "MaxSize": 4 * 1024 * 1024, "MaxDelayInMillis": 1}
 COMPONENTS: dict[str, dict[str, Any]] = {
@@ -118,19 +118,20 @@ def fetch(source: str, token: Optional[str] = None, get: Optional[Callable[[str,
         raise MetricsError(f"{source}: cannot read ({exc.strerror or exc})") from None
 
 
-def _families(text: str) -> dict[str, list]:
+def _families(text: str) -> dict[str, list[Sample]]:
     try:
-        out: dict[str, list] = {}
-        for family in text_string_to_metric_families(text):
-            out.setdefault(family.name, []).extend(family.samples)  # the same name may come back per label set
-        return out
-    except ValueError as exc:
-        detail = " ".join(str(exc).split())
+        samples = parse_exposition(text)
+    except ExpositionError as exc:
+        detail = " ".join(exc.detail.split())
         detail = detail if len(detail) <= 160 else detail[:157] + "..."  # the parser quotes the whole bad line
         raise MetricsError(f"not a Prometheus exposition ({detail})", unreadable=True) from None
+    out: dict[str, list[Sample]] = {}
+    for sample in samples:
+        out.setdefault(sample.family, []).append(sample)  # the same name may come back per label set
+    return out
 
 
-def _histogram(samples: list) -> Histogram:
+def _histogram(samples: list[Sample]) -> Histogram:
     h = Histogram()
     for s in samples:
         if s.name.endswith("_bucket"):
@@ -143,7 +144,7 @@ def _histogram(samples: list) -> Histogram:
     return h
 
 
-def _counter(fams: dict[str, list], name: str) -> float:
+def _counter(fams: dict[str, list[Sample]], name: str) -> float:
     """A counter's value summed over label sets, whichever way the exposition named its family."""
     samples = fams.get(name) or fams.get(name + "_total") or []
     return sum(s.value for s in samples if not s.name.endswith("_created"))

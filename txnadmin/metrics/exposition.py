@@ -1,8 +1,9 @@
 """The one reader of Prometheus text for the whole tool: a broker's ``/metrics`` as a list of samples.
 
 Everything that needs a number out of a broker's exposition (the downgrade's flush counters and process start
-time, doctor's idle-store and writer checks) goes through :func:`parse_exposition`, so there is one rule for what
-counts as an exposition and one for what a sample is. Parsing is prometheus-client's own parser.
+time, doctor's idle-store check, ``txnadmin metrics`` and doctor's writer check) goes through
+:func:`parse_exposition`, so there is one rule for what counts as an exposition and one for what a sample is.
+Parsing is prometheus-client's own parser.
 """
 
 from __future__ import annotations
@@ -19,12 +20,17 @@ PROCESS_START = "process_start_time_seconds"
 class ExpositionError(ValueError):
     """The text is not a Prometheus exposition (an HTML page, JSON, garbage): it proves nothing either way."""
 
+    def __init__(self, detail: str):
+        super().__init__(f"not a Prometheus exposition ({detail})")
+        self.detail = detail  # what was wrong with it (the parser's words quote the whole bad line)
+
 
 @dataclass(frozen=True)
 class Sample:
     name: str
     labels: dict[str, str]
     value: float
+    family: str = ""  # the metric family it belongs to (``x`` for ``x_bucket``; ``x`` or ``x_total`` for a counter)
 
 
 def parse_exposition(text: str, only: tuple[str, ...] = ()) -> list[Sample]:
@@ -36,14 +42,14 @@ def parse_exposition(text: str, only: tuple[str, ...] = ()) -> list[Sample]:
     from prometheus_client.parser import text_string_to_metric_families
 
     if text.lstrip()[:1] in ("<", "{", "["):
-        raise ExpositionError("not a Prometheus exposition (it looks like HTML or JSON)")
+        raise ExpositionError("it looks like HTML or JSON")
     if only:
         text = "\n".join(line for line in text.splitlines() if _names(line, only))
     try:
-        return [Sample(s.name, dict(s.labels), float(s.value))
+        return [Sample(s.name, dict(s.labels), float(s.value), family.name)
                 for family in text_string_to_metric_families(text) for s in family.samples]
     except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise ExpositionError(f"not a Prometheus exposition ({exc})") from None
+        raise ExpositionError(str(exc)) from None
 
 
 def _names(line: str, only: tuple[str, ...]) -> bool:

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..admin.cluster import ClusterView
-from ..admin.discovery import discover_pending_ack_stores
 from ..admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin, TxnId, is_transient,
 )
@@ -241,7 +240,7 @@ def confirm_flags_off(view: ClusterView, brokers: list[str], wait_s: float = FLA
 
 def _pending_ack_stores(admin: TransactionsAdmin, concurrency: int) -> dict[str, dict]:
     """Every pending-ack store of the target, as the checklist records it: store name → origin topic, subscription."""
-    found = _call(discover_pending_ack_stores, admin, concurrency)
+    found = _call(ClusterView(admin).pending_ack_stores, concurrency)
     return {name: {"topic": s.topic, "subscription": s.subscription} for name, s in found.items()}
 
 
@@ -691,10 +690,8 @@ def _store_status(log: _Log, rec: dict, ids: list[int]) -> LogStatus:
 
 
 def _topic_listing(admin: TransactionsAdmin, concurrency: int) -> set[str]:
-    """Every topic the target lists, system topics included: one listing per namespace."""
-    namespaces = [ns for tenant in _call(admin.list_tenants) for ns in _call(admin.list_namespaces, tenant)]
-    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(namespaces)))) as pool:
-        return {t for topics in pool.map(lambda ns: _call(admin.list_topics, ns, True), namespaces) for t in topics}
+    """Every topic the target lists, system topics included: one listing per namespace (ClusterView's walk)."""
+    return {t for topics in _call(ClusterView(admin).topic_listing, concurrency).values() for t in topics}
 
 
 @dataclass

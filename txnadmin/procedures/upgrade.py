@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..admin.batchlog import pending_ack_batch_log_stat, set_batch_log, tc_batch_log_stat
-from ..admin.protocol import AdminError, TransactionsAdmin
-from .downgrade import DowngradeError, active_brokers, target_identity
+from ..admin.cluster import ClusterView
+from ..admin.protocol import AdminError, TransactionsAdmin, is_transient
 
 MIN_VERSION = "2.11.0"
 WATCH = [
@@ -71,18 +71,20 @@ def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION,
     it by name (``assume_ok``). Runs before anything is asked or changed.
     """
     assume = set(assume_ok or [])
+    view = ClusterView(admin)
     try:
-        brokers = active_brokers(admin, target_identity(admin, ""))
-    except DowngradeError as exc:  # the broker discovery is shared with the downgrade; its failure is ours here
-        raise UpgradeError(f"cannot list the brokers whose versions must be checked: {exc}", exc.exit_code) from None
+        brokers = view.active_brokers()
+    except AdminError as exc:
+        raise UpgradeError(f"cannot list the brokers whose versions must be checked: {exc.reason}",
+                           3 if exc.status in (401, 403) or exc.status >= 500 or is_transient(exc) else 1) from None
+    if not brokers:
+        raise UpgradeError("cannot list the brokers whose versions must be checked: the target lists no active "
+                           "brokers (GET /admin/v2/brokers/{cluster})", 3)
     versions: dict[str, str] = {}
     unreachable: list[str] = []
     for broker in brokers:
         try:
-            if len(brokers) == 1:
-                versions[broker] = next(iter(admin.broker_versions().values()))  # the only broker answers
-            else:
-                versions[broker] = admin.broker_version(broker)
+            versions[broker] = view.broker_version(broker)
         except AdminError as exc:
             if exc.status in (401, 403):
                 raise UpgradeError(f"cannot read broker versions: {exc.reason}", 3) from None

@@ -1,0 +1,92 @@
+"""What doctor knows without asking the target: the thresholds' defaults, Pulsar's and RocksDB's defaults and
+limits, the releases that fixed known transaction bugs, and how to cite upstream.
+
+Sources for every entry are in docs/doctor.md, which says what was verified and how.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+PULSAR = "apache/pulsar"
+
+# Thresholds (ms unless said otherwise): name → (default, what it bounds).
+THRESHOLDS: dict[str, tuple[float, str]] = {
+    "stuck-margin": (60_000, "an OPEN transaction this long past its own timeout is stuck (the broker aborts at the timeout)"),
+    "ending": (60_000, "a transaction in COMMITTING/ABORTING for at least this long is stuck ending"),
+    "stalled": (120_000, "a max read position behind the last entry while a transaction this old is ongoing is stalled"),
+    "recovery": (300_000, "a recovery started this long ago without an end never ends"),
+    "snapshot-share": (0.5, "a Single snapshot estimated above this share of maxMessageSize (a fraction, not ms)"),
+    "idle": (7 * 86_400_000, "a pending-ack store whose subscription ended no transaction for this long is idle"),
+}
+# Pulsar's defaults where the target does not say (broker.conf).
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+# One aborted transaction in a Single snapshot: four Avro longs (txn id most/least, marker ledger/entry) as
+# zig-zag varints, about 16 bytes for real ids. An estimate, and the evidence says so.
+BYTES_PER_ABORT = 16
+ENDING_STATES = ("COMMITTING", "ABORTING")
+READY_STATES = {"Ready", "NoSnapshot"}  # NoSnapshot: a ready buffer that has not needed a snapshot yet
+
+# Known transaction bugs and the releases that fixed them. ``fixed`` maps a release line (major, minor) to the first
+# fixed patch release of that line; lines newer than every key are fixed, older ones are not. Where only one line is
+# listed, backports to older lines were not verified: the finding says to check the line's release notes.
+KNOWN_BUGS: list[dict] = [
+    {"ref": 19200, "fix": 19201, "fixed": {(2, 9): (2, 9, 5), (2, 10): (2, 10, 4), (2, 11): (2, 11, 1)},
+     "what": "timed-out transactions never end after a coordinator recovers (max read position frozen)"},
+    {"ref": 17040, "fix": 18833, "fixed": {(2, 9): (2, 9, 5), (2, 10): (2, 10, 4), (2, 11): (2, 11, 1)},
+     "what": "transaction buffer recovery blocked in the snapshot reader's readNext (transactional produce hangs)"},
+    {"ref": 22943, "fix": 23189, "fixed": {(3, 0): (3, 0, 7), (3, 3): (3, 3, 2), (4, 0): (4, 0, 0)},
+     "what": "high CPU from a tailing read while a transaction is ongoing (mitigated; the full fix, PR #22944, is open)"},
+    {"ref": 23550, "fix": 23551, "fixed": {(3, 0): (3, 0, 15), (4, 0): (4, 0, 8), (4, 1): (4, 1, 2)},
+     "what": "transactions stuck in COMMITTING"},
+    {"ref": 24945, "fix": None, "fixed": {(4, 0): (4, 0, 8), (4, 1): (4, 1, 2)},
+     "what": "transactional sends fail for good when they race the buffer's first snapshot"},
+]
+
+# Checksums an older RocksDB cannot read, with the release that introduced them (RocksDB HISTORY.md).
+ROCKSDB_NEW_CHECKSUMS = {"kXXH3": "6.27.0"}
+ROCKSDB_FORMAT_6 = "8.6.0"  # format_version=6 (RocksDB 9's default): unreadable before 8.6.0 (RocksDB 9.0.0 notes)
+TABLE_SECTION = "TableOptions/BlockBasedTable"
+
+
+def ref(number: int) -> str:
+    """An upstream issue or pull request, as findings cite it."""
+    return f"{PULSAR}#{number}"
+
+
+def parse_duration_ms(text: str) -> float:
+    """``90s``, ``5m``, ``2h``, ``1d``, ``500ms`` or a bare number of ms."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", text)
+    if not m:
+        raise ValueError(f"{text!r} is not a duration (use e.g. 500ms, 90s, 5m, 2h, 1d)")
+    factor = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}[m.group(2)]
+    return float(m.group(1)) * factor
+
+
+def parse_thresholds(pairs: list[str]) -> dict[str, float]:
+    """``name=value`` pairs over the defaults; unknown names and bad values raise ValueError naming them."""
+    out = {name: default for name, (default, _) in THRESHOLDS.items()}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        name = name.strip()
+        if not sep or name not in THRESHOLDS:
+            raise ValueError(f"--threshold {pair!r}: use name=value with name one of {', '.join(THRESHOLDS)}")
+        try:
+            out[name] = float(value) if name == "snapshot-share" else parse_duration_ms(value)
+        except ValueError as exc:
+            raise ValueError(f"--threshold {pair!r}: {exc}") from None
+    return out
+
+
+def is_fixed(version: tuple[int, int, int], fixed: dict) -> bool:
+    line = version[:2]
+    if line in fixed:
+        return version >= fixed[line]
+    return line > max(fixed)
+
+
+def release(text: str) -> Optional[tuple[int, int, int]]:
+    """``4.0.1`` (or ``v4.0``, ``3.3.2-SNAPSHOT``) as (major, minor, patch); None when it is no version."""
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(text))
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
