@@ -289,7 +289,7 @@ def test_poll_numbers_never_repeat_within_a_wait_though_the_checklist_was_not_sa
     class Admin:
         pass
 
-    session = Session(Admin(), "http://b:8080", {})  # type: ignore[arg-type]
+    session = Session(Admin(), "http://b:8080", {})  # type: ignore[arg-type]  # a bare object: new_poll never touches the admin
     on_disk = {"polls": 7}
     first = session.new_poll(dict(on_disk))  # each poll reads the checklist afresh: still 7 on disk
     second = session.new_poll(dict(on_disk))
