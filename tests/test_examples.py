@@ -25,7 +25,8 @@ def test_ci_smoke_script():
     assert "smoke: doctor healthy (8 checks, strict=True)" in out.stdout  # the smoke gates on doctor --strict
 
 
-def test_downgrade_checklist_against_a_running_engine(tmp_path):
+def _checklist_on_a_running_engine(tmp_path, *run_args: str, timeout_s: str = "90"):
+    """The checklist script against `engine run` (batching on, small ledgers), with ``run_args`` added."""
     engine = tmp_path / "engine"
     subprocess.run([TXNADMIN, "engine", "init", str(engine), "-c", "2",
                     "--set", "transactionLogBatchedWriteEnabled=true",
@@ -35,8 +36,8 @@ def test_downgrade_checklist_against_a_running_engine(tmp_path):
                     "--set", "managedLedgerMaxLedgerRolloverTimeMinutes=0.05",
                     "--set", "transactionPendingAckLogIndexMinLag=10"], check=True, capture_output=True)
     # --duration 0: the engine runs until terminated below, however long a loaded machine makes the wait
-    run = subprocess.Popen([TXNADMIN, "engine", "run", str(engine), "--duration", "0", "--rate", "100", "-o", "json"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run = subprocess.Popen([TXNADMIN, "engine", "run", str(engine), "--duration", "0", "--rate", "100", *run_args,
+                            "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         for _ in range(100):  # the running engine announces its loopback server
             if (engine / "server.json").exists():
@@ -44,13 +45,18 @@ def test_downgrade_checklist_against_a_running_engine(tmp_path):
             time.sleep(0.1)
         time.sleep(1.5)
         out = subprocess.run(["bash", str(ROOT / "examples" / "downgrade-checklist.sh"), f"local:{engine}",
-                              str(tmp_path / "state.json"), "90"], capture_output=True, text=True,
-                             env=dict(os.environ, TXNADMIN=TXNADMIN), timeout=200)
+                              str(tmp_path / "state.json"), timeout_s], capture_output=True, text=True,
+                             env=dict(os.environ, TXNADMIN=TXNADMIN), timeout=int(timeout_s) + 150)
     finally:
         run.terminate()
         run.wait(timeout=60)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "3/3 safe" in out.stdout
+    return engine
+
+
+def test_downgrade_checklist_against_a_running_engine(tmp_path):
+    engine = _checklist_on_a_running_engine(tmp_path)
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["target"] == f"local:{engine}" and state["phase"] == "recorded"
 
@@ -58,29 +64,6 @@ def test_downgrade_checklist_against_a_running_engine(tmp_path):
 def test_downgrade_checklist_runs_unattended_on_an_engine_that_sheds_load(tmp_path):
     """Issue #24: `engine run --fault shed=3` unloads a topic and a coordinator every 3 s while the script's
     `wait --rerecord --yes` runs; the script still ends safe with one `start`."""
-    engine = tmp_path / "engine"
-    subprocess.run([TXNADMIN, "engine", "init", str(engine), "-c", "2",
-                    "--set", "transactionLogBatchedWriteEnabled=true",
-                    "--set", "transactionPendingAckBatchedWriteEnabled=true",
-                    "--set", "managedLedgerMaxEntriesPerLedger=50",
-                    "--set", "managedLedgerMinLedgerRolloverTimeMinutes=0",
-                    "--set", "managedLedgerMaxLedgerRolloverTimeMinutes=0.05",
-                    "--set", "transactionPendingAckLogIndexMinLag=10"], check=True, capture_output=True)
-    run = subprocess.Popen([TXNADMIN, "engine", "run", str(engine), "--duration", "0", "--rate", "100",
-                            "--fault", "shed=3", "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        for _ in range(100):
-            if (engine / "server.json").exists():
-                break
-            time.sleep(0.1)
-        time.sleep(1.5)
-        out = subprocess.run(["bash", str(ROOT / "examples" / "downgrade-checklist.sh"), f"local:{engine}",
-                              str(tmp_path / "state.json"), "150"], capture_output=True, text=True,
-                             env=dict(os.environ, TXNADMIN=TXNADMIN), timeout=300)
-    finally:
-        run.terminate()
-        run.wait(timeout=60)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "3/3 safe" in out.stdout
+    _checklist_on_a_running_engine(tmp_path, "--fault", "shed=3", timeout_s="150")
     report = json.loads((tmp_path / "state.json.status.json").read_text())
     assert report["safe"] is True
