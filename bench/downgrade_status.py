@@ -103,9 +103,9 @@ def main() -> None:
             status(admin, state, concurrency=16)  # untimed warm-up, so the first timed row is not also the coldest
             rows = []
 
-            def timed(label: str, concurrency: int = 16, client=admin) -> None:
+            def timed(label: str, concurrency: int = 16, client=admin, session=None) -> None:
                 t = time.perf_counter()
-                report = status(client, state, concurrency=concurrency)
+                report = status(client, state, concurrency=concurrency, session=session)
                 rows.append((label, time.perf_counter() - t, len(report.logs)))
 
             if args.worst_case:
@@ -115,6 +115,20 @@ def main() -> None:
                         timed(f"16, usual poll, {label}", client=client)
                         forget_confirmed(state, proven=True)
                         timed(f"16, worst case, {label}", client=client)
+                # What `wait` polls with (#24): its watch reads every broker's flags and counters every 2 s in the
+                # background, and each poll reads them once more before and after its logs.
+                from txnadmin.procedures.downgrade import Session, _baselines
+                from txnadmin.procedures.state import load_state
+
+                session = Session(admin, url, _baselines(load_state(state) or {}))
+                session.start_watching()
+                try:
+                    for _ in range(3):
+                        timed("16, usual poll, wait with its watch", session=session)
+                        forget_confirmed(state, proven=True)
+                        timed("16, worst case, wait with its watch", session=session)
+                finally:
+                    session.close()
                 before.close()
                 admin.close()
                 return report_rows(rows, args, built, opened, started, recorded)
