@@ -10,7 +10,7 @@ defaults) and the shape its reply must have. Both ends are built from it:
   ``LocalAdmin`` on the embedded engine), reading the arguments back from the path, the query and the body.
 
 So a new admin call is one protocol method, one row here and one engine method in ``LocalAdmin``;
-tests/test_endpoints.py holds every row to Pulsar's published paths and to a method on each side.
+tests/contract/test_endpoints.py holds every row to Pulsar's published paths and to a method on each side.
 
 Path variables are Pulsar's names, bound once to our arguments in :data:`PATH_VARIABLES` (``{subName}`` is always the
 ``subscription`` argument, ``{tenant}/{namespace}/{topic}`` always a ``topic``); a row's arguments are its protocol
