@@ -76,7 +76,7 @@ def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION,
         brokers = view.active_brokers()
     except AdminError as exc:
         raise UpgradeError(f"cannot list the brokers whose versions must be checked: {exc.reason}",
-                           3 if exc.status in (401, 403) or exc.status >= 500 or is_transient(exc) else 1) from None
+                           3 if exc.status in (0, 401, 403) or exc.status >= 500 or is_transient(exc) else 1) from None
     if not brokers:
         raise UpgradeError("cannot list the brokers whose versions must be checked: the target lists no active "
                            "brokers (GET /admin/v2/brokers/{cluster})", 3)
