@@ -701,6 +701,7 @@ class _Poll:
     wall_start: float
     t_end: Optional[float] = None  # monotonic, after its last read of a log
     wall_end: Optional[float] = None
+    t_reads: Optional[float] = None  # monotonic, before its first read of a log (after its own read of the brokers)
 
 
 class Session:
@@ -761,7 +762,10 @@ def _judge_reopen(session: Session, key: tuple[str, str], rec: dict, poll: _Poll
                            "reopened before this wait's first watched poll: right after `start`, while no `wait` "
                            "ran, or across a restart of `wait`)")
         first = last_seen
-    a, b = session.polls[first].t_start, session.polls[seen].t_end or time.monotonic()
+    # from before the first poll's reads of the logs (it saw this one unchanged at some point after) to after the
+    # read that saw it reopened
+    a = session.polls[first].t_reads or session.polls[first].t_start
+    b = session.polls[seen].t_end or time.monotonic()
     # the flags must be read once more after the reopen was seen: wait up to two periods for that round
     watch.wait_for_round(b, 2 * watch.period + 1.0)
     flags_ok, flags_why = watch.flags_off_between(a, b)
@@ -808,6 +812,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         poll = session.new_poll(state)
         if session.watch is not None:
             session.watch.read_round()  # a read of every broker right before this poll's reads of the logs
+        poll.t_reads = time.monotonic()
     baselines = _baselines(state)
     changed = False
     moved = _moved(view, brokers, baselines, session)
