@@ -41,6 +41,13 @@ def _wait_in_background(d, state, timeout: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _after_its_first_poll(waiter: subprocess.Popen) -> str:
+    """Block until the background wait has shown its first poll (it runs against the server, not a stopped view,
+    however slowly a loaded machine starts it); its first stderr line, for the caller to keep."""
+    assert waiter.stderr is not None
+    return waiter.stderr.readline()
+
+
 def _someone_else(d) -> HttpAdmin:
     """Another operator on the same broker (the running engine's own admin API)."""
     info = json.loads((d / "server.json").read_text())
@@ -150,10 +157,12 @@ def test_wait_rides_out_an_engine_restart_through_a_plain_local_target(tmp_path)
     with _serve(tmp_path, d, port):
         assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0
         waiter = _wait_in_background(d, state, "40")
+        first = _after_its_first_poll(waiter)
         time.sleep(2)
     time.sleep(2)
     with _serve(tmp_path, d, port):
         out, err = waiter.communicate(timeout=120)
+        err = first + err
     assert "retrying" in err and "Traceback" not in err
     report = json.loads(out)
     assert waiter.returncode == 1 and report["safe"] is False
@@ -170,11 +179,13 @@ def test_wait_follows_an_engine_that_restarts_on_another_port_with_another_token
     with serving(d, tmp_path / "home") as (first_url, first_token):
         assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0
         waiter = _wait_in_background(d, state, "60")
+        first = _after_its_first_poll(waiter)
         time.sleep(2)
     time.sleep(2)
     with serving(d, tmp_path / "home") as (second_url, second_token):
         assert (second_url, second_token) != (first_url, first_token)
         out, err = waiter.communicate(timeout=150)
+        err = first + err
     assert "Traceback" not in err, err
     report = json.loads(out)
     # Without following the move the wait would end at --timeout with exit 3; it reaches a verdict instead.
