@@ -378,7 +378,7 @@ def test_a_broker_whose_metrics_cannot_be_read_fails_the_proof_at_timeout(tmp_pa
                                    if p.split("?")[0].rstrip("/") == "/metrics" else None)
             lines: list[str] = []
             waiter = subprocess.Popen(TXNADMIN + ["-u", door.url, "downgrade", "wait", "--state", state, "--interval",
-                                                  "0.5", "--timeout", "40", "-o", "json"],
+                                                  "0.5", "--timeout", "25", "-o", "json"],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
             _first_line(waiter, lines)
             with Shedder(d):
@@ -469,7 +469,7 @@ def test_a_second_broker_whose_counters_move_or_are_cached_is_never_safe(tmp_pat
                                   capture_output=True, text=True, env=_env()).returncode == 0
             lines: list[str] = []
             waiter = subprocess.Popen(TXNADMIN + ["-u", door_a.url, "downgrade", "wait", "--state", state,
-                                                  "--interval", "0.5", "--timeout", "40", "-o", "json"],
+                                                  "--interval", "0.5", "--timeout", "25", "-o", "json"],
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
             _first_line(waiter, lines)
             with Shedder(d):
