@@ -121,7 +121,9 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
             self.shed: Optional[Shedder] = None
 
         def start_shedding(self) -> None:
-            self.shed = Shedder(self.engine, shed_s, lambda line: None).start()
+            self.shed = Shedder(self.engine, shed_s, lambda line: None)
+            self.shed.shed_once()  # the cluster moves at once, however soon the wait ends
+            self.shed.start()
 
         def stop(self) -> None:
             if self.shed is not None:
