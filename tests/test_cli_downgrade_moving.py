@@ -1,5 +1,5 @@
 """`downgrade wait` on a cluster that moves (issue #24), through the CLI against a running engine (`engine run`,
-reached with `-u local:PATH`): topics and coordinators unloaded every second or two through the REST API (what
+reached with `-u local:PATH`): topics and coordinators unloaded every few seconds through the REST API (what
 bundle shedding and coordinator failover do), an engine killed and restarted mid-wait, batching switched on behind
 the tool's back. Every "safe" is checked against the entry-log files once the engine has stopped."""
 
@@ -86,10 +86,10 @@ def _admin(d: Path) -> HttpAdmin:
 
 
 class Shedder:
-    """Unloads a rotating topic and a coordinator every ``period`` seconds through the REST API, as load shedding
+    """Unloads a rotating topic and a coordinator every 3–5 s (``period``) through the REST API, as load shedding
     and failovers do; follows a restarted engine to its new address."""
 
-    def __init__(self, d: Path, period=(1.0, 2.0)):
+    def __init__(self, d: Path, period=(3.0, 5.0)):
         self.d, self.period = d, period
         self.stop = threading.Event()
         self.paused = threading.Event()
@@ -241,7 +241,7 @@ def test_moves_and_a_kill_9_restart_converge_with_rerecord(tmp_path):
             # the stuck transactions, recovered open, and the workload's own caught open by the kill -9
             _abort_pinning(d, older_than_ms=5000)
             report = _finish(waiter, lines)
-    assert shed.unloads >= 3
+    assert shed.unloads >= 2
     assert report["_code"] == 0 and report["safe"] is True, report["_stderr"][-3000:]
     checklist = json.loads(Path(state).read_text())
     assert checklist["rerecordedInWait"] >= 1  # the restart's reopens: a gap in the watch, so re-recorded
