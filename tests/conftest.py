@@ -31,3 +31,11 @@ def spark(request):
         pytest.fail(f"{request.node.nodeid} uses the spark fixture: mark it @pytest.mark.spark (or "
                     "pytest.param(..., marks=pytest.mark.spark)) so `-m 'not spark'` leaves it out", pytrace=False)
     return request.getfixturevalue("spark_session")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist's `--dist loadgroup` (`make test`): every Spark test goes to one worker, so the run keeps one
+    SparkSession, and every other file stays whole on one worker, because some files order their tests."""
+    for item in items:
+        group = "spark" if item.get_closest_marker("spark") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -309,13 +309,14 @@ def test_a_quiet_wait_on_a_pipe_prints_a_heartbeat_line(tmp_path):
         assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0
         # A long interval: nothing changes between polls, yet a line comes every heartbeat period (1 s here).
         lines: list[str] = []
-        waiter = _wait_in_background(d, state, "--timeout", "8", "--interval", "7")
+        # A loaded machine may wake the heartbeat late, so the count asked for is well below one per second.
+        waiter = _wait_in_background(d, state, "--timeout", "10", "--interval", "9")
         _first_line(waiter, lines)
         _finish(waiter, lines, timeout=120)
     beats = [line for line in lines if "(no change)" in line]
-    assert len(beats) >= 3, lines
+    assert len(beats) >= 2, lines
     for line in beats:
-        assert line.startswith("[0:00:0") and "logs done" in line and "reopen(s) accepted" in line
+        assert line.startswith("[0:00:") and "logs done" in line and "reopen(s) accepted" in line
 
 
 # -- through serve's HTTP API with a token, and the traps that must never end in "safe" ---------------------------
