@@ -101,3 +101,38 @@ def family_of(sample_name: str) -> PulsarMetric | None:
         if sample_name in m.sample_names():
             return m
     return None
+
+
+# What `txnadmin exporter` exports (its own names, issue #28), with their labels: rules and panels may use these too.
+TXNADMIN_EXPORTER_METRICS: dict[str, frozenset[str]] = {
+    "txnadmin_transactions_open": frozenset({"coordinator", "state"}),
+    "txnadmin_oldest_open_transaction_age_seconds": frozenset({"coordinator"}),
+    "txnadmin_transactions_past_timeout": frozenset({"coordinator"}),
+    "txnadmin_transactions_hanging": frozenset({"coordinator"}),
+    "txnadmin_transactions_stuck_ending": frozenset({"coordinator", "state"}),
+    "txnadmin_transaction_buffers_recovering": frozenset(),
+    "txnadmin_transaction_buffer_recovery_age_seconds": frozenset({"topic"}),
+    "txnadmin_max_read_position_held_seconds": frozenset({"topic"}),
+    "txnadmin_downgrade_checklist_loaded": frozenset(),
+    "txnadmin_downgrade_logs": frozenset({"status"}),
+    "txnadmin_downgrade_waiting_logs": frozenset({"reason"}),
+    "txnadmin_batching_enabled": frozenset({"broker", "flag"}),
+    "txnadmin_doctor_findings": frozenset({"check", "severity"}),
+    "txnadmin_poll_age_seconds": frozenset(),
+    "txnadmin_poll_duration_seconds": frozenset(),
+    "txnadmin_poll_errors_total": frozenset(),
+    "txnadmin_last_poll_success_timestamp_seconds": frozenset(),
+}
+
+
+def metric_names_in(expr: str) -> set[str]:
+    """The pulsar_/txnadmin_ names a PromQL expression reads: plain selectors, and every listed name a
+    ``__name__=~"…"`` matcher selects (a matcher that selects no listed name is returned as itself, to fail)."""
+    import re
+
+    names = set(re.findall(r"(?<![\w\"])((?:pulsar|txnadmin)_[a-zA-Z0-9_]+)", expr))
+    known = [n for m in PULSAR_METRICS for n in m.sample_names()] + list(TXNADMIN_EXPORTER_METRICS)
+    for pattern in re.findall(r'__name__\s*=~\s*"([^"]+)"', expr):
+        selected = {n for n in known if re.fullmatch(pattern, n)}
+        names |= selected or {f"__name__=~{pattern}"}
+    return names
