@@ -250,8 +250,10 @@ def test_every_panel_returns_data_from_a_real_prometheus(tmp_path):
         stopping.append(failing)
         jobs = [{"job_name": "pulsar", "static_configs": [{"targets": [workload, failing.url.removeprefix("http://")]}]}]
         exporter = _exporter_command()
+        exporter_url = ""
         if exporter is not None:  # after the exporter's merge: its panels against its own /metrics too
             port = free_port()
+            exporter_url = f"http://127.0.0.1:{port}"
             help_text = subprocess.run(exporter + ["exporter", "--help"], capture_output=True, text=True).stdout
             extra = ["--doctor"] if "--doctor" in help_text else []
             proc = subprocess.Popen(exporter + ["-u", f"local:{engine_dir}", "exporter", "--host", "127.0.0.1",
@@ -311,10 +313,9 @@ def test_every_panel_returns_data_from_a_real_prometheus(tmp_path):
 
         if exporter is not None:
             values = _resolve_variables(prom)
-            exported = httpx.get(f"http://127.0.0.1:{jobs[1]['static_configs'][0]['targets'][0].split(':')[1]}"
-                                 "/metrics", timeout=10).text
 
             def exporter_panels() -> list[str]:
+                exported = httpx.get(f"{exporter_url}/metrics", timeout=10).text
                 missing = []
                 for title, expr in _targets():
                     if not _is_exporter(expr):

@@ -86,6 +86,8 @@ def test_every_listed_name_is_exported_with_its_labels_and_nothing_unlisted(tmp_
     assert _value(samples, "pulsar_txn_tb_client_commit_failed_total", **stalled) == 1
     assert _value(samples, "pulsar_txn_tb_client_abort_failed_total", **stalled) == 1
     assert _value(samples, "pulsar_txn_active_count", coordinator_id="0") == 2  # held COMMITTING and ABORTING
+    # reloaded with nothing replayed, but recovering: kept, so a dashboard's topic list shows it
+    assert _value(samples, "pulsar_txn_tb_active_total", **stalled) == 0
 
 
 def test_coordinator_and_buffer_counters_count_what_happened(tmp_path):

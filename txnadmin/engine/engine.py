@@ -861,9 +861,9 @@ class _ScrapeTimeGauges:
             labels = [_namespace_label(name), name]
             held = topic.buffer.processor.segment_count() if topic.buffer.processor.snapshot_type == "Segment" else 0
             open_now = len(topic.buffer.ongoing)
-            # Unlike a broker, topics with no transaction since they loaded are left out: at 10,000 topics their
-            # zeros made every scrape (and each downgrade poll's two reads of /metrics) seconds slower.
-            if not (open_now or topic.txn_committed or topic.txn_aborted or held):
+            # Unlike a broker, Ready topics with no transaction since they loaded are left out: at 10,000 topics
+            # their zeros made every scrape (and each downgrade poll's two reads of /metrics) seconds slower.
+            if not (open_now or topic.txn_committed or topic.txn_aborted or held or topic.buffer.state != "Ready"):
                 continue
             ongoing.add_metric(labels, open_now)
             aborted.add_metric(labels, topic.txn_aborted)
