@@ -86,3 +86,9 @@ def test_every_metric_a_rule_reads_is_listed():
     assert any(n.startswith("pulsar_") for n in used) and any(n.startswith("txnadmin_") for n in used)
     # Pulsar's current names, never the pre-2.11 *_count ones
     assert not any(n.endswith("_count") and n not in BY_NAME for n in used if n.startswith("pulsar_txn_"))
+
+
+def test_a_machine_without_promtool_fails_and_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception, match=r"apt-get install -y prometheus"):
+        promtool()
