@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: run test test-fast check install install-test proto check-java clean docs
+.PHONY: run test test-fast check install install-test proto check-java check-prometheus clean docs
 
 $(VENV)/.created:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "txnadmin needs Python 3.11 or newer (found " + sys.version.split()[0] + ")")'
@@ -27,6 +27,18 @@ check-java:
 	@command -v java >/dev/null 2>&1 || [ -x "$$JAVA_HOME/bin/java" ] || { \
 	  echo "error: Java 17 is needed for Spark (txnadmin scan): install a JDK 17 and put java on PATH or set JAVA_HOME" >&2; exit 1; }
 
+# The alert-rule and dashboard tests run Debian's promtool and prometheus: installed here when missing and run as root
+# (CI's clean machine); otherwise those tests fail and say how to install them.
+check-prometheus:
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's prometheus package (promtool, prometheus) for the alert and dashboard tests"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus >/dev/null || \
+	    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q prometheus >/dev/null; }; \
+	  else \
+	    echo "warning: promtool/prometheus missing; as root: apt-get install -y prometheus (their tests will fail)" >&2; \
+	  fi; }
+
 # The main job: a guided downgrade rehearsal on the embedded engine (see docs/).
 # The rehearsal works in a temporary directory that is removed afterwards, whatever the verdict.
 run: $(VENV)/.installed check-java
@@ -40,12 +52,12 @@ run: $(VENV)/.installed check-java
 	exit $$rc
 
 # Lint and type checks first: a clean clone (.ci/run) fails on a finding as it fails on a test.
-test: $(VENV)/.installed-test check-java check
+test: $(VENV)/.installed-test check-java check-prometheus check
 	$(PY) -m pytest -q
 
 # The inner loop while editing: no lint, no Spark, no slow rehearsals (markers in pyproject.toml), one worker per core
 # with each file kept on one worker (some files order their tests). `make test` stays the gate and runs everything.
-test-fast: $(VENV)/.installed-test
+test-fast: $(VENV)/.installed-test check-prometheus
 	$(PY) -m pytest -q -m "not spark and not slow" -n auto --dist loadfile
 
 # Lint and type checks (settings in pyproject.toml; ruff and mypy are pinned in the test extra).

@@ -403,7 +403,8 @@ def test_engine_recovery_reads_m_times_x_with_the_shared_reader(tmp_path, shared
     engine.close()
 
 
-def test_pip196_metrics(tmp_path):
+def test_snapshot_segment_metrics(tmp_path):
+    """TxnSnapshotSegmentStats' names and labels: ops per namespace and topic_name, segments held per topic."""
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -412,20 +413,24 @@ def test_pip196_metrics(tmp_path):
         return {(s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(text) for s in family.samples}
 
+    def op(name, op, namespace="public/default"):
+        return (name, (("namespace", namespace), ("op", op), ("status", "success"), ("topic_name", TOPIC)))
+
+    per_topic = (("namespace", "public/default"), ("topic", TOPIC))
     engine = engine_for(tmp_path, "segmented", managedLedgerMaxEntriesPerLedger="4")
     engine.subscribe(TOPIC, "s")
     run_txns(engine, "a" * 9)
     got = samples(engine)
-    assert got[("pulsar_txn_tb_snapshot_segment_op_total", (("op", "add"), ("status", "success")))] == 2
-    assert got[("pulsar_txn_tb_snapshot_index_op_total", (("op", "add"), ("status", "success")))] == 2
-    assert got[("pulsar_txn_tb_snapshot_index_entry_bytes_count", ())] == 2
-    assert got[("pulsar_txn_tb_snapshot_segment_total", ())] == 2
+    assert got[op("pulsar_txn_tb_snapshot_segment_op_total", "add")] == 2
+    assert got[op("pulsar_txn_tb_snapshot_index_op_total", "add")] == 2
+    assert got[("pulsar_txn_tb_snapshot_index_entry_bytes_count", per_topic)] == 2
+    assert got[("pulsar_txn_tb_snapshot_index_total", per_topic)] == 2
     payloads(engine)
     engine.sweep_ledgers()
     got = samples(engine)
-    assert got[("pulsar_txn_tb_snapshot_segment_op_total", (("op", "del"), ("status", "success")))] >= 1
-    assert got[("pulsar_txn_tb_snapshot_segment_total", ())] == 2 - got[
-        ("pulsar_txn_tb_snapshot_segment_op_total", (("op", "del"), ("status", "success")))]
+    deleted = got[op("pulsar_txn_tb_snapshot_segment_op_total", "del")]
+    assert deleted >= 1
+    assert got[("pulsar_txn_tb_snapshot_index_total", per_topic)] == 2 - deleted
     engine.close()
 
 

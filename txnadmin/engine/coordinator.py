@@ -16,6 +16,7 @@ from typing import Callable
 from ..codec import Subscription, TransactionMetadataEntry, TxnOp, TxnStatus
 from .buffered_writer import TxnPosition
 from .completion import Completion, Pending
+from .coordinator_metrics import CoordinatorCounters
 from .ops import Op, run as run_op
 from .transaction_log import TransactionLog
 
@@ -105,6 +106,7 @@ class TransactionCoordinator:
         self.recover_end_time = 0
         self._lock = threading.RLock()
         self._deadlines: list[tuple[int, int]] = []  # (deadline ms, seq)
+        self.counters = CoordinatorCounters()  # since this coordinator loaded, as a broker's store counts
 
     # -- recovery ----------------------------------------------------------------------------
     def recover(self) -> list[TxnMeta]:
@@ -172,6 +174,8 @@ class TransactionCoordinator:
             extra = {"owner": owner} if owner else {}
             rec = self._record(OP_NEW, seq, timeout_ms=timeout_ms, start_time=now, **extra)
         pos = yield self.log.append_pending(rec)
+        self.counters.appended()
+        self.counters.created_one()
         with self._lock:
             meta = TxnMeta(self.tc_id, seq, OPEN, now, timeout_ms, owner, positions=[pos], last_modified=now)
             self.txns[seq] = meta
@@ -248,6 +252,7 @@ class TransactionCoordinator:
         def logged(pos: TxnPosition | None, exc: BaseException | None) -> None:
             if pos is not None:
                 positions.append(pos)
+                self.counters.appended()
             done(pos, exc)
 
         wait = Pending(done, timeout=30, what=f"{self.log.name}: write")
@@ -278,6 +283,7 @@ class TransactionCoordinator:
                 )
             rec = self._record(OP_UPDATE, seq, expected_status=expected, new_status=new_status)
         pos = yield self.log.append_pending(rec)
+        self.counters.appended()
         with self._lock:
             meta.positions.append(pos)
             meta.status = new_status
@@ -285,6 +291,8 @@ class TransactionCoordinator:
             ended = new_status in TERMINAL
             if ended:
                 self.txns.pop(seq, None)
+        if ended:
+            self.counters.ended(new_status == COMMITTED, self.clock_ms() - meta.open_timestamp)
         if ended:
             # Outside the coordinator lock: the cursor update waits for a metadata sync, which the ends of
             # other transactions share instead of queueing behind it.

@@ -126,9 +126,9 @@ class SegmentedSnapshotProcessor(SnapshotProcessorBase):
         try:
             pos = log.put(segment_key(seq, self.topic), value)
         except Exception:
-            self.service.metrics.segment("add", ok=False)
+            self.service.metrics.segment("add", self.namespace, self.topic, ok=False)
             raise
-        self.service.metrics.segment("add")
+        self.service.metrics.segment("add", self.namespace, self.topic)
         self.bytes_written += log.bytes_written - before
         _crash_point("after-segment-write")
         ranges: dict[int, tuple[int, int]] = {}
@@ -157,10 +157,10 @@ class SegmentedSnapshotProcessor(SnapshotProcessorBase):
         try:
             written = self.service.write(self.namespace, INDEXES_TOPIC, self.topic, value)
         except Exception:
-            self.service.metrics.index("add", ok=False)
+            self.service.metrics.index("add", self.namespace, self.topic, ok=False)
             raise
-        self.service.metrics.index("add")
-        self.service.metrics.index_entry_bytes.observe(written)
+        self.service.metrics.index("add", self.namespace, self.topic)
+        self.service.metrics.index_entry(self.namespace, self.topic, written)
         self.bytes_written += written
         self.last_snapshot_timestamp = self.clock_ms()
 
@@ -182,9 +182,9 @@ class SegmentedSnapshotProcessor(SnapshotProcessorBase):
         try:
             key, value = self.service.segments(self.namespace).read(index.segment)
         except KeyError:
-            self.service.metrics.segment("read", ok=False)
+            self.service.metrics.segment("read", self.namespace, self.topic, ok=False)
             raise
-        self.service.metrics.segment("read")
+        self.service.metrics.segment("read", self.namespace, self.topic)
         if key != segment_key(index.sequence_id, self.topic):
             raise SnapshotError(f"{self.topic}: segment at {index.segment} is {key!r}, "
                                 f"expected {segment_key(index.sequence_id, self.topic)!r}")
@@ -227,7 +227,7 @@ class SegmentedSnapshotProcessor(SnapshotProcessorBase):
                 for txn in [t for t, s in self.sealed.items() if s == index.sequence_id]:
                     del self.sealed[txn]
             self.service.segments(self.namespace).put(segment_key(index.sequence_id, self.topic), None)
-            self.service.metrics.segment("del")
+            self.service.metrics.segment("del", self.namespace, self.topic)
             dropped += 1
         return dropped
 
@@ -236,7 +236,7 @@ class SegmentedSnapshotProcessor(SnapshotProcessorBase):
         value = self.service.read_latest(self.namespace, INDEXES_TOPIC, self.topic)
         if value is None:
             return self._upgrade_from_single(first_live_ledger)
-        self.service.metrics.index("read")
+        self.service.metrics.index("read", self.namespace, self.topic)
         snap = value["snapshot"]
         for item in value["indexList"]:
             index = SegmentIndex.from_json(item)

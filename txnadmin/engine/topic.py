@@ -210,6 +210,9 @@ class Topic:
         self._ready_done = Completion()  # completed with _ready, once: what a parked send waits for
         self._ready_lock = threading.Lock()
         self._closed = False
+        # Ends applied since the topic loaded (TopicTransactionBuffer's txnCommittedCounter/txnAbortedCounter)
+        self.txn_committed = 0
+        self.txn_aborted = 0
 
     # -- subscriptions -----------------------------------------------------------------------
     def subscription(self, name: str) -> ManagedCursor:
@@ -337,6 +340,11 @@ class Topic:
                     self.buffer.on_marker(marker.txn, marker.commit, marker.pos)
                 except Exception as exc:  # noqa: BLE001 — the marker's own waiter raises it (and the end is retried)
                     marker.error = exc
+                else:
+                    if marker.commit:
+                        self.txn_committed += 1
+                    else:
+                        self.txn_aborted += 1
                 queue.popleft()
 
     # -- consume -----------------------------------------------------------------------------
