@@ -281,3 +281,65 @@ def test_a_literal_id_matches_itself_only_and_a_star_matches_its_coordinator(mos
     assert id_matcher(mine)(other) == (mine == other)
     assert id_matcher(f"{most},*")(other) == (other_most == most)
     assert id_matcher("*")(other)
+
+
+# -- a live workload: transactions end by themselves all the time ----------------------------------------------
+
+
+@pytest.mark.slow
+def test_under_a_live_workload_every_planned_transaction_is_aborted_or_ended_and_a_held_commit_is_not_claimed(
+        tmp_path):
+    """`engine run` commits and aborts its own transactions while we abort the open ones: whatever raced, each
+    planned one is ABORTED or ENDED and the run exits 0. The one held in COMMITTING (--fault hold-ending) cannot be
+    aborted in Pulsar: it is reported FAILED, still COMMITTING, and the run exits 1."""
+    import os
+    import subprocess
+    import sys
+
+    from txnadmin.engine.manage import init_engine
+
+    d = tmp_path / "e"
+    init_engine(d, {"transactionCoordinatorCount": "2"})
+    env = dict(os.environ, TXNADMIN_HOME=str(tmp_path / "home"))
+    cli = [sys.executable, "-m", "txnadmin.cli.main", "-u", f"local:{d}", "transactions"]
+    run = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "engine", "run", str(d), "--duration", "0",
+                            "--rate", "100", "--concurrency", "4", "--txn-timeout-ms", "60000",
+                            "--fault", "hold-ending", "-o", "json"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+
+    def call(*args):
+        result = subprocess.run(cli + list(args), capture_output=True, text=True, env=env, timeout=120)
+        assert "Traceback" not in result.stderr, result.stderr
+        return result
+
+    try:
+        held = []
+        for _ in range(300):
+            if (d / "server.json").exists():
+                listed = call("list", "--owner", "fault:hold-ending", "--state", "COMMITTING", "-o", "json")
+                if listed.returncode == 0 and json.loads(listed.stdout):
+                    held = json.loads(listed.stdout)
+                    break
+            assert run.poll() is None, run.stderr.read().decode()[-2000:]
+            time.sleep(0.2)
+        assert len(held) == 1, "the held commit never showed"
+        planned = 0
+        for _ in range(10):
+            done = call("abort", "--state", "OPEN", "--yes", "-o", "json")
+            assert done.returncode == 0, done.stdout + done.stderr
+            report = json.loads(done.stdout)
+            assert {r["outcome"] for r in report["results"]} <= {"ABORTED", "ENDED"}, report["results"]
+            planned += report["planned"]
+            if planned >= 5:
+                break
+        assert planned >= 5, "the workload never had open transactions to abort"
+        stuck = call("abort", "--owner", "fault:hold-ending", "--yes", "-o", "json")
+        assert stuck.returncode == 1, stuck.stdout + stuck.stderr
+        [result] = json.loads(stuck.stdout)["results"]
+        assert (result["txnId"], result["outcome"], result["status"]) == (held[0]["txnId"], "FAILED", "COMMITTING")
+        assert "does not abort a committing transaction" in result["reason"]
+        assert run.poll() is None  # the workload lived through having its transactions aborted
+    finally:
+        run.terminate()
+        code = run.wait(timeout=60)
+    assert code == 0, run.stderr.read().decode()[-2000:]

@@ -186,7 +186,12 @@ def select(admin: TransactionsAdmin, flt: TxnFilter, clock: str = "auto") -> Sel
             raise NoTargetClockError("the target sent no clock (no Date header), so transaction ages cannot be "
                                      "measured on it")
     elif clock == "auto":
-        now = admin.broker_time_ms()
+        try:
+            now = admin.broker_time_ms()
+        except TargetUnreachableError:
+            raise
+        except AdminError:
+            now = None  # ages only inform here: this machine's clock will do, and the plan says it is ours
     used = "target" if now is not None else "local"
     if now is None:
         now = int(time.time() * 1000)
@@ -217,7 +222,7 @@ def _still_held(admin: TransactionsAdmin, txn: TxnId) -> Optional[str]:
         return None
 
 
-def _settled(admin: TransactionsAdmin, txn: TxnId, attempts: int = 20, pause_s: float = 0.1) -> Optional[str]:
+def _settled(admin: TransactionsAdmin, txn: TxnId, attempts: int = 25, pause_s: float = 0.2) -> Optional[str]:
     """:func:`_still_held`, asked again for a while while it is committing or aborting (an end in progress
     usually completes within milliseconds; one that does not is reported as it is)."""
     status = _still_held(admin, txn)
