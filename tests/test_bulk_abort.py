@@ -343,3 +343,34 @@ def test_under_a_live_workload_every_planned_transaction_is_aborted_or_ended_and
         run.terminate()
         code = run.wait(timeout=60)
     assert code == 0, run.stderr.read().decode()[-2000:]
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_run_leaves_the_account_of_what_was_done(served):
+    """A real CLI process interrupted while its second abort is at the broker: what was aborted, the one that may or
+    may not be, and those never tried, then exit 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    door, _, _ = served
+    proc: list[subprocess.Popen] = []
+
+    def interrupt(method: str, path: str) -> None:
+        if method == "POST" and path.startswith("/admin/v3/transactions/abortTransaction/1/0"):
+            proc[0].send_signal(signal.SIGINT)
+            time.sleep(1)  # the broker "takes its time": the interrupt lands while the CLI waits for this answer
+
+    door.before_forward.append(interrupt)
+    env = dict(os.environ, TXNADMIN_ADMIN_URL="", PULSAR_CLIENT_CONF="")
+    proc.append(subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "-u", door.url, "transactions", "abort",
+                                  "--all", "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=env))
+    out, err = proc[0].communicate(timeout=120)
+    assert proc[0].returncode == 130, out + err
+    assert "Traceback" not in err
+    assert "aborted (0,0)" in out  # the oldest went first
+    assert "interrupted: 1 of 4 planned transactions aborted or ended; (1,0) may or may not be aborted; " \
+           "not attempted: " in err, err
+    assert set(err.split("not attempted: ")[1].split()[:2]) == {"(0,1)", "(1,1)"}
