@@ -374,3 +374,35 @@ def test_ctrl_c_mid_run_leaves_the_account_of_what_was_done(served):
     assert "interrupted: 1 of 4 planned transactions aborted or ended; (1,0) may or may not be aborted; " \
            "not attempted: " in err, err
     assert set(err.split("not attempted: ")[1].split()[:2]) == {"(0,1)", "(1,1)"}
+
+
+def test_an_owner_is_data_never_markup(tmp_path, monkeypatch):
+    d = tmp_path / "e"
+    monkeypatch.setenv("TXNADMIN_HOME", str(tmp_path / "home"))
+    assert runner.invoke(app, ["engine", "init", str(d), "-c", "1"]).exit_code == 0
+    owner = "[bold red]mallory[/bold red]"
+    assert runner.invoke(app, ["engine", "txn", "begin", "--dir", str(d), "--owner", owner]).exit_code == 0
+    shown = runner.invoke(app, ["-u", f"local:{d}", "transactions", "list", "--owner", owner],
+                          env={"COLUMNS": "200"})
+    flat = "".join(shown.stdout.split())  # the title wraps at the table's width
+    assert shown.exit_code == 0 and flat.count(owner.replace(" ", "")) == 2, shown.output  # its row and the title
+    planned = txn("abort", "--owner", owner, "--dry-run", target=f"local:{d}")
+    assert planned.exit_code == 0 and f"owner {owner}," in planned.stdout
+
+
+@pytest.mark.parametrize("answer,code,left", [("n\n", 1, 4), ("y\n", 0, 2)])
+def test_on_a_terminal_it_asks_and_a_no_changes_nothing(engine, monkeypatch, answer, code, left):
+    import txnadmin.cli.confirm as confirm
+
+    monkeypatch.setattr(confirm, "_stdin_is_terminal", lambda: True)
+    asked = runner.invoke(app, ["-u", f"local:{engine}", "transactions", "abort", "--owner", "alice", "-o", "yaml"],
+                          input=answer)
+    assert asked.exit_code == code and "Proceed?" in asked.stderr, asked.output
+    assert "plan: abort 2 transactions" in asked.stderr  # -o yaml: stdout is the one document
+    remaining = json.loads(txn("list", "-o", "json", target=f"local:{engine}").stdout)
+    assert len(remaining) == left
+    if code == 0:
+        import yaml
+
+        document = asked.stdout[asked.stdout.index("target:"):]  # CliRunner echoes the typed answer to stdout
+        assert yaml.safe_load(document)["summary"]["ABORTED"] == 2

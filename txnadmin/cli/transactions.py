@@ -410,6 +410,7 @@ def _select(ctx: typer.Context, flt, clock: str):
 def _list_table(rows: list[dict], now_ms: int, title: str) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from ..procedures.bulk_abort import time_left_ms
     from .render import age
@@ -417,12 +418,12 @@ def _list_table(rows: list[dict], now_ms: int, title: str) -> None:
     if not rows:
         typer.echo(title)
         return
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(title), title_justify="left")  # Text: owners, ids and URLs are data, never markup
     for col in ("txnId", "state", "owner", "age", "timeout left", "produced", "acked"):
         table.add_column(col, no_wrap=col == "txnId", overflow="fold")
     for r in sorted(rows, key=lambda r: (-r["ageMs"], r["txnId"])):
         left = time_left_ms(r, now_ms)
-        table.add_row(r["txnId"], r["status"] or "-", r.get("owner") or "-", age(r["ageMs"]),
+        table.add_row(Text(r["txnId"]), Text(r["status"] or "-"), Text(r.get("owner") or "-"), age(r["ageMs"]),
                       "-" if left is None else age(left) if left >= 0 else f"past by {age(-left)}",
                       str(len(r.get("producedPartitions", []))), str(len(r.get("ackedPartitions", []))))
     Console().print(table)
@@ -492,15 +493,16 @@ def abort_matching(ctx: typer.Context, coordinator_id: Optional[int] = Coordinat
             typer.echo(f"no open transaction matches ({flt.describe()}) on {target.url}: nothing to abort")
         raise typer.Exit(1 if found.unreadable else 0)
     clock = "" if found.clock == "target" else " (ages by this machine's clock: the target sent none)"
-    steps = [f"abort {r['txnId']} on coordinator {r['coordinatorId']}, owner {r.get('owner') or '-'}, "
-             f"{r['status']}, open {age(r['ageMs'])}" for r in rows]
+    steps = [mask(f"abort {r['txnId']} on coordinator {r['coordinatorId']}, owner {r.get('owner') or '-'}, "
+                  f"{r['status']}, open {age(r['ageMs'])}") for r in rows]
     steps += [f"skip coordinator {k}: it could not be listed" for k in sorted(found.unreadable)]
     plan = Plan(f"abort {len(rows)} transactions ({flt.describe()}){clock}", target.label, steps,
                 {"transactions": [{k: r.get(k) for k in ("txnId", "coordinatorId", "owner", "status", "ageMs")}
                                   for r in rows],
                  "coordinators": sorted({r["coordinatorId"] for r in rows}), **report})
     try:
-        proceed = confirm(plan, yes=yes, dry_run=dry_run, output=output or "table")
+        # -o json/yaml: the plan goes to stderr, stdout stays one document
+        proceed = confirm(plan, yes=yes, dry_run=dry_run, output="json" if output in ("json", "yaml") else "table")
     except typer.Exit as exc:
         raise typer.Exit(1 if exc.exit_code else 0) from None  # pulsar-admin's codes: any failure is 1
     if not proceed:
