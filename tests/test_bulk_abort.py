@@ -406,3 +406,23 @@ def test_on_a_terminal_it_asks_and_a_no_changes_nothing(engine, monkeypatch, ans
 
         document = asked.stdout[asked.stdout.index("target:"):]  # CliRunner echoes the typed answer to stdout
         assert yaml.safe_load(document)["summary"]["ABORTED"] == 2
+
+
+def test_a_target_that_stops_answering_mid_run_leaves_unknown_and_not_attempted(served):
+    """The connection drops while the second abort is at the broker: that one may or may not be aborted, the rest
+    are not tried (a broker that stopped answering would fail them all), and the account says so."""
+    door, _, _ = served
+
+    def drop(method: str, path: str) -> None:
+        if method == "POST" and path.startswith("/admin/v3/transactions/abortTransaction/1/0"):
+            raise ConnectionAbortedError("the broker went away mid-request")
+
+    door.before_forward.append(drop)
+    done = txn("abort", "--all", "--yes", "-o", "json", target=door.url)
+    assert done.exit_code == 1, done.output
+    outcomes = [(r["txnId"], r["outcome"]) for r in json.loads(done.stdout)["results"]]
+    assert outcomes[:2] == [("(0,0)", "ABORTED"), ("(1,0)", "UNKNOWN")], outcomes
+    assert sorted(outcomes[2:]) == [("(0,1)", "NOT_ATTEMPTED"), ("(1,1)", "NOT_ATTEMPTED")]
+    door.before_forward.clear()
+    left = ids(json.loads(txn("list", "-o", "json", target=door.url).stdout))
+    assert {"(0,1)", "(1,1)", "(1,0)"} == left  # the dropped request never reached the broker: (1,0) still open
