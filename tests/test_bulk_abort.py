@@ -5,7 +5,10 @@ the plan and the abort is reported as such; a partial failure leaves an account 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -294,10 +297,6 @@ def test_under_a_live_workload_every_planned_transaction_is_aborted_or_ended_and
     """`engine run` commits and aborts its own transactions while we abort the open ones: whatever raced, each
     planned one is ABORTED or ENDED and the run exits 0. The one held in COMMITTING (--fault hold-ending) cannot be
     aborted in Pulsar: it is reported FAILED, still COMMITTING, and the run exits 1."""
-    import os
-    import subprocess
-    import sys
-
     from txnadmin.engine.manage import init_engine
 
     d = tmp_path / "e"
@@ -351,10 +350,7 @@ def test_under_a_live_workload_every_planned_transaction_is_aborted_or_ended_and
 def test_ctrl_c_mid_run_leaves_the_account_of_what_was_done(served):
     """A real CLI process interrupted while its second abort is at the broker: what was aborted, the one that may or
     may not be, and those never tried, then exit 130."""
-    import os
     import signal
-    import subprocess
-    import sys
 
     door, _, _ = served
     proc: list[subprocess.Popen] = []
@@ -410,6 +406,7 @@ def test_on_a_terminal_it_asks_and_a_no_changes_nothing(engine, monkeypatch, ans
         assert yaml.safe_load(document)["summary"]["ABORTED"] == 2
 
 
+@pytest.mark.slow
 def test_a_target_that_stops_answering_mid_run_leaves_unknown_and_not_attempted(served):
     """The connection drops while the second abort is at the broker: that one may or may not be aborted, the rest
     are not tried (a broker that stopped answering would fail them all), and the account says so."""
@@ -420,8 +417,11 @@ def test_a_target_that_stops_answering_mid_run_leaves_unknown_and_not_attempted(
             raise ConnectionAbortedError("the broker went away mid-request")
 
     door.before_forward.append(drop)
-    done = txn("abort", "--all", "--yes", "-o", "json", target=door.url)
-    assert done.exit_code == 1, done.output
+    # a process of its own: the front's report of the dropped request lands on this test's stderr, not the CLI's
+    done = subprocess.run([sys.executable, "-m", "txnadmin.cli.main", "-u", door.url, "transactions", "abort",
+                           "--all", "--yes", "-o", "json"], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, TXNADMIN_ADMIN_URL="", PULSAR_CLIENT_CONF=""))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
     outcomes = [(r["txnId"], r["outcome"]) for r in json.loads(done.stdout)["results"]]
     assert outcomes[:2] == [("(0,0)", "ABORTED"), ("(1,0)", "UNKNOWN")], outcomes
     assert sorted(outcomes[2:]) == [("(0,1)", "NOT_ATTEMPTED"), ("(1,1)", "NOT_ATTEMPTED")]
