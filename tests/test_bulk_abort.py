@@ -196,6 +196,7 @@ def served(engine, tmp_path):
         yield door, url, token
 
 
+@pytest.mark.slow  # a real `serve` process starts for it
 def test_a_transaction_ending_by_itself_between_plan_and_abort_is_reported_not_an_error(served):
     """Someone else ends (1,0) after the plan was shown, just before our abort of it reaches the broker."""
     import httpx
@@ -219,6 +220,7 @@ def test_a_transaction_ending_by_itself_between_plan_and_abort_is_reported_not_a
     assert text.exit_code == 0 and "1 of 1 planned transactions aborted" in text.stdout
 
 
+@pytest.mark.slow  # a real `serve` process starts for it
 def test_a_partial_failure_says_what_was_aborted_and_what_was_not(served):
     door, _, _ = served
 
