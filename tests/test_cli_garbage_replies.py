@@ -60,6 +60,8 @@ TXN = [
     ["list"],
     ["find-hanging"],
     ["find-hanging", "--max-transaction-timeout", "0", "--abort", "--yes"],
+    ["abort", "--all", "--yes"],
+    ["abort", "--older-than", "1s", "--yes"],
     ["transaction-metadata", "--txn-id", "(0,1)"],
     ["abort-transaction", "--txn-id", "(0,1)"],
 ]
@@ -134,7 +136,7 @@ def test_bad_reply_gives_one_short_error_and_the_documented_code(servers, reply,
 
 
 VOID = {"scale-transactionCoordinators", "abort-transaction"}  # POSTs whose reply body is not used
-LISTS = {"coordinators-list", "list", "find-hanging"}  # an empty list is a fine answer
+LISTS = {"coordinators-list", "list", "find-hanging", "abort"}  # an empty list is a fine answer
 ANY_OBJECT = {"buffer-snapshot-internal-stats", "coordinator-stats", "transaction-buffer-stats", "pending-ack-stats",
               "transaction-in-buffer-stats", "transaction-in-pending-ack-stats", "transaction-metadata",
               "slow-transactions", "position-stats-in-pending-ack"}  # printed as the broker sent them

@@ -1,7 +1,8 @@
 """Plan, then ask: the one way a cluster-wide command confirms before it acts.
 
 Every command that changes a whole cluster (``downgrade start``, ``upgrade``, ``set-*-batch-log --reload``,
-``find-hanging --abort``, ``doctor --fix``) builds a :class:`Plan` and calls :func:`confirm` before its first change:
+``find-hanging --abort``, ``transactions abort``,
+``doctor --fix``) builds a :class:`Plan` and calls :func:`confirm` before its first change:
 
 - the plan (what, on which target and where that target came from, how many things it touches) is printed;
 - ``--dry-run``: nothing more happens, :func:`confirm` returns ``False`` and the command exits 0 having changed nothing;

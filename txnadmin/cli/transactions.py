@@ -372,33 +372,189 @@ def _topic_filter(topic: Optional[str]):
     except ValueError as exc:
         _fail(str(exc))
 
-    def touches(row: dict) -> bool:
-        names = list(row.get("producedPartitions", [])) + [a.rsplit("/", 1)[0] for a in row.get("ackedPartitions", [])]
-        return any(n == wanted or n.startswith(wanted + "-partition-") for n in names)
+    from ..procedures.bulk_abort import touches_topic
 
-    return touches
+    return lambda row: touches_topic(row, wanted)
+
+
+# the filters `list` and `abort` share
+StateOpt = typer.Option(None, "--state", help="Only this state (repeatable): OPEN, COMMITTING, COMMITTED, ABORTING, "
+                                              "ABORTED.")
+OwnerOpt = typer.Option(None, "--owner", help="Only transactions of this owner (the client's role, exactly).")
+OlderThanOpt = typer.Option(None, "--older-than", help="Only transactions open longer than this, e.g. 90s, 5m, 2h, "
+                                                       "1h30m (on the target's clock).")
+IdPatternOpt = typer.Option(None, "--id-pattern", help="Only ids matching this glob over the id as printed, e.g. "
+                                                       "'(1,*)' or '1,4?' (parentheses added when missing).")
+CoordinatorOpt = typer.Option(None, "--coordinator-id", "-c", help="Only this coordinator's transactions.")
+TopicOpt = typer.Option(None, "--topic", "-t", help="Only transactions that produced to or acked on it.")
+
+
+def _filter(states, owner, older_than, coordinator_id, topic, id_pattern):
+    from ..procedures.bulk_abort import TxnFilter
+
+    try:
+        return TxnFilter.from_options(states, owner, older_than, coordinator_id, topic, id_pattern)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
+def _select(ctx: typer.Context, flt, clock: str):
+    from ..procedures.bulk_abort import NoTargetClockError, select
+
+    try:
+        return _run(ctx, lambda a: select(a, flt, clock))
+    except NoTargetClockError as exc:
+        _fail(f"{exc}; --older-than needs the target's clock (this machine's may differ)")
+
+
+def _list_table(rows: list[dict], now_ms: int, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..procedures.bulk_abort import time_left_ms
+    from .render import age
+
+    if not rows:
+        typer.echo(title)
+        return
+    table = Table(title=Text(title), title_justify="left")  # Text: owners, ids and URLs are data, never markup
+    for col in ("txnId", "state", "owner", "age", "timeout left", "produced", "acked"):
+        table.add_column(col, no_wrap=col == "txnId", overflow="fold")
+    for r in sorted(rows, key=lambda r: (-r["ageMs"], r["txnId"])):
+        left = time_left_ms(r, now_ms)
+        table.add_row(Text(r["txnId"]), Text(r["status"] or "-"), Text(r.get("owner") or "-"), age(r["ageMs"]),
+                      "-" if left is None else age(left) if left >= 0 else f"past by {age(-left)}",
+                      str(len(r.get("producedPartitions", []))), str(len(r.get("ackedPartitions", []))))
+    Console().print(table)
 
 
 @app.command("list")
-def list_transactions(ctx: typer.Context, coordinator_id: Optional[int] = typer.Option(None, "--coordinator-id", "-c"),
-                      topic: Optional[str] = typer.Option(None, "--topic", "-t",
-                                                          help="Only transactions that produced to or acked on it."),
-                      output: Optional[str] = Output) -> None:
-    """Open transactions per coordinator, oldest first, with age and owner.
+def list_transactions(ctx: typer.Context, coordinator_id: Optional[int] = CoordinatorOpt,
+                      topic: Optional[str] = TopicOpt, state: Optional[list[str]] = StateOpt,
+                      owner: Optional[str] = OwnerOpt, older_than: Optional[str] = OlderThanOpt,
+                      id_pattern: Optional[str] = IdPatternOpt, output: Optional[str] = Output) -> None:
+    """Open transactions per coordinator, oldest first, with state, owner, age and timeout left.
 
     Exit 1 when a coordinator could not be listed (the others are shown, and why that one was not on stderr).
     """
     from ..admin.auth import mask
-    from ..admin.hanging import open_transactions_by_coordinator
 
-    touches = _topic_filter(topic)
-    rows, unreadable = _run(ctx, lambda a: open_transactions_by_coordinator(a, coordinator_id))
-    rows = [r for r in rows if touches is None or touches(r)]
-    _print(rows, output or "table", table=lambda v: _txn_table(v, f"{len(v)} open transactions on {_target_url(ctx)}"))
-    for tc_id, reason in sorted(unreadable.items()):
+    flt = _filter(state, owner, older_than, coordinator_id, topic, id_pattern)
+    # ages on this machine's clock unless one decides the selection (no extra call when nothing needs it)
+    found = _select(ctx, flt, "auto" if older_than is not None else "local")
+    where = _target_url(ctx)
+    title = f"{len(found.rows)} open transactions on {where}" + ("" if flt.is_empty() else f" ({flt.describe()})")
+    _print(found.rows, output or "table", table=lambda v: _list_table(v, found.now_ms, title))
+    for tc_id, reason in sorted(found.unreadable.items()):
         typer.echo(mask(f"coordinator {tc_id}: its transactions could not be listed: {reason}"), err=True)
-    if unreadable:
+    if found.unreadable:
         raise typer.Exit(1)
+
+
+@app.command("abort")
+def abort_matching(ctx: typer.Context, coordinator_id: Optional[int] = CoordinatorOpt,
+                   topic: Optional[str] = TopicOpt, state: Optional[list[str]] = StateOpt,
+                   owner: Optional[str] = OwnerOpt, older_than: Optional[str] = OlderThanOpt,
+                   id_pattern: Optional[str] = IdPatternOpt,
+                   all_: bool = typer.Option(False, "--all", help="Abort every open transaction (no filter)."),
+                   yes: bool = YesOpt, dry_run: bool = DryRunOpt, output: Optional[str] = Output) -> None:
+    """Abort every transaction the filters select, after showing the plan (pulsar-admin aborts one by id).
+
+    Exit 0 when every planned transaction was aborted or ended by itself meanwhile (and on --dry-run or when
+    nothing matches); 1 when any was not (each one's outcome is printed), a coordinator could not be listed,
+    the plan was declined or could not be asked about (no terminal and no --yes), or on a usage error.
+    """
+    from ..admin.auth import mask
+    from ..procedures.bulk_abort import all_done
+    from ._target import resolve_for
+    from .confirm import Plan, confirm
+    from .render import age
+
+    flt = _filter(state, owner, older_than, coordinator_id, topic, id_pattern)
+    if flt.is_empty() and not all_:
+        _fail("transactions abort needs a filter (--state, --owner, --older-than, --coordinator-id, --topic, "
+              "--id-pattern), or --all to abort every open transaction")
+    if all_ and not flt.is_empty():
+        _fail("--all aborts every open transaction: give either --all or filters, not both")
+    # many aborts at once: never on a target the operator did not name
+    target = resolve_for(ctx, require_named="transactions abort", on_error=_unreachable)
+    found = _select(ctx, flt, "auto")
+    for tc_id, reason in sorted(found.unreadable.items()):
+        typer.echo(mask(f"coordinator {tc_id}: its transactions could not be listed, so none of them is in the "
+                        f"plan: {reason}"), err=True)
+    rows = found.rows
+    report = {"target": target.url, "filter": flt.to_json(), "clock": found.clock,
+              "unlistedCoordinators": {str(k): v for k, v in sorted(found.unreadable.items())}}
+    if not rows:
+        if output in ("json", "yaml"):
+            _print({**report, "planned": 0, "results": []}, output)
+        else:
+            typer.echo(f"no open transaction matches ({flt.describe()}) on {target.url}: nothing to abort")
+        raise typer.Exit(1 if found.unreadable else 0)
+    clock = "" if found.clock == "target" else " (ages by this machine's clock: the target sent none)"
+    steps = [mask(f"abort {r['txnId']} on coordinator {r['coordinatorId']}, owner {r.get('owner') or '-'}, "
+                  f"{r['status']}, open {age(r['ageMs'])}") for r in rows]
+    steps += [f"skip coordinator {k}: it could not be listed" for k in sorted(found.unreadable)]
+    plan = Plan(f"abort {len(rows)} transactions ({flt.describe()}){clock}", target.label, steps,
+                {"transactions": [{k: r.get(k) for k in ("txnId", "coordinatorId", "owner", "status", "ageMs")}
+                                  for r in rows],
+                 "coordinators": sorted({r["coordinatorId"] for r in rows}), **report})
+    try:
+        # -o json/yaml: the plan goes to stderr, stdout stays one document
+        proceed = confirm(plan, yes=yes, dry_run=dry_run, output="json" if output in ("json", "yaml") else "table")
+    except typer.Exit as exc:
+        raise typer.Exit(1 if exc.exit_code else 0) from None  # pulsar-admin's codes: any failure is 1
+    if not proceed:
+        raise typer.Exit(0)
+    results = _abort_all(ctx, rows, stream=output not in ("json", "yaml"))
+    if output in ("json", "yaml"):
+        from ..procedures.bulk_abort import summary
+
+        _print({**report, "planned": len(rows), "results": results, "summary": summary(results)}, output)
+    else:
+        _abort_account(results, target.url)
+    raise typer.Exit(0 if all_done(results) and not found.unreadable else 1)
+
+
+_SAID = {"ABORTED": "aborted", "ENDED": "ended by itself", "FAILED": "FAILED to abort",
+         "UNKNOWN": "cannot tell whether aborted", "NOT_ATTEMPTED": "not attempted"}
+
+
+def _abort_all(ctx: typer.Context, rows: list[dict], stream: bool) -> list[dict]:
+    """Abort the planned rows, printing each outcome as it comes (so an interrupted run still leaves its account)."""
+    from ..admin.auth import mask
+    from ..procedures.bulk_abort import abort_selected
+
+    results: list[dict] = []
+
+    def said(result: dict) -> None:
+        results.append(result)
+        if stream:
+            typer.echo(mask(f"{_SAID[result['outcome']]} {result['txnId']}"
+                            + (f": {result['reason']}" if result.get("reason") else "")))
+
+    try:
+        return _run(ctx, lambda a: abort_selected(a, rows, said))
+    except KeyboardInterrupt:
+        done = [r["txnId"] for r in results if r["outcome"] in ("ABORTED", "ENDED")]
+        in_flight = rows[len(results)]["txnId"] if len(results) < len(rows) else None
+        typer.echo(f"interrupted: {len(done)} of {len(rows)} planned transactions aborted or ended"
+                   + (f"; {in_flight} may or may not be aborted" if in_flight else "")
+                   + (f"; not attempted: {' '.join(r['txnId'] for r in rows[len(results) + 1:])}"
+                      if len(results) + 1 < len(rows) else ""), err=True)
+        raise
+
+
+def _abort_account(results: list[dict], where: str) -> None:
+    from ..procedures.bulk_abort import summary
+
+    counts = summary(results)
+    typer.echo(f"{counts['ABORTED']} of {len(results)} planned transactions aborted on {where}, "
+               f"{counts['ENDED']} ended by themselves meanwhile")
+    left = [r for r in results if r["outcome"] not in ("ABORTED", "ENDED")]
+    if left:
+        typer.echo(f"NOT aborted ({len(left)}): " + ", ".join(f"{r['txnId']} ({_SAID[r['outcome']]})" for r in left))
 
 
 def _target_flags(ctx: typer.Context) -> str:

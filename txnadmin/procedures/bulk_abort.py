@@ -1,0 +1,311 @@
+"""Select open transactions by state, owner, age, coordinator, topic and id; then abort every one selected.
+
+`transactions list` filters with :class:`TxnFilter` and :func:`select`; `transactions abort` shows the same
+selection as its plan and calls :func:`abort_selected`, which gives every planned transaction an outcome:
+
+- ``ABORTED``: our abort succeeded;
+- ``ENDED``: it ended by itself between the plan and the abort (committed, aborted by its client or its timeout,
+  or gone from its coordinator) — not an error;
+- ``FAILED``: it is still held by its coordinator and not ended (or we could not tell): ``reason`` says why;
+- ``UNKNOWN``: the target stopped answering while our abort was in flight: it may or may not have been aborted;
+- ``NOT_ATTEMPTED``: the run stopped before it (the target stopped answering).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..admin.hanging import open_transactions, open_transactions_by_coordinator
+from ..admin.protocol import AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin, TxnId
+from ..names import normalize_topic
+
+# Pulsar's TxnStatus values (the TransactionMetadata `status` field).
+STATES = ("OPEN", "COMMITTING", "COMMITTED", "ABORTING", "ABORTED")
+ENDING = ("COMMITTING", "ABORTING")
+TERMINAL = ("COMMITTED", "ABORTED")
+
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_MAX_DURATION_MS = 100 * 365 * 86_400_000  # a century: anything longer is a typo, not an age
+_PART = re.compile(r"(\d+)([a-zA-Z]*)")
+
+
+def parse_duration(text: str) -> int:
+    """``90s``, ``5m``, ``2h``, ``1d``, ``1h30m`` (parts add up) or a bare number of seconds → milliseconds.
+
+    Raises ValueError naming the input for anything else (empty, negative, fractions, unknown units)."""
+    spec = text.strip()
+    if not spec:
+        raise ValueError(f"invalid duration '{text}': give e.g. 90s, 5m, 2h, 1d or 1h30m")
+    if spec.isdigit():
+        spec += "s"
+    total, pos = 0, 0
+    while pos < len(spec):
+        m = _PART.match(spec, pos)
+        if not m or m.group(2).lower() not in _UNIT_MS:
+            raise ValueError(f"invalid duration '{text}': give e.g. 90s, 5m, 2h, 1d or 1h30m "
+                             "(units s, m, h, d; a bare number is seconds)")
+        digits = m.group(1)
+        if len(digits) > 15:  # int() of a huge digit string is slow and the value absurd anyway
+            raise ValueError(f"invalid duration '{text}': longer than 100 years")
+        total += int(digits) * _UNIT_MS[m.group(2).lower()]
+        pos = m.end()
+    if total > _MAX_DURATION_MS:
+        raise ValueError(f"invalid duration '{text}': longer than 100 years")
+    return total
+
+
+_PATTERN_CHARS = set("0123456789(),*?[]!-")
+
+
+def id_matcher(pattern: str) -> Callable[[str], bool]:
+    """A glob (``*``, ``?``, ``[...]``) over the id as pulsar-admin prints it, ``(1,6)``.
+
+    A pattern without parentheses gets them: ``1,*`` means ``(1,*)``. Raises ValueError for a pattern that holds
+    anything an id cannot (ids are digits, a comma and parentheses), so a typo never silently matches nothing."""
+    spec = pattern.strip()
+    if not spec:
+        raise ValueError("invalid --id-pattern '': give a glob over ids such as '(1,*)' or '1,4?'")
+    stray = sorted(set(spec) - _PATTERN_CHARS)
+    if stray:
+        raise ValueError(f"invalid --id-pattern '{pattern}': {''.join(stray)!r} cannot appear in a transaction id "
+                         "(ids print as (most,least), e.g. (1,6); use *, ? and [...] as in a shell)")
+    if "(" not in spec and ")" not in spec:
+        spec = f"({spec})"
+    compiled = re.compile(fnmatch.translate(spec))
+    return lambda txn_id: compiled.match(txn_id) is not None
+
+
+def touches_topic(row: dict, topic: str) -> bool:
+    """Produced to or acked on ``topic`` (a full name), or any partition of it."""
+    names = list(row.get("producedPartitions", [])) + [a.rsplit("/", 1)[0] for a in row.get("ackedPartitions", [])]
+    return any(n == topic or n.startswith(topic + "-partition-") for n in names)
+
+
+@dataclass(frozen=True)
+class TxnFilter:
+    """What `list` and `abort` select; empty fields select everything. Build it with :meth:`from_options`."""
+
+    states: tuple[str, ...] = ()
+    owner: Optional[str] = None
+    older_than_ms: Optional[int] = None
+    coordinator_id: Optional[int] = None
+    topic: Optional[str] = None
+    id_pattern: Optional[str] = None
+    _id_match: Optional[Callable[[str], bool]] = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_options(cls, states: Optional[list[str]] = None, owner: Optional[str] = None,
+                     older_than: Optional[str] = None, coordinator_id: Optional[int] = None,
+                     topic: Optional[str] = None, id_pattern: Optional[str] = None) -> "TxnFilter":
+        """The filter of the command-line options; ValueError naming the bad one."""
+        wanted = []
+        for state in states or []:
+            name = state.strip().upper()
+            if name not in STATES:
+                raise ValueError(f"invalid --state '{state}': one of {', '.join(STATES)}")
+            if name not in wanted:
+                wanted.append(name)
+        if coordinator_id is not None and coordinator_id < 0:
+            raise ValueError(f"invalid --coordinator-id {coordinator_id}: coordinator ids start at 0")
+        return cls(tuple(wanted), owner, parse_duration(older_than) if older_than is not None else None,
+                   coordinator_id, normalize_topic(topic) if topic is not None else None, id_pattern,
+                   id_matcher(id_pattern) if id_pattern is not None else None)
+
+    def is_empty(self) -> bool:
+        return not (self.states or self.owner is not None or self.older_than_ms is not None
+                    or self.coordinator_id is not None or self.topic or self.id_pattern is not None)
+
+    def matches(self, row: dict) -> bool:
+        """``row`` as :func:`open_transactions` gives it (its ``ageMs`` measured on the clock :func:`select` chose)."""
+        return ((not self.states or row.get("status") in self.states)
+                and (self.owner is None or row.get("owner") == self.owner)
+                and (self.older_than_ms is None or row["ageMs"] > self.older_than_ms)
+                and (self.coordinator_id is None or row["coordinatorId"] == self.coordinator_id)
+                and (self.topic is None or touches_topic(row, self.topic))
+                and (self._id_match is None or self._id_match(row["txnId"])))
+
+    def to_json(self) -> dict:
+        out: dict = {}
+        if self.states:
+            out["states"] = list(self.states)
+        for key, value in (("owner", self.owner), ("olderThanMs", self.older_than_ms),
+                           ("coordinatorId", self.coordinator_id), ("topic", self.topic),
+                           ("idPattern", self.id_pattern)):
+            if value is not None:
+                out[key] = value
+        return out
+
+    def describe(self) -> str:
+        """The filter in words, for plans and titles."""
+        parts = []
+        if self.states:
+            parts.append("state " + "/".join(self.states))
+        if self.owner is not None:
+            parts.append(f"owner {self.owner!r}")
+        if self.older_than_ms is not None:
+            parts.append(f"open longer than {self.older_than_ms // 1000}s")
+        if self.coordinator_id is not None:
+            parts.append(f"coordinator {self.coordinator_id}")
+        if self.topic is not None:
+            parts.append(f"touching {self.topic}")
+        if self.id_pattern is not None:
+            parts.append(f"id like {self.id_pattern}")
+        return ", ".join(parts) or "every open transaction"
+
+
+@dataclass
+class Selection:
+    """What :func:`select` found: matching rows oldest first, coordinators that could not be listed, and the clock
+    their ages were measured on (``"target"``: the broker's; ``"local"``: this machine's)."""
+
+    rows: list[dict]
+    unreadable: dict[int, str]
+    now_ms: int
+    clock: str
+
+
+class NoTargetClockError(Exception):
+    """The target gives no clock (no ``Date`` header) and an age decides what is selected."""
+
+
+def select(admin: TransactionsAdmin, flt: TxnFilter, clock: str = "auto") -> Selection:
+    """The open transactions ``flt`` matches, oldest first.
+
+    ``clock`` says what ages are measured on: ``"local"`` this machine's; ``"target"`` the target's, raising
+    :class:`NoTargetClockError` when it gives none; ``"auto"`` the target's when an age decides the selection
+    (``--older-than``: a machine whose clock runs ahead would otherwise select transactions younger than asked),
+    else the target's if it gives one and ours if not."""
+    now: Optional[int] = None
+    if clock == "target" or (clock == "auto" and flt.older_than_ms is not None):
+        now = admin.broker_time_ms()
+        if now is None:
+            raise NoTargetClockError("the target sent no clock (no Date header), so transaction ages cannot be "
+                                     "measured on it")
+    elif clock == "auto":
+        try:
+            now = admin.broker_time_ms()
+        except TargetUnreachableError:
+            raise
+        except AdminError:
+            now = None  # ages only inform here: this machine's clock will do, and the plan says it is ours
+    used = "target" if now is not None else "local"
+    if now is None:
+        now = int(time.time() * 1000)
+    rows, unreadable = open_transactions_by_coordinator(admin, flt.coordinator_id, now)
+    return Selection([row for row in rows if flt.matches(row)], unreadable, now, used)
+
+
+def time_left_ms(row: dict, now_ms: int) -> Optional[int]:
+    """What remains of its timeout (negative: past it); None when the coordinator gave no timeout.
+
+    Pulsar's TransactionMetadata.timeoutAt is the timeout's length in ms, counted from openTimestamp."""
+    timeout, opened = row.get("timeoutMs"), row.get("openTimestamp")
+    return None if timeout is None or opened is None else opened + timeout - now_ms
+
+
+def _still_held(admin: TransactionsAdmin, txn: TxnId) -> Optional[str]:
+    """Its status as the coordinator holds it now; None when its coordinator lists it no more (it ended).
+
+    The transaction-metadata call answers 404 both for an ended transaction and for a coordinator that is not
+    loaded, so a 404 is only believed once the coordinator's own listing (which then answers) lacks it."""
+    try:
+        return admin.transaction_metadata(txn).get("status") or "unknown"
+    except NotFoundError:
+        listed = open_transactions(admin, txn.most_bits)
+        for row in listed:
+            if row["txnId"] == str(txn):
+                return row["status"] or "unknown"
+        return None
+
+
+def _settled(admin: TransactionsAdmin, txn: TxnId, attempts: int = 25, pause_s: float = 0.2) -> Optional[str]:
+    """:func:`_still_held`, asked again for a while while it is committing or aborting (an end in progress
+    usually completes within milliseconds; one that does not is reported as it is)."""
+    status = _still_held(admin, txn)
+    for _ in range(attempts):
+        if status not in ENDING:
+            break
+        time.sleep(pause_s)
+        status = _still_held(admin, txn)
+    return status
+
+
+def _outcome(row: dict, outcome: str, status: Optional[str], reason: Optional[str] = None) -> dict:
+    out = {"txnId": row["txnId"], "coordinatorId": row["coordinatorId"], "owner": row.get("owner"),
+           "ageMs": row.get("ageMs"), "plannedStatus": row.get("status"), "outcome": outcome, "status": status}
+    if reason:
+        out["reason"] = reason
+    return out
+
+
+def abort_one(admin: TransactionsAdmin, row: dict) -> dict:
+    """Abort one planned transaction and say what became of it (see the module docstring for the outcomes).
+
+    Raises TargetUnreachableError when the target cannot be reached (the caller stops there)."""
+    txn = TxnId.parse(row["txnId"])
+    try:
+        admin.abort_transaction(txn)
+        return _outcome(row, "ABORTED", "ABORTED")
+    except TargetUnreachableError:
+        raise
+    except AdminError as exc:
+        failure = exc.reason
+    try:
+        status = _settled(admin, txn)
+    except TargetUnreachableError:
+        raise
+    except AdminError as exc:
+        return _outcome(row, "FAILED", None, f"{failure}; and its state could not be read again: {exc.reason}")
+    if status is None:
+        return _outcome(row, "ENDED", None, "it ended by itself after the plan (its coordinator holds it no more)")
+    if status in TERMINAL:
+        return _outcome(row, "ENDED", status, f"it ended by itself after the plan ({status})")
+    if status == "COMMITTING":
+        failure += " (Pulsar does not abort a committing transaction)"
+    return _outcome(row, "FAILED", status, f"{failure}; it is still {status}")
+
+
+def abort_selected(admin: TransactionsAdmin, rows: list[dict],
+                   on_outcome: Optional[Callable[[dict], None]] = None) -> list[dict]:
+    """Abort every planned row in order; one outcome per row, each passed to ``on_outcome`` as soon as it is known.
+
+    A failure of one abort never stops the others; a target that stops answering does: the one in flight is
+    ``UNKNOWN`` (or ``FAILED`` when the request surely never left), the rest ``NOT_ATTEMPTED``."""
+    results: list[dict] = []
+
+    def record(result: dict) -> None:
+        results.append(result)
+        if on_outcome:
+            on_outcome(result)
+
+    for index, row in enumerate(rows):
+        try:
+            record(abort_one(admin, row))
+        except TargetUnreachableError as exc:
+            if exc.before_send:
+                record(_outcome(row, "FAILED", row.get("status"), f"not sent: {exc.reason}"))
+            else:
+                record(_outcome(row, "UNKNOWN", None, f"the target stopped answering during its abort, so it may "
+                                                      f"or may not be aborted: {exc.reason}"))
+            for rest in rows[index + 1:]:
+                record(_outcome(rest, "NOT_ATTEMPTED", rest.get("status"), "not attempted: the target stopped "
+                                                                           "answering"))
+            break
+    return results
+
+
+def summary(results: list[dict]) -> dict[str, int]:
+    """Counts per outcome, every outcome named (0 when none)."""
+    counts = {name: 0 for name in ("ABORTED", "ENDED", "FAILED", "UNKNOWN", "NOT_ATTEMPTED")}
+    for r in results:
+        counts[r["outcome"]] += 1
+    return counts
+
+
+def all_done(results: list[dict]) -> bool:
+    """True when every planned transaction is proven ended: aborted by us or ended by itself."""
+    return all(r["outcome"] in ("ABORTED", "ENDED") for r in results)
