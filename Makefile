@@ -51,9 +51,11 @@ run: $(VENV)/.installed check-java
 	echo "  README.md, Quick tour       # an engine of your own, then pulsar-admin's commands on it"; \
 	exit $$rc
 
-# Lint and type checks first: a clean clone (.ci/run) fails on a finding as it fails on a test.
+# Lint and type checks first: a clean clone (.ci/run) fails on a finding as it fails on a test. Two workers: most of
+# the suite's time is spent waiting on servers, polls and timeouts, so two overlap well on two cores; each file stays
+# whole on one worker and every Spark test shares one worker's session (tests/conftest.py).
 test: $(VENV)/.installed-test check-java check-prometheus check
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # The inner loop while editing: no lint, no Spark, no slow rehearsals (markers in pyproject.toml), one worker per core
 # with each file kept on one worker (some files order their tests). `make test` stays the gate and runs everything.
