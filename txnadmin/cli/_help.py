@@ -8,9 +8,8 @@ joined into one line each, so the terminal, not the source file, decides where t
 
 from __future__ import annotations
 
+import functools
 from typing import Any
-
-_installed = False
 
 
 def install() -> None:
@@ -35,10 +34,8 @@ def _unwrap(paragraph: str) -> str:
     return " ".join(line.strip() for line in lines if line.strip())
 
 
+@functools.cache  # once per process: the first help screen patches Typer's renderer
 def _patch_rich_help() -> None:
-    global _installed
-    if _installed:
-        return
     from rich.console import Console
     from rich.measure import Measurement
     from rich.panel import Panel
@@ -75,8 +72,9 @@ def _patch_rich_help() -> None:
 
     def panel(renderable: Any, *args: Any, **kwargs: Any) -> Panel:
         if isinstance(renderable, Table) and len(renderable.columns) > 1:
-            for column in renderable.columns[:-1]:  # names, flags and types; the last column is the prose
+            for column in renderable.columns[:-1]:  # names, flags and types (whole); the last column is the prose
                 column.no_wrap = True
+                column.min_width = max((_widest_line(cell) for cell in column._cells), default=0) or None
             prose = renderable.columns[-1]  # Typer puts it in Columns, which rich measures as 0 wide: say it
             prose.min_width = max((_longest_word(cell) for cell in prose._cells), default=0) or None
         return Panel(renderable, *args, **kwargs)
@@ -85,9 +83,8 @@ def _patch_rich_help() -> None:
         return "\n\n".join(_unwrap(p) for p in paragraphs)
 
     rich_utils._get_rich_console = console
-    rich_utils.Panel = panel  # type: ignore[assignment]  # only the help panels are built through this name
+    rich_utils.Panel = panel  # type: ignore[assignment,misc]  # only the help panels are built through this name
     rich_utils._fix_linebreaks = fix_linebreaks
-    _installed = True
 
 
 def _theme(rich_utils: Any):
@@ -104,3 +101,9 @@ def _longest_word(cell: Any) -> int:
 
     parts = getattr(cell, "renderables", None) or [cell]
     return max((cell_len(word) for part in parts for word in getattr(part, "plain", str(part)).split()), default=0)
+
+
+def _widest_line(cell: Any) -> int:
+    from rich.cells import cell_len
+
+    return max((cell_len(line) for line in getattr(cell, "plain", str(cell)).split("\n")), default=0)
