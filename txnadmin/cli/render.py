@@ -218,7 +218,7 @@ def render_table(value, title: "str | None" = None) -> None:
     import typer
     from rich.cells import cell_len
 
-    printed = []  # sections after the first are set apart by a blank line
+    printed: list[str] = []  # sections after the first are set apart by a blank line
 
     def start(name: str) -> None:
         if printed:
