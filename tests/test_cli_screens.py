@@ -56,3 +56,60 @@ def test_no_help_screen_cuts_anything_at_60_columns():
 def test_help_prose_has_no_hard_line_breaks():
     wait = runner.invoke(app, ["downgrade", "wait", "--help"], env={"COLUMNS": "200"}).output
     assert "every active broker (every 2 s): a store reopened" in wait  # a source line break is not a screen's
+
+
+# -- strings and numbers from a target ------------------------------------------------------------------------
+
+INT64_MAX = 2**63 - 1  # a timestamp past the year 9999: a number, not a crash
+
+
+@pytest.fixture
+def hostile(monkeypatch, tmp_path):
+    """A broker stand-in (HttpAdmin's own HTTP code) whose strings look like rich markup and whose clocks overflow."""
+    from broker_standin import BrokerStandIn, open_transaction
+
+    standin = BrokerStandIn()
+    topic = "persistent://public/default/orders"
+    standin.state["topics"][topic]["subscriptions"]["[/]"] = {"state": "[red]Ready[/]", "ongoingTxnSize": 0,
+                                                              "recoverStartTime": INT64_MAX, "recoverEndTime": -1}
+    standin.state["coordinators"][0]["recoverStartTime"] = INT64_MAX
+    open_transaction(standin.state, "(0,5)", 20 * 60_000, 60_000, produced=[topic], owner="[bold]x[/]")
+    open_transaction(standin.state, "(0,6)", standin.state["now"] - INT64_MAX, 60_000, owner="[/]")
+    monkeypatch.setattr("txnadmin.admin.target.open_admin", lambda target: standin.admin())
+    monkeypatch.setenv("TXNADMIN_HOME", str(tmp_path / "home"))
+    return ["-u", standin.base]
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+@pytest.mark.parametrize("command, shown", [
+    (["transactions", "list"], ["(0,5)", "[bold]x[/]"]),
+    (["transactions", "list", "-o", "wide"], ["(0,5)", "[bold]x[/]", "(0,6)", str(INT64_MAX)]),
+    (["transactions", "slow-transactions", "-c", "0", "-t", "1s", "-o", "table"], ["[bold]x[/]", "orders",
+                                                                                  str(INT64_MAX)]),
+    (["transactions", "coordinator-stats", "-c", "0", "-o", "table"], [str(INT64_MAX)]),
+    (["transactions", "pending-ack-stats", "-t", "orders", "-s", "[/]", "-o", "table"], ["[red]Ready[/]",
+                                                                                      str(INT64_MAX)]),
+])
+def test_target_strings_are_printed_as_they_are_and_far_future_times_as_numbers(hostile, command, shown, columns):
+    result = runner.invoke(app, [*hostile, *command], env={"COLUMNS": columns})
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output and "out of range" not in result.output
+    for text in shown:
+        assert text in result.stdout, (text, result.stdout)
+
+
+def test_doctor_shows_a_target_owner_as_written(hostile):
+    result = runner.invoke(app, [*hostile, "doctor", "--only", "stuck-transactions"], env={"COLUMNS": "80"})
+    assert result.exit_code == 1 and "(0,5)" in result.stdout, result.output
+    assert "MarkupError" not in result.output and "Traceback" not in result.output
+
+
+def test_control_characters_from_a_target_are_shown_not_sent_to_the_terminal(monkeypatch, tmp_path):
+    from broker_standin import BrokerStandIn, open_transaction
+
+    standin = BrokerStandIn()
+    open_transaction(standin.state, "(0,7)", 60_000, 600_000, owner="ev\x1b[2Jil\nnext")
+    monkeypatch.setattr("txnadmin.admin.target.open_admin", lambda target: standin.admin())
+    result = runner.invoke(app, ["-u", standin.base, "transactions", "list"])
+    assert result.exit_code == 0 and "\x1b" not in result.stdout
+    assert "ev\\x1b[2Jil\\x0anext" in result.stdout  # one line, the escape shown, not obeyed
