@@ -113,3 +113,88 @@ def test_control_characters_from_a_target_are_shown_not_sent_to_the_terminal(mon
     result = runner.invoke(app, ["-u", standin.base, "transactions", "list"])
     assert result.exit_code == 0 and "\x1b" not in result.stdout
     assert "ev\\x1b[2Jil\\x0anext" in result.stdout  # one line, the escape shown, not obeyed
+
+
+# -- tables at 60, 80 and 200 columns --------------------------------------------------------------------------
+
+LONG_TOPIC = "a-topic-name-long-enough-to-fill-most-of-a-narrow-terminal-on-its-own"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """An engine that batched (pending-ack stores on txn-topic-N/sub-N), its downgrade recorded, two open
+    transactions (one on a long topic name), and its dump."""
+    import os
+
+    home = tmp_path_factory.mktemp("screens")
+    directory, state = home / "engine", home / "state.json"
+    env = {"TXNADMIN_HOME": str(home / "home"), "TXNADMIN_ENGINE_DIR": ""}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        steps = [["engine", "init", str(directory), "-c", "2", "--set", "transactionLogBatchedWriteEnabled=true",
+                  "--set", "transactionPendingAckBatchedWriteEnabled=true"],
+                 ["engine", "run", str(directory), "--duration", "1", "--topics", "2", "-o", "json"],
+                 ["-u", f"local:{directory}", "downgrade", "start", "--yes", "--state", str(state)],
+                 ["engine", "txn", "begin", "--dir", str(directory), "--produce", f"{LONG_TOPIC}=x",
+                  "--owner", "an-owner-whose-name-is-also-rather-long-for-a-column"],
+                 ["engine", "txn", "begin", "--dir", str(directory), "--produce", "t1=y"],
+                 ["engine", "dump", str(directory), "--out", str(home / "dump")]]
+        for step in steps:
+            result = runner.invoke(app, step)
+            assert result.exit_code == 0, (step, result.output)
+        yield {"target": ["-u", f"local:{directory}"], "state": str(state), "dump": str(home / "dump")}
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+def _lines(result) -> list[str]:
+    return result.stdout.splitlines()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_no_table_cuts_an_identifier(recorded, columns):
+    import json
+
+    env = {"COLUMNS": columns}
+    target, state = recorded["target"], recorded["state"]
+    listed = runner.invoke(app, [*target, "transactions", "list", "-o", "json"])
+    txn_ids = [row["txnId"] for row in json.loads(listed.stdout)]
+    assert len(txn_ids) == 2
+    table = runner.invoke(app, [*target, "transactions", "list"], env=env)
+    hanging = runner.invoke(app, [*target, "transactions", "find-hanging", "--max-transaction-timeout", "0"], env=env)
+    for result in (table, hanging):
+        for txn in txn_ids:
+            assert any(line.startswith(txn + " ") for line in _lines(result)), result.stdout  # one row, id whole
+        assert "an-owner-whose-name-is-also-rather-long-for-a-column" in result.stdout
+    commands = [line.strip() for line in _lines(hanging) if "abort-transaction" in line]
+    assert [c.rsplit(" ", 1)[1] for c in commands] == [f"'{t}'" for t in txn_ids]  # each under its row, whole
+    wide = runner.invoke(app, [*target, "transactions", "list", "-o", "wide"], env=env)
+    assert "OPENED (UTC)" in wide.stdout and "OPENED" not in table.stdout
+    bare = runner.invoke(app, [*target, "transactions", "list", "--no-headers"], env=env)
+    assert [line.split()[0] for line in _lines(bare)] == txn_ids  # rows only: for grep and awk
+
+    stats = runner.invoke(app, [*target, "transactions", "coordinator-stats", "-o", "table"], env=env)
+    assert [line.split()[:2] for line in _lines(stats)[1:]] == [["0", "Ready"], ["1", "Ready"]]
+
+    status = runner.invoke(app, [*target, "downgrade", "status", "--state", state], env=env)
+    assert status.exit_code in (0, 1), status.output
+    stores = json.loads(open(state).read())["pendingAckStores"]
+    assert stores
+    for info in stores.values():
+        topic, sub = info["topic"].removeprefix("persistent://"), info["subscription"]
+        assert any(line.split()[:2] == [topic, sub] for line in _lines(status)), status.stdout
+    assert "persistent://" not in status.stdout and "__transaction_pending_ack" not in status.stdout
+    for tc in ("__transaction_log_0", "__transaction_log_1"):
+        assert any(line.startswith(tc + " ") for line in _lines(status))
+    status_wide = runner.invoke(app, [*target, "downgrade", "status", "--state", state, "-o", "wide"], env=env)
+    assert all(name in status_wide.stdout for name in stores)  # the full store names, with -o wide
+    as_json = runner.invoke(app, [*target, "downgrade", "status", "--state", state, "-o", "json"])
+    assert {log["name"] for log in json.loads(as_json.stdout)["components"]} >= set(stores)
+
+    scan = runner.invoke(app, ["scan", recorded["dump"], "--ledgers", f"{recorded['dump']}/ledgers.txt", "--engine",
+                                "python"], env=env)
+    assert "pulsar/system/persistent/__transaction_log_0 " in scan.stdout, scan.output
+    assert "…" not in scan.stdout and "…" not in status.stdout and "…" not in table.stdout
