@@ -233,6 +233,7 @@ class _LiveView:
 
     def __enter__(self):
         if self.live:
+            self.summary = "first poll: reading every recorded log"  # the clock runs from the start, not the answer
             self.live.__enter__()
         self.ticker = threading.Thread(target=self._tick, name="wait-heartbeat", daemon=True)
         self.ticker.start()
