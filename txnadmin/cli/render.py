@@ -9,10 +9,10 @@ import contextvars
 class _WorkloadView:
     def __init__(self, engine):
         from rich.live import Live
-        from rich.table import Table
+        from rich.text import Text
 
         self.engine = engine
-        self.live = Live(Table(), refresh_per_second=4)
+        self.live = Live(Text(""), refresh_per_second=4)
         self.last = (0.0, 0)
 
     def __enter__(self):
@@ -23,7 +23,7 @@ class _WorkloadView:
         self.live.__exit__(*exc)
 
     def update(self, stats) -> None:
-        from rich.table import Table
+        from rich.text import Text
 
         from ..engine.observe import engine_summary
 
@@ -31,16 +31,13 @@ class _WorkloadView:
         elapsed, started = self.last
         rate = (stats.started - started) / (stats.elapsed_s - elapsed) if stats.elapsed_s > elapsed else 0.0
         self.last = (stats.elapsed_s, stats.started)
-        table = Table(title=f"txnadmin engine — {stats.elapsed_s:0.1f} s", show_header=True)
-        for col in ("tx/s", "open txns", "committed", "aborted", "errors", "TC entries", "records/entry",
-                    "TC ledgers (min/max)"):
-            table.add_column(col, justify="right")
-        table.add_row(
-            f"{rate:0.0f}", str(summary["openTransactions"]), str(stats.committed), str(stats.aborted),
-            str(stats.errors), str(summary["tcEntries"]), f"{summary['tcRecordsPerEntry']:0.1f}",
-            f"{summary['tcLedgersMin']}/{summary['tcLedgersMax']}",
-        )
-        self.live.update(table)
+        lines = format_rows(
+            ["TX/S", "OPEN", "COMMITTED", "ABORTED", "ERRORS", "TC ENTRIES", "REC/ENTRY", "TC LEDGERS"],
+            [[f"{rate:0.0f}", str(summary["openTransactions"]), str(stats.committed), str(stats.aborted),
+              str(stats.errors), str(summary["tcEntries"]), f"{summary['tcRecordsPerEntry']:0.1f}",
+              f"{summary['tcLedgersMin']}/{summary['tcLedgersMax']}"]],
+            title=f"txnadmin engine — {stats.elapsed_s:0.1f} s")
+        self.live.update(Text("\n".join(lines)))  # plain text: wraps at the terminal's edge, never cut
 
 
 def workload_view(engine) -> _WorkloadView:
@@ -167,12 +164,11 @@ def _plain(text: str) -> str:
                    for c in text)
 
 
-def print_rows(headers: "list[str]", rows: "list[list[str]]", notes: "list[list[str]] | None" = None,
-               title: "str | None" = None, extra: int = 0, err: bool = False) -> None:
+def format_rows(headers: "list[str]", rows: "list[list[str]]", notes: "list[list[str]] | None" = None,
+                title: "str | None" = None, extra: int = 0) -> "list[str]":
     """Columns as kubectl prints them: every cell whole (a line runs past the terminal rather than cut an id), two
     spaces apart, no markup. ``notes[i]`` are lines printed under row i (reasons, suggested commands), indented.
     The last ``extra`` columns appear only with -o wide; --no-headers drops the header line and the title."""
-    import typer
     from rich.cells import cell_len
 
     if extra and not wide():
@@ -180,21 +176,28 @@ def print_rows(headers: "list[str]", rows: "list[list[str]]", notes: "list[list[
         rows = [row[:-extra] for row in rows]
     cells = [[_plain(str(c)) for c in row] for row in rows]
     bare = _no_headers.get()
-    lines = [] if bare else list(headers)
     widths = [max([cell_len(h) for h in ([] if bare else [headers[i]])] + [cell_len(r[i]) for r in cells] or [0])
               for i in range(len(headers))]
 
     def line(values: "list[str]") -> str:
         return "  ".join(v + " " * (w - cell_len(v)) for v, w in zip(values, widths, strict=True)).rstrip()
 
-    if title and not bare:
-        typer.echo(_plain(title), err=err)
-    if lines:
-        typer.echo(line(lines), err=err)
+    out = [] if bare or not title else [_plain(title)]
+    if not bare:
+        out.append(line(list(headers)))
     for i, row in enumerate(cells):
-        typer.echo(line(row), err=err)
-        for note in (notes[i] if notes else []):
-            typer.echo("    " + _plain(note), err=err)
+        out.append(line(row))
+        out += ["    " + _plain(note) for note in (notes[i] if notes else [])]
+    return out
+
+
+def print_rows(headers: "list[str]", rows: "list[list[str]]", notes: "list[list[str]] | None" = None,
+               title: "str | None" = None, extra: int = 0, err: bool = False) -> None:
+    """:func:`format_rows`, printed."""
+    import typer
+
+    for line in format_rows(headers, rows, notes, title, extra):
+        typer.echo(line, err=err)
 
 
 def _mostly_scalars(obj: dict) -> bool:
