@@ -189,6 +189,8 @@ def test_no_table_cuts_an_identifier(recorded, columns):
     assert "persistent://" not in status.stdout and "__transaction_pending_ack" not in status.stdout
     for tc in ("__transaction_log_0", "__transaction_log_1"):
         assert any(line.startswith(tc + " ") for line in _lines(status))
+    reasons = [line for line in _lines(status) if line.startswith("    ")]
+    assert reasons and all(len(line) <= 160 for line in reasons)  # a reason wraps over 2 lines at 80 columns at most
     status_wide = runner.invoke(app, [*target, "downgrade", "status", "--state", state, "-o", "wide"], env=env)
     assert all(name in status_wide.stdout for name in stores)  # the full store names, with -o wide
     as_json = runner.invoke(app, [*target, "downgrade", "status", "--state", state, "-o", "json"])
@@ -198,3 +200,57 @@ def test_no_table_cuts_an_identifier(recorded, columns):
                                 "python"], env=env)
     assert "pulsar/system/persistent/__transaction_log_0 " in scan.stdout, scan.output
     assert "…" not in scan.stdout and "…" not in status.stdout and "…" not in table.stdout
+
+
+@pytest.mark.slow
+def test_on_a_real_60_column_terminal_help_and_tables_cut_nothing(hostile_engine):
+    """The width comes from the terminal itself (TIOCSWINSZ), not from $COLUMNS."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    def on_terminal(args: list[str]) -> str:
+        leader, follower = pty.openpty()
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 60, 0, 0))
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TERMINAL_WIDTH")}
+        process = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", *args], stdin=follower,
+                                   stdout=follower, stderr=follower, env=dict(env, TERM="xterm"))
+        os.close(follower)
+        out = b""
+        while True:
+            ready, _, _ = select.select([leader], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif process.poll() is not None:
+                break
+        os.close(leader)
+        process.wait(timeout=60)
+        return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode("utf-8", "replace")).replace("\r", "")
+
+    helped = on_terminal(["--help"])
+    assert "--tls-enable-hostname-verification" in helped and "org.apache.pulsar.client.impl.auth." \
+        "AuthenticationToken" in helped, helped
+    listed = on_terminal([*hostile_engine, "transactions", "list"])
+    assert "[bold]x[/]" in listed and re.search(r"^\(0,0\) ", listed, re.M), listed
+
+
+@pytest.fixture
+def hostile_engine(tmp_path, monkeypatch):
+    directory = tmp_path / "engine"
+    monkeypatch.setenv("TXNADMIN_HOME", str(tmp_path / "home"))
+    assert runner.invoke(app, ["engine", "init", str(directory), "-c", "1"]).exit_code == 0
+    begun = runner.invoke(app, ["engine", "txn", "begin", "--dir", str(directory), "--owner", "[bold]x[/]",
+                                "--produce", f"{LONG_TOPIC}=x"])
+    assert begun.exit_code == 0, begun.output
+    return ["-u", f"local:{directory}"]
