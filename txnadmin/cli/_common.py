@@ -82,8 +82,10 @@ def waiting_notice(admin: Any, where: str):
             if done.wait(1.0):
                 return
             def text() -> str:
+                from rich.markup import escape
+
                 call = getattr(admin, "in_flight", None) or "the target"
-                return f"waiting for {call} on {where} (Ctrl-C to give up)"
+                return escape(f"waiting for {call} on {where} (Ctrl-C to give up)")  # a topic or URL, not markup
 
             with Console(stderr=True).status(text(), spinner="dots") as status:
                 while not done.wait(0.25):  # a command of several calls: name the one waiting now

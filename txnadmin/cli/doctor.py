@@ -125,7 +125,7 @@ def _render(report, target, strict: bool) -> None:
     from ..admin.auth import mask
 
     console = Console(highlight=False, soft_wrap=True)
-    console.print(f"doctor: {escape(target.label)}, clock: {report.clock}")
+    console.print(f"doctor: {escape(target.label)}, clock: {escape(str(report.clock))}")
     for f in report.findings:
         style = SEVERITY_STYLE[f.severity]
         console.print(f"[{style}]{f.severity.upper():8}[/] {escape(f.check)}  {escape(f.subject)}")
@@ -151,4 +151,6 @@ def _text(value) -> str:
         return "{" + ", ".join(f"{k}={_text(v)}" for k, v in value.items()) + "}"
     if isinstance(value, float):
         return f"{value:g}"
+    if isinstance(value, bool) or value is None:
+        return "null" if value is None else str(value).lower()  # as Pulsar writes them, not Python's True/None
     return str(value)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .render import output_option
+from .render import no_headers_option, output_option
 from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal, waiting_notice
 from ..procedures.state import DEFAULT_STATE, StateError
 from ._target import AdminUrl, Conf, open_target
@@ -18,7 +18,8 @@ app = typer.Typer(help="Guided PIP-160 downgrade: disable batching, record, wait
                   no_args_is_help=True)
 
 StateOpt = typer.Option(Path(DEFAULT_STATE), "--state", help="The checklist file (JSON).")
-OutputOpt = output_option("table")
+OutputOpt = output_option("table", with_wide=True)
+NoHeadersOpt = no_headers_option()
 
 
 def _guard(fn, *args, **kwargs):
@@ -138,27 +139,41 @@ def _render_report(report, output: str, target=None) -> None:
             data["target"] = dict(data.get("target", {}), url=target.url, source=target.source)
         print_json(data)
         return
-    from rich.console import Console
-    from rich.table import Table
+    from .render import print_rows
 
-    console = Console()
     if report.transient_error:
-        console.print(f"last poll failed: {report.transient_error}")
-    table = Table(title="PIP-160 downgrade: " + ("SAFE" if report.safe else "waiting"))
-    for col in ("component", "name", "LastBatched", "OldestExists", "waiting for", "reason"):
-        table.add_column(col)
+        typer.echo(f"last poll failed: {report.transient_error}")
     shown = report.waiting[:50] if report.waiting else report.logs[:20]
+    rows, notes = [], []
     for log in shown:
-        reason = log.reason + (f"\n→ {log.suggestion}" if log.suggestion else "")
-        table.add_row(log.component, log.name, str(log.last_batched_ledger_id), str(log.oldest_ledger_id),
-                      "-" if log.done else log.kind, reason)
-    console.print(table)
+        topic, subscription = _store_names(log)
+        rows.append([topic, subscription, _number(log.last_batched_ledger_id), _number(log.oldest_ledger_id),
+                     "-" if log.done else log.kind, log.component, log.name])
+        notes.append([log.reason] + ([f"→ {log.suggestion}"] if log.suggestion else []))
+    print_rows(["TOPIC / LOG", "SUBSCRIPTION", "LAST BATCHED", "OLDEST", "WAITING FOR", "COMPONENT", "STORE"], rows,
+               notes, "PIP-160 downgrade: " + ("SAFE" if report.safe else "waiting"), extra=2)
+    if len(report.waiting) > len(shown):
+        typer.echo(f"… and {len(report.waiting) - len(shown)} more waiting (-o json lists every log)")
     for kind, logs in sorted(report.groups().items()):
-        console.print(f"  {len(logs)} waiting: {kind}")
-    console.print(f"{len(report.logs) - len(report.waiting)} of {len(report.logs)} logs done; flags confirmed off on "
-                  f"{', '.join(report.brokers) or '?'}"
-                  + (f"; verification: {report.verification['verdict']}" if report.verification else ""))
-    console.print("verdict: " + ("[bold green]safe to downgrade[/]" if report.safe else "[bold yellow]not yet[/]"))
+        typer.echo(f"  {len(logs)} waiting: {kind}")
+    typer.echo(f"{len(report.logs) - len(report.waiting)} of {len(report.logs)} logs done; flags confirmed off on "
+               f"{', '.join(report.brokers) or '?'}"
+               + (f"; verification: {report.verification['verdict']}" if report.verification else ""))
+    verdict = "safe to downgrade" if report.safe else "not yet"
+    typer.secho(f"verdict: {verdict}", fg="green" if report.safe else "yellow", bold=True)
+
+
+def _store_names(log) -> tuple[str, str]:
+    """A pending-ack store as the topic and subscription the checklist recorded for it (`persistent://` and the
+    store suffix dropped; the full name stays in -o json and -o wide); a coordinator by its log's name."""
+    topic, subscription = log.extra.get("topic"), log.extra.get("subscription")
+    if log.component != "pending-ack" or topic is None:
+        return log.name, "-"
+    return topic.removeprefix("persistent://"), subscription if subscription is not None else "?"
+
+
+def _number(value) -> str:
+    return "-" if value is None else str(value)
 
 
 @app.command("status")
@@ -169,6 +184,7 @@ def status(
     admin_url: Optional[str] = AdminUrl,
     conf: Optional[Path] = Conf,
     output: str = OutputOpt,
+    no_headers: bool = NoHeadersOpt,
 ) -> None:
     """Per log: LastBatched, OldestExists, done or why it waits. Exit 0 when safe, 1 when not yet, 3 cannot tell."""
     from ..procedures.downgrade import status as do_status
@@ -217,6 +233,7 @@ class _LiveView:
 
     def __enter__(self):
         if self.live:
+            self.summary = "first poll: reading every recorded log"  # the clock runs from the start, not the answer
             self.live.__enter__()
         self.ticker = threading.Thread(target=self._tick, name="wait-heartbeat", daemon=True)
         self.ticker.start()
@@ -277,7 +294,8 @@ class _LiveView:
         for kind, logs in sorted(groups.items()):
             detail.append(f"  {kind} ({len(logs)}):")
             for log in logs[:3]:
-                detail.append(f"    {log.name}: {log.reason}")
+                topic, subscription = _store_names(log)
+                detail.append(f"    {topic}{'' if subscription == '-' else ' ' + subscription}: {log.reason}")
             if len(logs) > 3:
                 detail.append(f"    … and {len(logs) - 3} more")
         self._emit(summary, detail)
@@ -303,6 +321,7 @@ def wait(
     admin_url: Optional[str] = AdminUrl,
     conf: Optional[Path] = Conf,
     output: str = OutputOpt,
+    no_headers: bool = NoHeadersOpt,
 ) -> None:
     """Poll until every log is proven past its LastBatched ledger.
 

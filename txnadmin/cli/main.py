@@ -29,6 +29,7 @@ from . import target as target_cli
 from . import transactions
 from . import upgrade as upgrade_cli
 from ._common import debug_requested
+from ._help import install as install_help
 
 PULSAR_STYLE = ("transactions", "txn")
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for `… | head`
@@ -48,6 +49,7 @@ def _flag_metavar(display=TyperOption.display_type_rich):
 
 
 TyperOption.display_type_rich = _flag_metavar()  # type: ignore[method-assign]  # deliberate patch: Typer has no hook for it
+install_help()  # help never cuts an option name or value (cli/_help.py)
 
 
 class GuardedGroup(TyperGroup):

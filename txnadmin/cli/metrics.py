@@ -35,26 +35,24 @@ def metrics(
     if output == "json":
         print_json({"source": source, "components": [r.to_json() for r in reports]})
         raise typer.Exit(EXIT_OK)
-    from rich.console import Console
-    from rich.table import Table
+    from .render import print_rows
 
-    console = Console()
-    for r in reports:
-        table = Table(title=f"{r.component} ({r.names} metric names)")
-        for col in ("flushes", "by records", "by size", "by delay", "large-record flushes", "records/entry",
-                    "bytes/entry", "oldest delay"):
-            table.add_column(col, justify="right")
+    for i, r in enumerate(reports):
         shares = r.trigger_shares()
-        table.add_row(f"{r.flushes:g}", f"{shares['max_records']:.0%}", f"{shares['max_size']:.0%}",
-                      f"{shares['max_delay']:.0%}", f"{r.triggers.get('large_data', 0):g}", f"{r.records.mean:.1f}",
-                      f"{r.size.mean:.0f}", f"{r.delay.mean * 1000:.1f} ms")
-        console.print(table)
+        if i:
+            typer.echo("")
+        # BY …: the share of flushes each trigger caused; LARGE: flushes forced by one record of the max size
+        print_rows(["FLUSHES", "BY RECORDS", "BY SIZE", "BY DELAY", "LARGE", "REC/ENTRY", "BYTES/ENTRY", "OLDEST"],
+                   [[f"{r.flushes:g}", f"{shares['max_records']:.0%}", f"{shares['max_size']:.0%}",
+                     f"{shares['max_delay']:.0%}", f"{r.triggers.get('large_data', 0):g}", f"{r.records.mean:.1f}",
+                     f"{r.size.mean:.0f}", f"{r.delay.mean * 1000:.1f} ms"]],
+                   title=f"{r.component} ({r.names} metric names)")
         rec = r.recommendation
-        console.print(f"recommendation: {rec['reason']}")
+        typer.echo(f"recommendation: {rec['reason']}")
         for key, value in rec["set"].items():
-            console.print(f"  set {key}={value:g}")
+            typer.echo(f"  set {key}={value:g}")
         if rec.get("assumedDefaults"):
-            console.print("  (current thresholds assumed to be Pulsar's defaults 512 / 4 MiB / 1 ms; pass --config)")
+            typer.echo("  (current thresholds assumed to be Pulsar's defaults 512 / 4 MiB / 1 ms; pass --config)")
 
 
 def _http_get(ctx: typer.Context):

@@ -41,7 +41,9 @@ def rehearse(
 
     def show(name: str, info: dict) -> None:
         if output != "json":
-            details = ", ".join(f"{k}={v}" for k, v in info.items())
+            from .render import human_value
+
+            details = ", ".join(f"{k}={human_value('', v)}" for k, v in info.items())  # true, not Python's True
             typer.echo(f"• {name}" + (f": {details}" if details else ""))
 
     try:

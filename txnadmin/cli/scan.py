@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
-from .render import output_option
+from .render import no_headers_option, output_option
 
 
 def scan(
@@ -24,7 +24,8 @@ def scan(
     fmt: str = typer.Option("auto", "--format", help="Force a dump format (see docs/scan.md)."),
     engine: str = typer.Option("auto", "--engine", help="auto, spark or python."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
-    output: str = output_option("table"),
+    output: str = output_option("table", with_wide=True),
+    no_headers: bool = no_headers_option(),
     report: Optional[Path] = typer.Option(None, "--report", help="Write per-entry findings (.parquet or .jsonl)."),
 ) -> None:
     """Prove that no batched entries remain in transaction ledgers, from bookie entry logs or shell dumps.
@@ -69,45 +70,45 @@ def scan(
 
 
 def _render(result) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    """Every transaction ledger whole on its line (-o wide adds the entry counts); the reasons a verdict is not
+    proven on their own lines. Managed-ledger names, notes and reasons come from the dumps: printed, never markup."""
+    from .render import print_rows
 
-    console = Console()
     txn = [l for l in result.ledgers if l["transactionLedger"]]
-    table = Table(title=f"Transaction ledgers ({result.engine})")
-    for col in ("ledger", "managed ledger", "live", "expected", "found", "batched", "verified", "missing"):
-        table.add_column(col)
+    rows = []
     for l in txn[:200]:
         missing = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in l["missing"][:3])
-        table.add_row(str(l["ledgerId"]), l["managedLedger"] or "?", {True: "yes", False: "no", None: "?"}[l["live"]],
-                      "?" if l["expectedEntries"] is None else str(l["expectedEntries"]), str(l["foundEntries"]),
-                      str(l["batchedEntries"]), str(l["verifiedEntries"]), missing or "-")
-    console.print(table)
+        rows.append([str(l["ledgerId"]), l["managedLedger"] or "?", {True: "yes", False: "no", None: "?"}[l["live"]],
+                     str(l["batchedEntries"]), missing or "-",
+                     "?" if l["expectedEntries"] is None else str(l["expectedEntries"]), str(l["foundEntries"]),
+                     str(l["verifiedEntries"])])
+    print_rows(["LEDGER", "MANAGED LEDGER", "LIVE", "BATCHED", "MISSING", "EXPECTED", "FOUND", "VERIFIED"], rows,
+               title=f"Transaction ledgers ({result.engine})", extra=3)
     if len(txn) > 200:
-        console.print(f"… {len(txn) - 200} more transaction ledgers (use -o json)")
+        typer.echo(f"… {len(txn) - 200} more transaction ledgers (use -o json)")
     by_ml: dict[str, int] = {}
     for l in txn:
         if l["batchedEntries"]:
             by_ml[l["managedLedger"] or "?"] = by_ml.get(l["managedLedger"] or "?", 0) + l["batchedEntries"]
     for ml, n in sorted(by_ml.items()):
-        console.print(f"  {ml}: {n} batched entries in live ledgers")
+        typer.echo(f"  {ml}: {n} batched entries in live ledgers")
     if result.dead_ledgers:
-        console.print(f"{len(result.dead_ledgers)} ledgers are in the dumps but no longer live (trimmed, awaiting "
-                      "bookie GC): not counted")
+        typer.echo(f"{len(result.dead_ledgers)} ledgers are in the dumps but no longer live (trimmed, awaiting "
+                   "bookie GC): not counted")
     if any(i["format"] == "readledger-string" for i in result.inputs):
-        console.print("note: string-formatter dumps show only the batch magic; the rest of each entry is not "
-                      "recoverable (use -entryformat hex for details)")
+        typer.echo("note: string-formatter dumps show only the batch magic; the rest of each entry is not "
+                   "recoverable (use -entryformat hex for details)")
     for note in result.notes:
-        console.print(f"note: {note}")
+        typer.echo(f"note: {note}")
     for reason in result.reasons[:20]:
-        console.print(f"[yellow]not proven:[/] {reason}", markup=True, highlight=False)
+        typer.echo(typer.style("not proven:", fg="yellow") + f" {reason}")
     if len(result.reasons) > 20:
-        console.print(f"… {len(result.reasons) - 20} more reasons (use -o json)")
+        typer.echo(f"… {len(result.reasons) - 20} more reasons (use -o json)")
     if result.verdict == "clean":
-        verdict = "[bold green]clean[/]"
+        verdict = typer.style("clean", fg="green", bold=True)
     elif result.verdict == "batched":
-        verdict = (f"[bold red]batched[/]: {result.live_batched_entries} batched entries remain in live "
-                   "transaction ledgers")
+        verdict = (typer.style("batched", fg="red", bold=True) + f": {result.live_batched_entries} batched entries "
+                   "remain in live transaction ledgers")
     else:
-        verdict = "[bold yellow]incomplete[/]: cannot prove clean (see the reasons above)"
-    console.print(f"verdict: {verdict}")
+        verdict = typer.style("incomplete", fg="yellow", bold=True) + ": cannot prove clean (see the reasons above)"
+    typer.echo(f"verdict: {verdict}")

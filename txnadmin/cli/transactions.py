@@ -13,7 +13,7 @@ import typer
 
 from .confirm import DryRunOpt, YesOpt
 from ._common import waiting_notice as waiting_notice  # re-exported: the spinner of every call
-from .render import FORMATS, output_option
+from .render import FORMATS, no_headers_option, output_option
 
 if TYPE_CHECKING:
     from ..admin.protocol import TargetUnreachableError
@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Operations on transactions (pulsar-admin transactions).", no_args_is_help=True)
 
-Output = output_option(None, FORMATS, "json (always JSON), yaml, or table (for people); default: pulsar-admin's.")
+Output = output_option(None, FORMATS, "json (always JSON), yaml, table or wide (for people; wide: more columns); "
+                       "default: pulsar-admin's.", with_wide=True)
+NoHeaders = no_headers_option()
 Topic = typer.Option(..., "--topic", "-t", help="Topic name (persistent://t/ns/x, t/ns/x or x).")
 SubName = typer.Option(..., "--sub-name", "--subscription-name", "-s", help="Subscription name.")
 SubscriptionName = typer.Option(..., "--subscription-name", "--sub-name", "-s", help="Subscription name.")
@@ -140,7 +142,8 @@ def buffer_snapshot_internal_stats(ctx: typer.Context, topic: str = Topic, metad
 @app.command("coordinator-stats")
 def coordinator_stats(ctx: typer.Context,
                       coordinator_id: Optional[int] = typer.Option(None, "--coordinator-id", "-c"),
-                      output: Optional[str] = Output) -> None:
+                      output: Optional[str] = Output,
+                      no_headers: bool = NoHeaders) -> None:
     """Get transaction coordinator stats (all coordinators as map lines without -c)."""
     from ..admin.jackson import map_lines
 
@@ -198,7 +201,8 @@ def transaction_metadata(ctx: typer.Context, most: Optional[int] = Most, least: 
 @app.command("slow-transactions")
 def slow_transactions(ctx: typer.Context, coordinator_id: Optional[int] = typer.Option(None, "--coordinator-id", "-c"),
                       time_: str = typer.Option(..., "--time", "-t", help="Timeout, e.g. 1s, 5m, 2h (none = seconds)."),
-                      output: Optional[str] = Output) -> None:
+                      output: Optional[str] = Output,
+                      no_headers: bool = NoHeaders) -> None:
     """Get slow transactions (Pulsar's rule: configured timeout greater than --time)."""
     from ..admin.jackson import map_lines
 
@@ -231,7 +235,8 @@ def position_stats_in_pending_ack(ctx: typer.Context, topic: str = Topic, subscr
 
 
 @app.command("coordinators-list")
-def coordinators_list(ctx: typer.Context, output: Optional[str] = Output) -> None:
+def coordinators_list(ctx: typer.Context, output: Optional[str] = Output,
+                      no_headers: bool = NoHeaders) -> None:
     """List transaction coordinators (`<id>    <brokerServiceUrl>` lines)."""
     result = _run(ctx, lambda a: a.list_coordinators())
     _print(result, output, lambda v: "\n".join(f"{c['id']}    {c['brokerServiceUrl']}" for c in v),
@@ -340,25 +345,25 @@ def get_pending_ack_batch_log_stat(ctx: typer.Context, output: Optional[str] = O
 # -- beyond pulsar-admin -----------------------------------------------------------------------
 
 def _txn_table(rows: list[dict], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from .render import age, human_value
+    """One line per transaction, its id whole; why it hangs and the command that aborts it on lines under it; -o wide
+    adds open time and partitions."""
+    from .render import age, human_value, print_rows
 
     if not rows:
         typer.echo(title)
         return
-    table = Table(title=title, title_justify="left")
-    for col in ("txnId", "status", "opened", "age", "owner", "timeout", "partitions", "why"):
-        table.add_column(col)
+    cells, notes = [], []
     for r in rows:
         timeout = r.get("timeoutMs")
         partitions = len(r.get("producedPartitions", [])) + len(r.get("ackedPartitions", []))
-        table.add_row(r["txnId"], r["status"] or "", human_value("openTimestamp", r.get("openTimestamp")).split(" (")[0].removesuffix(" UTC"),
-                      age(r["ageMs"]), r.get("owner") or "-",
+        cells.append([r["txnId"], r["status"] or "-", age(r["ageMs"]),
                       "-" if not timeout else human_value("timeoutAt", timeout) if timeout > 10**12 else age(timeout),
-                      str(partitions), "; ".join(r.get("reasons", [])) or "-")
-    Console().print(table)
+                      r.get("owner") or "-", human_value("openTimestamp", r.get("openTimestamp"), compact=True),
+                      str(partitions)])
+        notes.append([f"why: {reason}" for reason in r.get("reasons", [])]
+                     + ([r["abortCommand"]] if r.get("abortCommand") else []))
+    print_rows(["TXN ID", "STATUS", "AGE", "TIMEOUT", "OWNER", "OPENED (UTC)", "PARTITIONS"], cells, notes, title,
+               extra=2)
 
 
 def _topic_filter(topic: Optional[str]):
@@ -408,32 +413,28 @@ def _select(ctx: typer.Context, flt, clock: str):
 
 
 def _list_table(rows: list[dict], now_ms: int, title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
+    """Oldest first, one line per transaction with its id whole; -o wide adds the partitions it touched."""
     from ..procedures.bulk_abort import time_left_ms
-    from .render import age
+    from .render import age, print_rows
 
     if not rows:
         typer.echo(title)
         return
-    table = Table(title=Text(title), title_justify="left")  # Text: owners, ids and URLs are data, never markup
-    for col in ("txnId", "state", "owner", "age", "timeout left", "produced", "acked"):
-        table.add_column(col, no_wrap=col == "txnId", overflow="fold")
+    cells = []
     for r in sorted(rows, key=lambda r: (-r["ageMs"], r["txnId"])):
         left = time_left_ms(r, now_ms)
-        table.add_row(Text(r["txnId"]), Text(r["status"] or "-"), Text(r.get("owner") or "-"), age(r["ageMs"]),
+        cells.append([r["txnId"], r["status"] or "-", r.get("owner") or "-", age(r["ageMs"]),
                       "-" if left is None else age(left) if left >= 0 else f"past by {age(-left)}",
-                      str(len(r.get("producedPartitions", []))), str(len(r.get("ackedPartitions", []))))
-    Console().print(table)
+                      str(len(r.get("producedPartitions", []))), str(len(r.get("ackedPartitions", [])))])
+    print_rows(["TXN ID", "STATE", "OWNER", "AGE", "TIMEOUT LEFT", "PRODUCED", "ACKED"], cells, title=title)
 
 
 @app.command("list")
 def list_transactions(ctx: typer.Context, coordinator_id: Optional[int] = CoordinatorOpt,
                       topic: Optional[str] = TopicOpt, state: Optional[list[str]] = StateOpt,
                       owner: Optional[str] = OwnerOpt, older_than: Optional[str] = OlderThanOpt,
-                      id_pattern: Optional[str] = IdPatternOpt, output: Optional[str] = Output) -> None:
+                      id_pattern: Optional[str] = IdPatternOpt, output: Optional[str] = Output,
+                      no_headers: bool = NoHeaders) -> None:
     """Open transactions per coordinator, oldest first, with state, owner, age and timeout left.
 
     Exit 1 when a coordinator could not be listed (the others are shown, and why that one was not on stderr).
@@ -585,7 +586,8 @@ def find_hanging(ctx: typer.Context,
                  abort: bool = typer.Option(False, "--abort", help="Abort what was found, after showing the plan."),
                  yes: bool = YesOpt,
                  dry_run: bool = DryRunOpt,
-                 output: Optional[str] = Output) -> None:
+                 output: Optional[str] = Output,
+                 no_headers: bool = NoHeaders) -> None:
     """Open longer than the max timeout, or touching partitions that no longer exist.
 
     Exit 1 when any hang (0 when none, or when --abort aborted every one of them).
@@ -657,6 +659,4 @@ def find_hanging(ctx: typer.Context,
 
 def _abort_hints(rows: list[dict]) -> None:
     if rows:
-        typer.echo("to abort them all: add --abort (it shows the plan first); one by one:")
-        for row in rows:
-            typer.echo(f"  {row['abortCommand']}")
+        typer.echo("to abort them all: add --abort (it shows the plan first); one by one: the command under each")

@@ -1,0 +1,75 @@
+"""Issue #26, point 9: on a terminal, `downgrade wait`'s clock ticks between polls (it once showed [0:00:00] for a
+whole --interval). Checked in a pseudo-terminal: two distinct clock values within one interval."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from txnadmin.cli.main import app
+
+pytestmark = pytest.mark.slow  # a running engine, a recorded downgrade and seconds of waiting in a pty
+
+TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
+
+
+def _read_pty(command: list[str], env: dict, seconds: float) -> tuple[int, str]:
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(command, stdin=follower, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    out = b""
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif process.poll() is not None:
+                break
+    finally:
+        os.close(leader)
+    return process.wait(timeout=60), out.decode("utf-8", "replace")
+
+
+def test_the_wait_clock_ticks_between_polls_on_a_terminal(tmp_path):
+    runner = CliRunner()
+    d, state = tmp_path / "e", str(tmp_path / "checklist.json")
+    assert runner.invoke(app, ["engine", "init", str(d), "-c", "2", "--set", "transactionLogBatchedWriteEnabled=true",
+                               "--set", "transactionPendingAckBatchedWriteEnabled=true"]).exit_code == 0
+    # stuck-open leaves transactions OPEN forever: the coordinator logs they pin wait, whatever the machine's speed
+    engine = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "20", "--fault",
+                                          "stuck-open", "-o", "json"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            if (d / "server.json").exists():
+                break
+            time.sleep(0.05)
+        started = runner.invoke(app, ["-u", f"local:{d}", "downgrade", "start", "--yes", "--state", state])
+        assert started.exit_code == 0, started.output
+        env = {**os.environ, "COLUMNS": "80", "TERM": "xterm"}
+        # two polls at most (at 0 s and 5 s; a third would pass --timeout): three clock values or more mean the clock
+        # moved between polls
+        code, shown = _read_pty(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", state,
+                                            "--interval", "5", "--timeout", "8"], env, 90)
+    finally:
+        engine.terminate()
+        engine.wait(timeout=60)
+    assert code == 1, shown  # not yet: the stuck transactions pin their logs
+    assert "logs done" in shown, shown
+    clocks = set(re.findall(r"\[(\d+:\d\d:\d\d)\] \d+/\d+ logs done", shown))
+    assert len(clocks) >= 3, shown
