@@ -229,13 +229,14 @@ def set_(
     directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
 ) -> None:
     """Change a dynamic setting (like `pulsar-admin brokers update-dynamic-config`); a running engine sees it within 1 s."""
-    from ..engine.config import ConfigError
+    from ..engine.config import ConfigError, EngineConfig, did_you_mean
     from ..engine.manage import EngineDirError, set_dynamic
 
     try:
         print_json(set_dynamic(_dir(directory), name, value))
-    except ConfigError as exc:
-        fail(str(exc).strip(), EXIT_USAGE)
+    except ConfigError as exc:  # Pulsar's words, then the near names a typo was meant as
+        hint = did_you_mean(name, dynamic_only=True) if name not in EngineConfig.DYNAMIC_KEYS else ""
+        fail(str(exc).strip() + hint, EXIT_USAGE)
     except EngineDirError as exc:
         fail(str(exc), EXIT_UNREADABLE)
 

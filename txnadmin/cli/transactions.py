@@ -361,22 +361,42 @@ def _txn_table(rows: list[dict], title: str) -> None:
     Console().print(table)
 
 
-def _topic_filter(topic: Optional[str]):
+class _TopicFilter:
     """--topic: a transaction touches a topic when it produced to it or acked on it (any partition of it)."""
+
+    def __init__(self, topic: str):
+        self.topic = topic
+
+    def __call__(self, row: dict) -> bool:
+        names = list(row.get("producedPartitions", [])) + [a.rsplit("/", 1)[0] for a in row.get("ackedPartitions", [])]
+        return any(n == self.topic or n.startswith(self.topic + "-partition-") for n in names)
+
+    def require_known(self, admin: Any, matched: int) -> None:
+        """No transaction touches it and the target has no such topic: Pulsar's 404 "Topic not found", not "0 open".
+        (A topic deleted under open transactions is still matched by them: find-hanging looks for exactly those.)"""
+        from ..admin.protocol import NotFoundError
+        from ..names import namespace_of
+
+        if matched:
+            return
+        try:
+            topics = admin.list_topics(namespace_of(self.topic))
+        except NotFoundError:  # no such namespace (or tenant): no such topic either
+            topics = []
+        if self.topic not in topics and not any(t.startswith(self.topic + "-partition-") for t in topics):
+            raise NotFoundError(f"Topic not found {self.topic}")
+
+
+def _topic_filter(topic: Optional[str]) -> Optional[_TopicFilter]:
+    """The --topic filter, its name checked as Pulsar's TopicName checks it (pulsar-admin's answer, exit 1)."""
     if topic is None:
         return None
     from ..names import normalize_topic
 
     try:
-        wanted = normalize_topic(topic)
+        return _TopicFilter(normalize_topic(topic))
     except ValueError as exc:
         _fail(str(exc))
-
-    def touches(row: dict) -> bool:
-        names = list(row.get("producedPartitions", [])) + [a.rsplit("/", 1)[0] for a in row.get("ackedPartitions", [])]
-        return any(n == wanted or n.startswith(wanted + "-partition-") for n in names)
-
-    return touches
 
 
 @app.command("list")
@@ -392,8 +412,16 @@ def list_transactions(ctx: typer.Context, coordinator_id: Optional[int] = typer.
     from ..admin.hanging import open_transactions_by_coordinator
 
     touches = _topic_filter(topic)
-    rows, unreadable = _run(ctx, lambda a: open_transactions_by_coordinator(a, coordinator_id))
-    rows = [r for r in rows if touches is None or touches(r)]
+
+    def look(admin):
+        every, unreadable = open_transactions_by_coordinator(admin, coordinator_id)
+        if touches is None:
+            return every, unreadable
+        matched = [r for r in every if touches(r)]
+        touches.require_known(admin, len(matched))
+        return matched, unreadable
+
+    rows, unreadable = _run(ctx, look)
     _print(rows, output or "table", table=lambda v: _txn_table(v, f"{len(v)} open transactions on {_target_url(ctx)}"))
     for tc_id, reason in sorted(unreadable.items()):
         typer.echo(mask(f"coordinator {tc_id}: its transactions could not be listed: {reason}"), err=True)
@@ -448,6 +476,7 @@ def find_hanging(ctx: typer.Context,
         if touches is not None:
             every = [r for r in every if touches(r)]
             found = [r for r in found if touches(r)]
+            touches.require_known(admin, len(every))
         return len(every), found
 
     open_count, rows = _run(ctx, look)
