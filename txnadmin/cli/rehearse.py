@@ -19,6 +19,7 @@ def rehearse(
     scan_engine: str = typer.Option("auto", "--scan-engine", help="auto (Spark when Java is present), spark, python."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier rehearsal kept in --dir (its engine, "
                                "dump and checklist; nothing else)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Spark's logging and the JVM's start-up notes."),
     output: str = output_option("table"),
 ) -> None:
     """Workload with batching on → downgrade start → wait until safe → dump → Spark scan → verdict.
@@ -56,7 +57,7 @@ def rehearse(
             typer.echo(f"• {name}" + (f": {details}" if details else ""))
 
     try:
-        result = run(directory, warmup, timeout, scan_engine, show)
+        result = run(directory, warmup, timeout, scan_engine, show, verbose=verbose)
     except RehearsalDirError as exc:  # another rehearsal took the directory since the check above
         fail(str(exc), EXIT_USAGE)
     except ScanUsageError as exc:

@@ -24,6 +24,7 @@ def scan(
     fmt: str = typer.Option("auto", "--format", help="Force a dump format (see docs/scan.md)."),
     engine: str = typer.Option("auto", "--engine", help="auto, spark or python."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Spark's logging and the JVM's start-up notes."),
     output: str = output_option("table"),
     report: Optional[Path] = typer.Option(None, "--report", help="Write per-entry findings (.parquet or .jsonl)."),
 ) -> None:
@@ -51,7 +52,8 @@ def scan(
     try:
         named = parse_txn_ledgers(txn_ledgers, ledger_id_format if ledger_id_format in ("long", "hex") else "long")
         args: dict[str, Any] = dict(ledgers_file=ledgers, fmt=fmt, engine=engine, master=master, report=report, progress=progress,
-                    txn_ledgers=named, ledger_id_format=ledger_id_format, verify_all_digests=verify_all)
+                    txn_ledgers=named, ledger_id_format=ledger_id_format, verify_all_digests=verify_all,
+                    verbose=verbose)
         if bar:
             with bar:
                 result = run_scan([str(p) for p in paths], **args)
@@ -89,8 +91,9 @@ def _render(result) -> None:
     for l in txn:
         if l["batchedEntries"]:
             by_ml[l["managedLedger"] or "?"] = by_ml.get(l["managedLedger"] or "?", 0) + l["batchedEntries"]
+    where = "in live ledgers" if result.ledger_list_given else "in ledgers not known to be live (no ledger list)"
     for ml, n in sorted(by_ml.items()):
-        console.print(f"  {ml}: {n} batched entries in live ledgers")
+        console.print(f"  {ml}: {n} batched entries {where}", markup=False, highlight=False)
     if result.dead_ledgers:
         console.print(f"{len(result.dead_ledgers)} ledgers are in the dumps but no longer live (trimmed, awaiting "
                       "bookie GC): not counted")
@@ -107,7 +110,9 @@ def _render(result) -> None:
         verdict = "[bold green]clean[/]"
     elif result.verdict == "batched":
         verdict = (f"[bold red]batched[/]: {result.live_batched_entries} batched entries remain in live "
-                   "transaction ledgers")
+                   "transaction ledgers" if result.ledger_list_given else
+                   f"[bold red]batched[/]: {result.live_batched_entries} batched entries in transaction ledgers, "
+                   "live or not (no ledger list)")
     else:
         verdict = "[bold yellow]incomplete[/]: cannot prove clean (see the reasons above)"
     console.print(f"verdict: {verdict}")

@@ -134,11 +134,11 @@ class _RestartableBroker:
 
 def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s: float = 120.0,
              scan_engine: str = "auto", on_step: Optional[Callable[[str, dict], None]] = None,
-             shed_s: float = SHED_S, force: bool = False) -> RehearsalResult:
+             shed_s: float = SHED_S, force: bool = False, verbose: bool = False) -> RehearsalResult:
     """The whole downgrade under load, on a cluster that moves: a topic and a coordinator unloaded every ``shed_s``
     seconds (bundle shedding), and one engine restart in the middle of the wait. `start` runs once; `wait
     --rerecord` rides out the rest. An earlier rehearsal in ``directory`` is refused (RehearsalDirError) unless
-    ``force``."""
+    ``force``. ``verbose`` lets Spark's logging through (see run_scan)."""
     from ..engine.engine import Engine
     from ..engine.faults import Shedder
     from ..engine.manage import init_engine
@@ -268,7 +268,7 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
         if not running.halt.is_set():
             running.stop()
     engine_name = scan_engine if scan_engine != "auto" else ("spark" if java_available() else "python")
-    scan = run_scan([str(dump / "ledgers")], dump / "ledgers.txt", engine=engine_name)
+    scan = run_scan([str(dump / "ledgers")], dump / "ledgers.txt", engine=engine_name, verbose=verbose)
     result.scan = {"verdict": scan.verdict, "liveBatchedEntries": scan.live_batched_entries, "engine": scan.engine,
                    "trimmedLedgersStillInLogs": len(scan.dead_ledgers)}
     step("scan", **result.scan)
