@@ -121,10 +121,6 @@ def run(
     given = _given(directory, dir_option)
     path, source = engine_dir_for(ctx, given, "engine run", "the directory argument" if directory else "--dir")
     engine = _open(ctx, path)
-    typer.echo(f"engine run: {path} ({source})", err=True)
-    spec = WorkloadSpec(rate=rate, concurrency=concurrency, duration_s=duration, topics=topics,
-                        subscriptions=subscriptions, abort_ratio=abort_ratio, timeout_ratio=timeout_ratio,
-                        txn_timeout_ms=txn_timeout_ms, seed=seed)
     stop = threading.Event()
     interrupted = threading.Event()  # Ctrl-C ends the run cleanly, and still exits 130 as every command does
 
@@ -134,6 +130,10 @@ def run(
 
     signal.signal(signal.SIGINT, on_ctrl_c)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    typer.echo(f"engine run: {path} ({source})", err=True)  # from here on Ctrl-C stops the run cleanly
+    spec = WorkloadSpec(rate=rate, concurrency=concurrency, duration_s=duration, topics=topics,
+                        subscriptions=subscriptions, abort_ratio=abort_ratio, timeout_ratio=timeout_ratio,
+                        txn_timeout_ms=txn_timeout_ms, seed=seed)
     journal_fh = open(journal, "a", buffering=1) if journal else None
 
     def on_commit(txn, produced, acked):
