@@ -385,13 +385,14 @@ def read_live_list(ledgers_file: Path, id_format: str = "long", named: frozenset
 def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str = "auto", engine: str = "auto",
              master: Optional[str] = None, report: Optional[Path] = None,
              progress: Optional[Callable[[int, int, int, int], None]] = None, txn_ledgers: Iterable[int] = (),
-             ledger_id_format: str = "long", verify_all_digests: bool = False, verbose: bool = False) -> ScanResult:
-    """Scan ``paths`` and judge them by the ledger list (``ledgers_file``, else the one `engine dump` wrote with
-    them); ``verbose`` lets Spark's own logging and the JVM's start-up notes through."""
+             ledger_id_format: str = "long", verify_all_digests: bool = False, verbose: bool = False,
+             dump_list: bool = True) -> ScanResult:
+    """Scan ``paths`` and judge them by the ledger list: ``ledgers_file``, else (``dump_list``) the one `engine dump`
+    wrote with them. ``verbose`` lets Spark's own logging and the JVM's start-up notes through."""
     check_options(fmt, engine, ledger_id_format)
     named = frozenset(txn_ledgers)
     paths = list(paths)
-    lists = dump_ledger_lists(paths)
+    lists = dump_ledger_lists(paths) if dump_list else []
     inputs, notes = collect_inputs(paths, fmt, lists)
     if ledgers_file is None:
         ledgers_file = _dump_list_to_use(lists, inputs, notes)
