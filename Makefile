@@ -3,21 +3,26 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
+# Quiet unless `make run V=1` (any V): pip's output, setuptools' build warnings (its notice about editable installs
+# on every install), and Spark's logging with the JVM's start-up notes (`rehearse -v`).
+QUIET      := $(if $(V),,-q)
+BUILD_ENV  := $(if $(V),,PYTHONWARNINGS=ignore)
+VERBOSE    := $(if $(V),-v,)
 
 .PHONY: run test test-fast check install install-test proto check-java check-prometheus clean docs
 
 $(VENV)/.created:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "txnadmin needs Python 3.11 or newer (found " + sys.version.split()[0] + ")")'
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PIP) install $(QUIET) --upgrade pip
 	@touch $@
 
 $(VENV)/.installed: $(VENV)/.created pyproject.toml
-	$(PIP) install -q --config-settings editable_mode=compat -e .
+	$(BUILD_ENV) $(PIP) install $(QUIET) --config-settings editable_mode=compat -e .
 	@touch $@
 
 $(VENV)/.installed-test: $(VENV)/.created pyproject.toml
-	$(PIP) install -q --config-settings editable_mode=compat -e '.[test]'
+	$(BUILD_ENV) $(PIP) install $(QUIET) --config-settings editable_mode=compat -e '.[test]'
 	@touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
@@ -42,7 +47,7 @@ check-prometheus:
 # The main job: a guided downgrade rehearsal on the embedded engine (see docs/).
 # The rehearsal works in a temporary directory that is removed afterwards, whatever the verdict.
 run: $(VENV)/.installed check-java
-	@tmp=$$(mktemp -d); $(VENV)/bin/txnadmin rehearse --dir "$$tmp/rehearsal"; rc=$$?; rm -rf "$$tmp"; \
+	@tmp=$$(mktemp -d); $(VENV)/bin/txnadmin rehearse $(VERBOSE) --dir "$$tmp/rehearsal"; rc=$$?; rm -rf "$$tmp"; \
 	echo ""; \
 	echo "(the rehearsal directory above was removed; keep one with: txnadmin rehearse --dir DIR)"; \
 	echo "next steps:"; \

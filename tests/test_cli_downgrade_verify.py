@@ -257,3 +257,16 @@ def test_over_http_the_same_refusal_and_the_same_record(clusters, tmp_path):
         assert accepted.exit_code in (0, 1), accepted.output
         recorded = json.loads(state.read_text())["verification"]
         assert recorded["target"]["adminUrl"] == url and recorded["liveLedgersChecked"] > 0
+
+
+def test_a_dump_directorys_own_list_is_never_taken_unchecked(clusters, tmp_path):
+    """`scan DUMPDIR` judges by the ledgers.txt that `engine dump` wrote there; verify must not: only a list named
+    with --ledgers is checked against the target, so another cluster's clean-looking dump directory proves nothing."""
+    root, a, _b = clusters
+    state = _checklist(clusters, tmp_path)
+    result = runner.invoke(app, ["downgrade", "verify", "-u", f"local:{a}", "--state", str(state), "--dumps",
+                                 str(root / "b-dump"), "--engine", "python", "-o", "json"])
+    assert result.exit_code == 1, result.output  # b's batched entries, in ledgers nobody checked are live here
+    out = json.loads(result.stdout)
+    assert out["verdict"] == "batched" and out["ledgerList"] is None, out
+    assert any(r.startswith("no ledger list (--ledgers)") for r in out["reasons"]), out  # judged without one

@@ -38,7 +38,7 @@ def test_init_rejects_bad_settings_and_existing_engines(tmp_path):
     assert unknown.exit_code == 2 and "noSuchThing" in unknown.stderr
     _init(tmp_path / "e")
     again = runner.invoke(app, ["engine", "init", str(tmp_path / "e")])
-    assert again.exit_code == 1 and "already exists" in again.stderr
+    assert again.exit_code == 2 and "already exists" in again.stderr
 
 
 def test_run_reports_counters_as_json(tmp_path):

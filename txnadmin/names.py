@@ -30,16 +30,33 @@ _TC_LOG_LEDGER = re.compile(rf"^{SYSTEM_NAMESPACE}/persistent/{_TC_LOG_LOCAL}\d+
 
 # -- topics -------------------------------------------------------------------------------------
 
+TOPIC_DOMAINS = ("persistent", "non-persistent")
+
+
 def normalize_topic(name: str) -> str:
-    """``x`` → persistent://public/default/x; ``t/ns/x`` → persistent://t/ns/x (pulsar-admin's rules)."""
-    if "://" in name:
-        return name
-    parts = name.split("/")
-    if len(parts) == 1:
-        return f"persistent://public/default/{name}"
-    if len(parts) == 3:
-        return f"persistent://{name}"
-    raise ValueError(f"Invalid short topic name '{name}', it should be in the format of <tenant>/<namespace>/<topic> or <topic>")
+    """``x`` → persistent://public/default/x; ``t/ns/x`` → persistent://t/ns/x (pulsar-admin's rules).
+
+    A full name is checked as Pulsar's TopicName checks it: a known domain, then tenant/namespace/local (or the old
+    tenant/cluster/namespace/local), none of them empty. ``persistent://public`` is refused, not completed.
+    """
+    if "://" not in name:
+        parts = name.split("/")
+        if len(parts) == 1:
+            full = f"persistent://public/default/{name}"
+        elif len(parts) == 3:
+            full = f"persistent://{name}"
+        else:
+            raise ValueError(f"Invalid short topic name '{name}', it should be in the format of "
+                             "<tenant>/<namespace>/<topic> or <topic>")
+    else:
+        full = name
+    domain, _, rest = full.partition("://")
+    if domain not in TOPIC_DOMAINS:
+        raise ValueError(f"Invalid topic domain: '{domain}'")
+    parts = rest.split("/", 3)  # a local name may hold '/' past the fourth part, as in Pulsar
+    if len(parts) < 3 or not all(p.strip() for p in parts):
+        raise ValueError(f"Invalid topic name: {name}")
+    return full
 
 
 def namespace_of(topic: str) -> str:

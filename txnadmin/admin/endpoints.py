@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 from urllib.parse import quote
 
+from ..names import normalize_topic
 from .protocol import AdminError, TransactionsAdmin, TxnId
 
 V3 = "/admin/v3/transactions"
@@ -66,15 +67,11 @@ PATH_VARIABLES: dict[str, tuple[str, str]] = {  # longest first: a template is m
 
 def topic_path(topic: str) -> str:
     """`persistent://t/ns/x` (or `t/ns/x`, or `x`) → `t/ns/<x URL-encoded>` — Pulsar's REST path, no domain."""
-    name = topic
-    if "://" in name:
-        name = name.split("://", 1)[1]
-    parts = name.split("/")
-    if len(parts) == 1:
-        parts = ["public", "default", parts[0]]
-    if len(parts) < 3:
-        raise AdminError(f"Invalid topic name '{topic}'", 412)
-    tenant, namespace, local = parts[0], parts[1], "/".join(parts[2:])
+    try:  # `persistent://public` is refused as Pulsar refuses it, never completed to public/default/public
+        name = normalize_topic(topic).split("://", 1)[1]
+    except ValueError as exc:
+        raise AdminError(str(exc), 412) from None
+    tenant, namespace, local = name.split("/", 2)
     return f"{quote(tenant, safe='')}/{quote(namespace, safe='')}/{quote(local, safe='')}"
 
 

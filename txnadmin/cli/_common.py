@@ -14,6 +14,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1  # failure, or "not yet" (waiting, batched entries remain)
 EXIT_USAGE = 2
 EXIT_UNREADABLE = 3  # target or input unreadable
+EXIT_INTERRUPTED = 130  # Ctrl-C
 
 
 def print_json(value: Any) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from .render import output_option
-from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
+from ._common import EXIT_INTERRUPTED, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal
 from ._target import engine_dir_for, unopened
 
 if TYPE_CHECKING:
@@ -20,18 +20,29 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="The embedded engine: init, run a workload, dump ledgers, settings.", no_args_is_help=True)
 
-DirArg = typer.Argument(None, help="Engine directory (default: $TXNADMIN_ENGINE_DIR or ~/.txnadmin/engine).")
+DirArg = typer.Argument(None, help="Engine directory (default: $TXNADMIN_ENGINE_DIR or ~/.txnadmin/engine).",
+                        show_default=False)
+DirOpt = typer.Option(None, "--dir", help="Engine directory (the same as the DIR argument).")
 
 
-def _dir(directory: Optional[Path]) -> Path:
+def _given(directory: Optional[Path], dir_option: Optional[Path]) -> Optional[Path]:
+    """The directory named positionally or with --dir (both only when they name the same one: never guess)."""
+    if directory is not None and dir_option is not None:
+        if directory.expanduser().resolve() != dir_option.expanduser().resolve():
+            fail(f"DIR {directory} and --dir {dir_option} name different engines; give one of them", EXIT_USAGE)
+    return directory if directory is not None else dir_option
+
+
+def _dir(directory: Optional[Path], dir_option: Optional[Path] = None) -> Path:
     from ..engine import default_engine_dir
 
-    return directory or default_engine_dir()
+    return _given(directory, dir_option) or default_engine_dir()
 
 
 @app.command("init")
 def init(
     directory: Optional[Path] = DirArg,
+    dir_option: Optional[Path] = DirOpt,
     coordinators: Optional[int] = typer.Option(
         None, "--coordinators", "-c", min=1, help="Number of transaction coordinators of a new engine [default: 16]."),
     settings: list[str] = typer.Option([], "--set", help="broker.conf-style key=value (repeatable)."),
@@ -41,7 +52,7 @@ def init(
     from ..engine.config import ConfigError
     from ..engine.manage import EngineDirError, init_engine, parse_settings
 
-    path = _dir(directory)
+    path = _dir(directory, dir_option)
     try:
         values = parse_settings(settings)
         if coordinators is not None:
@@ -49,8 +60,8 @@ def init(
         config = init_engine(path, values, exist_ok)
     except ConfigError as exc:  # refused before anything was written (init_engine validates first)
         fail(f"{path}: {str(exc).strip()}; nothing was saved", EXIT_USAGE)
-    except EngineDirError as exc:
-        fail(str(exc), 1)
+    except EngineDirError as exc:  # the directory is taken: the command line must change (--exist-ok, another one)
+        fail(str(exc), EXIT_USAGE)
     typer.echo(f"engine ready at {path} ({config.transactionCoordinatorCount} coordinators)")
 
 
@@ -58,6 +69,7 @@ def init(
 def run(
     ctx: typer.Context,
     directory: Optional[Path] = DirArg,
+    dir_option: Optional[Path] = DirOpt,
     rate: float = typer.Option(200.0, "--rate", help="Target transactions per second (0 = unlimited)."),
     concurrency: int = typer.Option(8, "--concurrency", help="Concurrent clients."),
     duration: float = typer.Option(10.0, "--duration", help="Seconds to run (0 = until Ctrl-C)."),
@@ -106,15 +118,22 @@ def run(
                 fail(str(exc), EXIT_USAGE)
         elif fault_name(name) not in FAULTS or name.endswith("="):
             fail(f"--fault {shown(name)}: use one of {', '.join(FAULTS)}", EXIT_USAGE)
-    path, source = engine_dir_for(ctx, directory, "engine run", "the directory argument")
+    given = _given(directory, dir_option)
+    path, source = engine_dir_for(ctx, given, "engine run", "the directory argument" if directory else "--dir")
     engine = _open(ctx, path)
-    typer.echo(f"engine run: {path} ({source})", err=True)
+    stop = threading.Event()
+    interrupted = threading.Event()  # Ctrl-C ends the run cleanly, and still exits 130 as every command does
+
+    def on_ctrl_c(*_: Any) -> None:
+        interrupted.set()
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    typer.echo(f"engine run: {path} ({source})", err=True)  # from here on Ctrl-C stops the run cleanly
     spec = WorkloadSpec(rate=rate, concurrency=concurrency, duration_s=duration, topics=topics,
                         subscriptions=subscriptions, abort_ratio=abort_ratio, timeout_ratio=timeout_ratio,
                         txn_timeout_ms=txn_timeout_ms, seed=seed)
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     journal_fh = open(journal, "a", buffering=1) if journal else None
 
     def on_commit(txn, produced, acked):
@@ -171,6 +190,9 @@ def run(
         typer.echo(f"{s['started']} transactions in {s['elapsedSeconds']} s ({s['txnPerSecond']}/s): "
                    f"{s['committed']} committed, {s['aborted']} aborted, {s['leftOpen']} left to time out, "
                    f"{s['errors']} errors")
+    if interrupted.is_set():
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def _spared_text(spared) -> str:
@@ -181,16 +203,23 @@ def _spared_text(spared) -> str:
 @app.command("dump")
 def dump(
     directory: Optional[Path] = DirArg,
+    dir_option: Optional[Path] = DirOpt,
     out: Path = typer.Option(..., "--out", help="New directory for the entry logs and ledgers.txt."),
 ) -> None:
-    """Write the engine's entry logs and live ledger list (`listledgers -meta` form), ready for `txnadmin scan`."""
+    """Write the engine's entry logs and live ledger list (`listledgers -meta` form), ready for `txnadmin scan`.
+
+    Prints the scan command that reads them with that list (stderr; the JSON on stdout carries it too)."""
+    import shlex
+
     from ..engine.manage import EngineDirError, dump_engine
 
     try:
-        summary = dump_engine(_dir(directory), out)
+        summary = dump_engine(_dir(directory, dir_option), out)
     except EngineDirError as exc:
         fail(str(exc), EXIT_UNREADABLE)
-    print_json(summary)
+    command = f"txnadmin scan {shlex.quote(str(out))}"  # the directory: scan takes the list written with the logs
+    print_json({**summary, "scanCommand": command})
+    typer.echo(f"next: {command}", err=True)
 
 
 @app.command("set")
@@ -200,13 +229,14 @@ def set_(
     directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
 ) -> None:
     """Change a dynamic setting (like `pulsar-admin brokers update-dynamic-config`); a running engine sees it within 1 s."""
-    from ..engine.config import ConfigError
+    from ..engine.config import ConfigError, EngineConfig, did_you_mean
     from ..engine.manage import EngineDirError, set_dynamic
 
     try:
         print_json(set_dynamic(_dir(directory), name, value))
-    except ConfigError as exc:
-        fail(str(exc).strip(), EXIT_USAGE)
+    except ConfigError as exc:  # Pulsar's words, then the near names a typo was meant as
+        hint = did_you_mean(name, dynamic_only=True) if name not in EngineConfig.DYNAMIC_KEYS else ""
+        fail(str(exc).strip() + hint, EXIT_USAGE)
     except EngineDirError as exc:
         fail(str(exc), EXIT_UNREADABLE)
 
@@ -237,7 +267,8 @@ def _client_engine(ctx: typer.Context, directory: Optional[Path]) -> "Engine":
 @txn_app.command("begin")
 def txn_begin(
     ctx: typer.Context,
-    directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
+    directory: Optional[Path] = DirArg,
+    dir_option: Optional[Path] = DirOpt,
     timeout_ms: int = typer.Option(60_000, "--timeout-ms"),
     owner: Optional[str] = typer.Option(None, "--owner"),
     produce: list[str] = typer.Option([], "--produce", help="TOPIC=TEXT: publish a message in the transaction."),
@@ -249,7 +280,7 @@ def txn_begin(
         if not sep or not topic.strip():
             fail(f"--produce {item!r}: expected TOPIC=TEXT", EXIT_USAGE)
         messages.append((topic, text.encode()))
-    engine = _client_engine(ctx, directory)
+    engine = _client_engine(ctx, _given(directory, dir_option))
     try:
         txn = engine.begin(timeout_ms, owner)
         for topic, payload in messages:
@@ -287,10 +318,11 @@ def txn_commit(
     least: Optional[int] = typer.Option(None, "--least-sig-bits", "-l", help="Or use --txn-id."),
     txn_id: Optional[str] = typer.Option(None, "--txn-id", help='The TxnID as printed, e.g. "(1,6)".'),
     client_name: Optional[str] = typer.Option(None, "--client-name", help="PIP-255: makes a retried commit idempotent."),
-    directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
+    directory: Optional[Path] = DirArg,
+    dir_option: Optional[Path] = DirOpt,
 ) -> None:
     """Commit a transaction; with --client-name a retry after a lost answer succeeds (PIP-255)."""
-    _end(ctx, directory, most, least, client_name, True, txn_id)
+    _end(ctx, _given(directory, dir_option), most, least, client_name, True, txn_id)
 
 
 @txn_app.command("abort")
@@ -300,15 +332,18 @@ def txn_abort(
     least: Optional[int] = typer.Option(None, "--least-sig-bits", "-l", help="Or use --txn-id."),
     txn_id: Optional[str] = typer.Option(None, "--txn-id", help='The TxnID as printed, e.g. "(1,6)".'),
     client_name: Optional[str] = typer.Option(None, "--client-name", help="PIP-255: makes a retried abort idempotent."),
-    directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
+    directory: Optional[Path] = DirArg,
+    dir_option: Optional[Path] = DirOpt,
 ) -> None:
     """Abort a transaction; with --client-name a retry after a lost answer succeeds (PIP-255)."""
-    _end(ctx, directory, most, least, client_name, False, txn_id)
+    _end(ctx, _given(directory, dir_option), most, least, client_name, False, txn_id)
 
 
 @app.command("recover")
 def recover(
-    directory: Path = typer.Argument(..., help="The engine directory whose metadata.db is damaged (stop it first)."),
+    directory: Optional[Path] = typer.Argument(None, help="The engine directory whose metadata.db is damaged (stop it "
+                                                "first); or --dir.", show_default=False),
+    dir_option: Optional[Path] = DirOpt,
     force: bool = typer.Option(False, "--force", help="Rebuild even when metadata.db passes SQLite's quick_check."),
     output: str = output_option("table"),
 ) -> None:
@@ -320,6 +355,10 @@ def recover(
     """
     from ..engine.storage import LedgerStorage, StorageError
 
+    given = _given(directory, dir_option)
+    if given is None:  # no default here: a rebuild acts on the directory the operator names, never a guess
+        fail("engine recover: name the engine directory (DIR or --dir)", EXIT_USAGE)
+    directory = given
     try:
         report = LedgerStorage.recover(directory, force)
     except StorageError as exc:

@@ -173,6 +173,13 @@ app.add_typer(transactions.app, name="transactions")
 app.add_typer(transactions.app, name="txn", hidden=True)
 
 
+def _pulsar_style(argv: list[str]) -> bool:
+    """The command line runs `transactions` (or its alias `txn`): the first command word decides, so `engine txn
+    begin --bogus` keeps txnadmin's usage code 2."""
+    words = set(ORDER) | set(PULSAR_STYLE)
+    return next((arg for arg in argv if arg in words), None) in PULSAR_STYLE
+
+
 def main() -> None:
     """Run the CLI; `transactions` keeps pulsar-admin's exit codes (usage errors are 1, not 2)."""
     import sys
@@ -192,8 +199,7 @@ def main() -> None:
             if "--debug" in sys.argv[1:] or os.environ.get("TXNADMIN_DEBUG", "") not in ("", "0"):
                 raise
             typer.echo(describe_failure(exc), err=True)
-            pulsar_style = any(arg in PULSAR_STYLE for arg in sys.argv[1:])
-            sys.exit(1 if pulsar_style else 3)
+            sys.exit(1 if _pulsar_style(sys.argv[1:]) else 3)
         if type(exc).__name__ == "NoArgsIsHelpError":
             exc.show()
             sys.exit(0)
@@ -201,8 +207,7 @@ def main() -> None:
             typer.echo("Aborted!", err=True)
             sys.exit(1)
         exc.show()
-        pulsar_style = any(arg in PULSAR_STYLE for arg in sys.argv[1:])
-        sys.exit(1 if pulsar_style else exc.exit_code)
+        sys.exit(1 if _pulsar_style(sys.argv[1:]) else exc.exit_code)
     code = code if isinstance(code, int) else 0
     if downgrade.exit_hard_requested():
         # `downgrade wait` left a hung request behind at its deadline: exit without joining that thread.

@@ -17,12 +17,16 @@ def rehearse(
     warmup: float = typer.Option(4.0, "--warmup", help="Seconds of batched workload before the downgrade starts."),
     timeout: float = typer.Option(120.0, "--timeout", help="Seconds to wait for 'safe' at most."),
     scan_engine: str = typer.Option("auto", "--scan-engine", help="auto (Spark when Java is present), spark, python."),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier rehearsal kept in --dir (its engine, "
+                               "dump and checklist; nothing else)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Spark's logging and the JVM's start-up notes."),
     output: str = output_option("table"),
 ) -> None:
     """Workload with batching on → downgrade start → wait until safe → dump → Spark scan → verdict.
 
     Exit 0 only when the procedure, the scan and the engine's own census all say no batched entry is live.
     """
+    from ..procedures.rehearsal import RehearsalDirError, prepare_directory
     from ..procedures.rehearsal import rehearse as run
     from ..scan import ScanInputError, ScanUsageError
     from ..scan.job import java_available
@@ -39,6 +43,14 @@ def rehearse(
         fail("--scan-engine spark needs Java 17: install a JDK 17 and put java on PATH or set JAVA_HOME, or use "
              "--scan-engine python", EXIT_UNREADABLE)
 
+    if directory is not None:
+        try:  # before the workload: a rehearsal takes minutes
+            prepare_directory(directory, force)
+        except RehearsalDirError as exc:
+            fail(str(exc), EXIT_USAGE)
+    elif force:
+        fail("--force goes with --dir (a rehearsal without --dir works in a new temporary directory)", EXIT_USAGE)
+
     def show(name: str, info: dict) -> None:
         if output != "json":
             from .render import human_value
@@ -47,7 +59,9 @@ def rehearse(
             typer.echo(f"• {name}" + (f": {details}" if details else ""))
 
     try:
-        result = run(directory, warmup, timeout, scan_engine, show)
+        result = run(directory, warmup, timeout, scan_engine, show, verbose=verbose)
+    except RehearsalDirError as exc:  # another rehearsal took the directory since the check above
+        fail(str(exc), EXIT_USAGE)
     except ScanUsageError as exc:
         fail(str(exc), EXIT_USAGE)
     except ScanInputError as exc:  # Java went away (or broke) between the check and the scan

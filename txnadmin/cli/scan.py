@@ -24,6 +24,7 @@ def scan(
     fmt: str = typer.Option("auto", "--format", help="Force a dump format (see docs/scan.md)."),
     engine: str = typer.Option("auto", "--engine", help="auto, spark or python."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Spark's logging and the JVM's start-up notes."),
     output: str = output_option("table", with_wide=True),
     no_headers: bool = no_headers_option(),
     report: Optional[Path] = typer.Option(None, "--report", help="Write per-entry findings (.parquet or .jsonl)."),
@@ -52,7 +53,8 @@ def scan(
     try:
         named = parse_txn_ledgers(txn_ledgers, ledger_id_format if ledger_id_format in ("long", "hex") else "long")
         args: dict[str, Any] = dict(ledgers_file=ledgers, fmt=fmt, engine=engine, master=master, report=report, progress=progress,
-                    txn_ledgers=named, ledger_id_format=ledger_id_format, verify_all_digests=verify_all)
+                    txn_ledgers=named, ledger_id_format=ledger_id_format, verify_all_digests=verify_all,
+                    verbose=verbose)
         if bar:
             with bar:
                 result = run_scan([str(p) for p in paths], **args)
@@ -90,8 +92,9 @@ def _render(result) -> None:
     for l in txn:
         if l["batchedEntries"]:
             by_ml[l["managedLedger"] or "?"] = by_ml.get(l["managedLedger"] or "?", 0) + l["batchedEntries"]
+    where = "in live ledgers" if result.ledger_list_given else "in ledgers not known to be live (no ledger list)"
     for ml, n in sorted(by_ml.items()):
-        typer.echo(f"  {ml}: {n} batched entries in live ledgers")
+        typer.echo(f"  {ml}: {n} batched entries {where}")
     if result.dead_ledgers:
         typer.echo(f"{len(result.dead_ledgers)} ledgers are in the dumps but no longer live (trimmed, awaiting "
                    "bookie GC): not counted")
@@ -107,8 +110,10 @@ def _render(result) -> None:
     if result.verdict == "clean":
         verdict = typer.style("clean", fg="green", bold=True)
     elif result.verdict == "batched":
-        verdict = (typer.style("batched", fg="red", bold=True) + f": {result.live_batched_entries} batched entries "
-                   "remain in live transaction ledgers")
+        verdict = typer.style("batched", fg="red", bold=True) + (
+            f": {result.live_batched_entries} batched entries remain in live transaction ledgers"
+            if result.ledger_list_given else
+            f": {result.live_batched_entries} batched entries in transaction ledgers, live or not (no ledger list)")
     else:
         verdict = typer.style("incomplete", fg="yellow", bold=True) + ": cannot prove clean (see the reasons above)"
     typer.echo(f"verdict: {verdict}")

@@ -366,21 +366,43 @@ def _txn_table(rows: list[dict], title: str) -> None:
                extra=2)
 
 
-def _topic_filter(topic: Optional[str]):
+class _TopicFilter:
     """--topic: a transaction touches a topic when it produced to it or acked on it (any partition of it)."""
+
+    def __init__(self, topic: str):
+        self.topic = topic
+
+    def __call__(self, row: dict) -> bool:
+        from ..procedures.bulk_abort import touches_topic
+
+        return touches_topic(row, self.topic)
+
+    def require_known(self, admin: Any, matched: int) -> None:
+        """No transaction touches it and the target has no such topic: Pulsar's 404 "Topic not found", not "0 open".
+        (A topic deleted under open transactions is still matched by them: find-hanging looks for exactly those.)"""
+        from ..admin.protocol import NotFoundError
+        from ..names import namespace_of
+
+        if matched:
+            return
+        try:
+            topics = admin.list_topics(namespace_of(self.topic))
+        except NotFoundError:  # no such namespace (or tenant): no such topic either
+            topics = []
+        if self.topic not in topics and not any(t.startswith(self.topic + "-partition-") for t in topics):
+            raise NotFoundError(f"Topic not found {self.topic}")
+
+
+def _topic_filter(topic: Optional[str]) -> Optional[_TopicFilter]:
+    """The --topic filter, its name checked as Pulsar's TopicName checks it (pulsar-admin's answer, exit 1)."""
     if topic is None:
         return None
     from ..names import normalize_topic
 
     try:
-        wanted = normalize_topic(topic)
+        return _TopicFilter(normalize_topic(topic))
     except ValueError as exc:
         _fail(str(exc))
-
-    from ..procedures.bulk_abort import touches_topic
-
-    return lambda row: touches_topic(row, wanted)
-
 
 # the filters `list` and `abort` share
 StateOpt = typer.Option(None, "--state", help="Only this state (repeatable): OPEN, COMMITTING, COMMITTED, ABORTING, "
@@ -444,6 +466,9 @@ def list_transactions(ctx: typer.Context, coordinator_id: Optional[int] = Coordi
     flt = _filter(state, owner, older_than, coordinator_id, topic, id_pattern)
     # ages on this machine's clock unless one decides the selection (no extra call when nothing needs it)
     found = _select(ctx, flt, "auto" if older_than is not None else "local")
+    touches = _topic_filter(topic)
+    if touches is not None and not found.rows:
+        _run(ctx, lambda a: touches.require_known(a, 0))  # pulsar-admin's "Topic not found", not "0 open"
     where = _target_url(ctx)
     title = f"{len(found.rows)} open transactions on {where}" + ("" if flt.is_empty() else f" ({flt.describe()})")
     _print(found.rows, output or "table", table=lambda v: _list_table(v, found.now_ms, title))
@@ -606,6 +631,7 @@ def find_hanging(ctx: typer.Context,
         if touches is not None:
             every = [r for r in every if touches(r)]
             found = [r for r in found if touches(r)]
+            touches.require_known(admin, len(every))
         return len(every), found
 
     open_count, rows = _run(ctx, look)

@@ -106,7 +106,7 @@ class EngineConfig:
         """Set ``key`` from text or a JSON value, converting to the field's type; ConfigError if bad."""
         types = {f.name: f.type for f in fields(self)}
         if key not in types:
-            raise ConfigError(f"unknown setting {key!r}")
+            raise ConfigError(f"unknown setting {key!r}{did_you_mean(key)}")
         kind = types[key]
         try:
             value = _convert(raw, kind)
@@ -211,6 +211,15 @@ def read_dynamic(directory: Path) -> dict[str, str]:
     except (json.JSONDecodeError, OSError) as exc:
         raise ConfigError(f"{path}: unreadable dynamic configuration ({exc})") from None
     return {str(k): str(v) for k, v in data.get("values", {}).items()}
+
+
+def did_you_mean(name: str, dynamic_only: bool = False) -> str:
+    """``; did you mean 'X'?`` for a misspelt setting (the closest known name), or nothing when none is close."""
+    import difflib
+
+    known = sorted(EngineConfig.DYNAMIC_KEYS) if dynamic_only else [f.name for f in fields(EngineConfig)]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def write_dynamic(directory: Path, values: dict[str, str]) -> None:

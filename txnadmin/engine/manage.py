@@ -16,7 +16,8 @@ def init_engine(directory: Path, settings: dict[str, str] | None = None, exist_o
     """Create an engine directory with its config and coordinators (Pulsar: initialize-transaction-coordinator-metadata)."""
     directory = Path(directory)
     if (directory / "metadata.db").exists() and not exist_ok:
-        raise EngineDirError(f"{directory}: an engine already exists here (use it, or choose another directory)")
+        raise EngineDirError(f"{directory}: an engine already exists here (use it, give --exist-ok to update its "
+                             "settings, or choose another directory)")
     if directory.exists() and not directory.is_dir():
         raise EngineDirError(f"{directory}: exists and is not a directory")
     config = EngineConfig.load(directory) if directory.exists() else EngineConfig()

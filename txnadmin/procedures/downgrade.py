@@ -1315,8 +1315,9 @@ def verify(admin: TransactionsAdmin, state_path: Path, dumps: list[str], ledgers
         source = f"{ledgers}{' with --txn-ledgers' if named else ''}" if ledgers else "--txn-ledgers"
         _refuse_uncovered(held, live, named, source, state_path)
     paths = [str(p) for p in dumps]
+    # Only a list named here was checked against the target above: a dump's own ledgers.txt is never taken unseen.
     result = run_scan(paths, ledgers_file=ledgers, engine=engine, fmt=fmt, txn_ledgers=named,
-                      ledger_id_format=ledger_id_format)
+                      ledger_id_format=ledger_id_format, dump_list=False)
     if ledgers and _ledger_list_digest(ledgers) != digest:
         raise DowngradeError(f"{ledgers} changed while verify read it; nothing was recorded: run `txnadmin downgrade "
                              "verify` again with a list that stays put", 3)

@@ -29,6 +29,60 @@ REHEARSAL_SETTINGS = {
 SHED_S = 2.0  # a topic and a coordinator unloaded this often while the wait runs (bundle shedding)
 
 
+class RehearsalDirError(Exception):
+    """The directory given cannot hold a new rehearsal; the message says what to give instead."""
+
+
+def _rehearsal_parts(root: Path) -> tuple[list[Path], list[str]]:
+    """What an earlier rehearsal left in ``root`` (its engine, its dump, its checklist files), and anything else."""
+    from .state import DEFAULT_STATE
+
+    ours, others = [], []
+    for entry in sorted(root.iterdir()):
+        if entry.name in ("engine", "dump") or entry.name.startswith(DEFAULT_STATE):
+            ours.append(entry)
+        else:
+            others.append(entry.name)
+    return ours, others
+
+
+def prepare_directory(root: Path, force: bool = False) -> None:
+    """Make ``root`` ready for a new rehearsal: new or empty as it is; with ``force``, an earlier rehearsal's files
+    are removed first (only those: a directory holding anything else is refused, force or not)."""
+    import shutil
+
+    from ..engine.storage import EngineLockedError, hold_off_writers
+
+    if not root.exists():
+        return
+    if not root.is_dir():
+        raise RehearsalDirError(f"{root}: exists and is not a directory; give a new directory with --dir")
+    ours, others = _rehearsal_parts(root)
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise RehearsalDirError(f"{root}: holds files no rehearsal wrote ({shown}); give a new directory with --dir "
+                                "(--force replaces only an earlier rehearsal)")
+    if not ours:
+        return
+    if not force:
+        raise RehearsalDirError(f"{root}: holds an earlier rehearsal; give --force to replace it, or a new directory "
+                                "with --dir")
+    engine_dir = root / "engine"
+    try:
+        held = hold_off_writers(engine_dir) if engine_dir.is_dir() else None
+    except EngineLockedError as exc:  # a rehearsal (or engine run) still working there: never pull it from under it
+        raise RehearsalDirError(f"{exc}; --force replaces only a rehearsal that has ended") from None
+    if held is not None:
+        import os
+
+        os.close(held)
+    for entry in ours:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
 @dataclass
 class RehearsalResult:
     directory: str
@@ -80,10 +134,11 @@ class _RestartableBroker:
 
 def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s: float = 120.0,
              scan_engine: str = "auto", on_step: Optional[Callable[[str, dict], None]] = None,
-             shed_s: float = SHED_S) -> RehearsalResult:
+             shed_s: float = SHED_S, force: bool = False, verbose: bool = False) -> RehearsalResult:
     """The whole downgrade under load, on a cluster that moves: a topic and a coordinator unloaded every ``shed_s``
     seconds (bundle shedding), and one engine restart in the middle of the wait. `start` runs once; `wait
-    --rerecord` rides out the rest."""
+    --rerecord` rides out the rest. An earlier rehearsal in ``directory`` is refused (RehearsalDirError) unless
+    ``force``. ``verbose`` lets Spark's logging through (see run_scan)."""
     from ..engine.engine import Engine
     from ..engine.faults import Shedder
     from ..engine.manage import init_engine
@@ -95,6 +150,7 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
     from .state import DEFAULT_STATE, load_state
 
     root: Path = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="txnadmin-rehearsal-"))
+    prepare_directory(root, force)
     result = RehearsalResult(str(root), False)
 
     def step(name: str, **info) -> None:
@@ -212,7 +268,7 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
         if not running.halt.is_set():
             running.stop()
     engine_name = scan_engine if scan_engine != "auto" else ("spark" if java_available() else "python")
-    scan = run_scan([str(dump / "ledgers")], dump / "ledgers.txt", engine=engine_name)
+    scan = run_scan([str(dump / "ledgers")], dump / "ledgers.txt", engine=engine_name, verbose=verbose)
     result.scan = {"verdict": scan.verdict, "liveBatchedEntries": scan.live_batched_entries, "engine": scan.engine,
                    "trimmedLedgersStillInLogs": len(scan.dead_ledgers)}
     step("scan", **result.scan)

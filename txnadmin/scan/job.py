@@ -56,17 +56,42 @@ class ScanResult:
         }
 
 
-def collect_inputs(paths: Iterable[str], fmt: str = "auto") -> tuple[list[ScanInput], list[str]]:
-    """Expand directories; detect each file's format. Unknown files inside directories are skipped with a note."""
+DUMP_LEDGER_LIST = "ledgers.txt"  # `engine dump` writes DIR/ledgers.txt beside DIR/ledgers/ (its entry logs)
+
+
+def dump_ledger_lists(paths: Iterable[str]) -> list[Path]:
+    """The ledger lists `engine dump` wrote, one per dump directory given as an input (nothing deeper: a list found
+    further down belongs to some other dump, and is only ever used when named with --ledgers)."""
+    found = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir() and (path / DUMP_LEDGER_LIST).is_file() and (path / "ledgers").is_dir():
+            found.append(path / DUMP_LEDGER_LIST)
+    return sorted(set(found), key=lambda p: os.path.realpath(p))
+
+
+def collect_inputs(paths: Iterable[str], fmt: str = "auto",
+                   lists: Iterable[Path] = ()) -> tuple[list[ScanInput], list[str]]:
+    """Expand directories; detect each file's format. Unknown files inside directories are skipped with a note;
+    ``lists`` (ledger lists that came with the dumps) are left out without one. A file named twice (overlapping
+    inputs, a link) is read once."""
     if fmt != "auto" and fmt not in REGISTRY:
         raise ScanUsageError(f"--format {fmt!r}: unknown (known: {', '.join(sorted(REGISTRY))})")
     inputs, notes = [], []
+    left_out = {os.path.realpath(p) for p in lists}
+    seen = set(left_out)
+    repeated = 0
     for raw in paths:
         path = Path(raw)
         if not path.exists():
             raise ScanInputError(f"{raw}: no such file or directory")
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for file in files:
+            real = os.path.realpath(file)
+            if real in seen:
+                repeated += real not in left_out
+                continue
+            seen.add(real)
             try:
                 chosen = REGISTRY[fmt] if fmt != "auto" else detect(str(file))
             except OSError as exc:
@@ -80,6 +105,8 @@ def collect_inputs(paths: Iterable[str], fmt: str = "auto") -> tuple[list[ScanIn
                 raise ScanInputError(f"{file}: not a known dump format (use --format; known: {', '.join(sorted(REGISTRY))})")
             # Absolute, as Spark's executors need it; both engines report the same path.
             inputs.append(ScanInput(os.path.abspath(file), chosen.name, file.stat().st_size))
+    if repeated:
+        notes.append(f"overlapping inputs: each file was read once ({repeated} repeats left out)")
     if not inputs:
         raise ScanInputError("no dump files found in " + ", ".join(paths))
     return inputs, notes
@@ -92,6 +119,25 @@ def _named_like_an_entry_log(file: Path) -> bool:
     """A bookie names its entry logs `<hex id>.log`; so does RocksDB its write-ahead logs (`000004.log`), but those
     sit next to RocksDB's `CURRENT` file (DbLedgerStorage's `ledgers/` and `locations/`)."""
     return bool(ENTRY_LOG_NAME.fullmatch(file.name)) and not (file.parent / "CURRENT").exists()
+
+
+def _dump_list_to_use(lists: list[Path], inputs: list[ScanInput], notes: list[str]) -> Optional[Path]:
+    """The ledger list `engine dump` wrote with the logs being scanned: used when it is the only one and every input
+    lies in its dump (it says which ledgers were live when those logs were copied, and of nothing else)."""
+    if not lists:
+        return None
+    if len(lists) > 1:
+        notes.append(f"not used: {', '.join(map(str, lists))}: one ledger list per dump, and several dumps were given; "
+                     "name the one that covers every input with --ledgers")
+        return None
+    dump = os.path.realpath(lists[0].parent)
+    outside = [i.path for i in inputs if os.path.commonpath([dump, os.path.realpath(i.path)]) != dump]
+    if outside:
+        notes.append(f"not used: {lists[0]}: it lists the ledgers of that dump only, and {outside[0]} lies outside "
+                     "it; name a list covering every input with --ledgers")
+        return None
+    notes.append(f"ledger list: {lists[0]} (written by `engine dump` with these entry logs; --ledgers overrides)")
+    return lists[0]
 
 
 def read_plan(live: Optional[dict[int, LiveLedger]], named: frozenset = frozenset(),
@@ -339,11 +385,20 @@ def read_live_list(ledgers_file: Path, id_format: str = "long", named: frozenset
 def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str = "auto", engine: str = "auto",
              master: Optional[str] = None, report: Optional[Path] = None,
              progress: Optional[Callable[[int, int, int, int], None]] = None, txn_ledgers: Iterable[int] = (),
-             ledger_id_format: str = "long", verify_all_digests: bool = False) -> ScanResult:
+             ledger_id_format: str = "long", verify_all_digests: bool = False, verbose: bool = False,
+             dump_list: bool = True) -> ScanResult:
+    """Scan ``paths`` and judge them by the ledger list: ``ledgers_file``, else (``dump_list``) the one `engine dump`
+    wrote with them. ``verbose`` lets Spark's own logging and the JVM's start-up notes through."""
     check_options(fmt, engine, ledger_id_format)
     named = frozenset(txn_ledgers)
     paths = list(paths)
-    inputs, notes = collect_inputs(paths, fmt)
+    lists = dump_ledger_lists(paths) if dump_list else []
+    inputs, notes = collect_inputs(paths, fmt, lists)
+    if ledgers_file is None:
+        ledgers_file = _dump_list_to_use(lists, inputs, notes)
+    else:
+        notes.extend(f"not used: {p} (--ledgers {ledgers_file} was given)" for p in lists
+                     if os.path.realpath(p) != os.path.realpath(ledgers_file))
     live = read_live_list(ledgers_file, ledger_id_format, named) if ledgers_file else None
     plan = read_plan(live, named, ledger_id_format, verify_all_digests)
     if engine == "auto":
@@ -355,7 +410,7 @@ def run_scan(paths: Iterable[str], ledgers_file: Optional[Path] = None, fmt: str
                                  "(or use --engine python)")
         from .spark import scan_with_spark
 
-        tally = scan_with_spark(inputs, plan, master, report, progress)
+        tally = scan_with_spark(inputs, plan, master, report, progress, verbose)
         return judge(tally, live, f"spark ({master or 'local[*]'})", inputs, notes, named)
     writer = _ReportWriter(report) if report else None
     try:

@@ -29,8 +29,17 @@ REPORT_SCHEMA = ("file string, offset long, ledgerId long, entryId long, form st
                  "first8 string, digest string, kind string, digestType string")
 
 
-def spark_session(master: Optional[str] = None):
-    """One session per process; Python workers run this interpreter (so they can import txnadmin)."""
+# What the JVM says on every start that no operator can act on: the JVM's own note on the vector module Spark 4
+# loads, and Spark's shell-style hint about log levels (it prints both to stderr, outside log4j's reach).
+JVM_NOISE = (b"WARNING: Using incubator modules:", b"Setting default log level to ",
+             b"To adjust logging level use sc.setLogLevel(")
+
+
+def spark_session(master: Optional[str] = None, verbose: bool = False):
+    """One session per process; Python workers run this interpreter (so they can import txnadmin).
+
+    Quiet unless ``verbose``: only errors are logged, and the JVM's start-up notes (JVM_NOISE) are dropped from
+    its stderr; everything else it writes there still reaches ours."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -38,12 +47,37 @@ def spark_session(master: Optional[str] = None):
     builder = (SparkSession.builder.appName("txnadmin-scan").master(master or "local[*]")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG4J}")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
-    spark = builder.getOrCreate()
+    if verbose:
+        return builder.getOrCreate()
+    builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG4J}")
+    spark = _without_jvm_noise(builder.getOrCreate)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _without_jvm_noise(start: Callable):
+    """Run ``start`` (which may launch the JVM) with stderr's descriptor on a pipe: the JVM inherits that pipe for its
+    whole life, and a thread forwards each line but JVM_NOISE to the real stderr. Ours is put back at once."""
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    real = os.dup(2)
+    threading.Thread(target=_forward, args=(read_end, real), name="txnadmin-spark-stderr", daemon=True).start()
+    os.dup2(write_end, 2)
+    try:
+        return start()
+    finally:
+        sys.stderr.flush()
+        os.dup2(real, 2)
+        os.close(write_end)  # the JVM keeps its copy; the pipe ends when it exits
+
+
+def _forward(read_end: int, real: int) -> None:
+    with os.fdopen(read_end, "rb") as pipe, os.fdopen(real, "wb", buffering=0) as out:
+        for line in pipe:
+            if not line.startswith(JVM_NOISE):
+                out.write(line)
 
 
 def file_groups(inputs: list[ScanInput], count: int) -> list[list[tuple[str, str, int]]]:
@@ -126,8 +160,8 @@ class _Progress:
 
 
 def scan_with_spark(inputs: list[ScanInput], plan: ReadPlan, master: Optional[str], report: Optional[Path],
-                    progress: Optional[Callable[[int, int, int, int], None]] = None) -> Tally:
-    spark = spark_session(master)
+                    progress: Optional[Callable[[int, int, int, int], None]] = None, verbose: bool = False) -> Tally:
+    spark = spark_session(master, verbose)
     sc = spark.sparkContext
     groups = file_groups(inputs, 2 * sc.defaultParallelism)
     with _Progress(sc, inputs, progress) as shown:
