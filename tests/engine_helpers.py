@@ -92,3 +92,15 @@ def directory_fingerprint(directory: Path) -> dict[str, tuple[int, str]]:
             data = path.read_bytes()
             out[str(path.relative_to(directory))] = (len(data), hashlib.sha256(data).hexdigest())
     return out
+
+
+def wait_served(directory: Path, timeout_s: float = 120.0) -> None:
+    """Until a running `engine run` has announced its loopback server (its server.json). A loaded machine (two test
+    workers on two cores) can take tens of seconds to start one, so the deadline is generous and a miss is named."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not (directory / "server.json").exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the engine in {directory} did not announce its server within {timeout_s:.0f} s")
+        time.sleep(0.05)

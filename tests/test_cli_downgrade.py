@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
+from engine_helpers import wait_served
 
 runner = CliRunner()
 TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
@@ -39,10 +40,7 @@ def _running(d):
                                         "--concurrency", "4", "--abort-ratio", "0", "-o", "json"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(200):
-            if (d / "server.json").exists():
-                break
-            time.sleep(0.05)
+        wait_served(d)
         time.sleep(1.0)
         yield proc
     finally:

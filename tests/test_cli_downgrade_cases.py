@@ -19,7 +19,7 @@ import pytest
 from txnadmin.admin.http import HttpAdmin
 from txnadmin.admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG
 
-from engine_helpers import live_batched_entries_in
+from engine_helpers import live_batched_entries_in, wait_served
 from http_front import brokers_are, front
 from test_cli_downgrade import _engine as _batching_engine, _load, _running
 from test_cli_downgrade_serve import TOKEN, _engine as _loaded_engine, _serve, cli
@@ -191,10 +191,7 @@ def test_a_rollover_between_recording_and_a_slow_reload_with_a_plain_local_targe
 
     state = tmp_path / "s.json"
     try:
-        for _ in range(400):
-            if (d / "server.json").exists():
-                break
-            time.sleep(0.05)
+        wait_served(d)
         time.sleep(1.0)
         started = local("downgrade", "start", "--yes", "--state", str(state), "-o", "json")
         assert started.returncode == 0, started.stderr

@@ -21,7 +21,7 @@ import pytest
 from txnadmin.admin.http import HttpAdmin
 from txnadmin.admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError
 
-from engine_helpers import live_batched_entries_in
+from engine_helpers import live_batched_entries_in, wait_served
 from serve_helpers import serving
 from test_cli_downgrade import _engine as _new_engine, _load
 from test_cli_downgrade_serve import _engine as _idle_engine
@@ -55,10 +55,7 @@ def _start_engine(d: Path, *extra: str) -> subprocess.Popen:
     proc = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "150", "--concurrency",
                                         "4", "--abort-ratio", "0", "-o", "json", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(400):
-        if (d / "server.json").exists():
-            break
-        time.sleep(0.05)
+    wait_served(d)
     time.sleep(1.0)
     return proc
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from txnadmin.cli.main import app
 from txnadmin.engine.config import update_dynamic
 
-from engine_helpers import directory_fingerprint, live_batched_entries_in
+from engine_helpers import directory_fingerprint, live_batched_entries_in, wait_served
 from test_cli_downgrade import TXNADMIN, _engine, _load, _running
 
 runner = CliRunner()
@@ -180,10 +180,7 @@ def test_after_a_crash_reading_changes_no_metadata_and_no_entry_log(tmp_path):
     d = _engine(tmp_path)
     proc = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "100", "-o", "json"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        if (d / "server.json").exists():
-            break
-        time.sleep(0.05)
+    wait_served(d)
     time.sleep(2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -109,9 +108,12 @@ def test_ctrl_c_during_wait_keeps_the_checklist_and_exits_130(tmp_path):
         proc = subprocess.Popen(TXNADMIN + ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state),
                                             "--interval", "30", "--timeout", "600"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(4)
+        # Interrupt only once the wait has shown its first poll: earlier, Python may not have started at all.
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, rest = proc.communicate(timeout=60)
+        err = first + rest
     assert proc.returncode == 130, err
     assert "downgrade wait" in err and "Traceback" not in err
     assert json.loads(state.read_text())["phase"] == json.loads(before)["phase"]

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
+from engine_helpers import wait_served
 
 pytestmark = pytest.mark.slow  # a running engine, a recorded downgrade and seconds of waiting in a pty
 
@@ -55,10 +56,7 @@ def test_the_wait_clock_ticks_between_polls_on_a_terminal(tmp_path):
                                           "stuck-open", "-o", "json"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(600):
-            if (d / "server.json").exists():
-                break
-            time.sleep(0.05)
+        wait_served(d)
         started = runner.invoke(app, ["-u", f"local:{d}", "downgrade", "start", "--yes", "--state", state])
         assert started.exit_code == 0, started.output
         env = {**os.environ, "COLUMNS": "80", "TERM": "xterm"}

@@ -14,6 +14,7 @@ from broker_standin import NOW, BrokerStandIn, open_transaction
 from txnadmin.admin.protocol import TxnId
 from txnadmin.cli.main import app
 from txnadmin.procedures import doctor
+from engine_helpers import wait_served
 
 runner = CliRunner()
 TOPIC = "persistent://public/default/orders"
@@ -966,10 +967,7 @@ def test_engine_run_faults_are_found_by_doctor_and_cleared_by_the_fixes(tmp_path
     checks = ("--only", "stuck-transactions,max-read-position", "--threshold", "stuck-margin=0s",
               "--threshold", "ending=0s", "--threshold", "stalled=0s")
     try:
-        for _ in range(200):
-            if (engine / "server.json").exists():
-                break
-            time.sleep(0.1)
+        wait_served(engine)
         def faulted(findings):  # the workload's own 300 ms transactions may be caught overdue on a loaded machine
             return [f for f in findings if f["check"] == "stuck-transactions"
                     and str(f["evidence"].get("owner")).startswith("fault:")]
@@ -1028,10 +1026,7 @@ def test_engine_run_stalled_buffer_recovery_is_found_by_doctor_and_cleared_by_an
     url = f"local:{engine}"
     checks = ("--only", "recovery", "--threshold", "recovery=0s")
     try:
-        for _ in range(200):
-            if (engine / "server.json").exists():
-                break
-            time.sleep(0.1)
+        wait_served(engine)
 
         def stalled(findings):
             return [f for f in findings if f["check"] == "recovery" and f["subject"] == STALLED_TOPIC]

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from txnadmin.cli.main import app
 from txnadmin.engine.engine import Engine
 from txnadmin.engine.position import Position
+from engine_helpers import wait_served
 
 runner = CliRunner()
 TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
@@ -147,10 +148,7 @@ def test_stats_from_a_second_process_while_the_workload_runs(tmp_path):
     proc = subprocess.Popen(TXNADMIN + ["engine", "run", str(directory), "--duration", "8", "--rate", "100",
                                         "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        for _ in range(100):
-            if (directory / "server.json").exists():
-                break
-            time.sleep(0.1)
+        wait_served(directory)
         seen = []
         for _ in range(3):
             out = subprocess.run(TXNADMIN + ["-u", f"local:{directory}", "transactions", "coordinator-stats", "-o",

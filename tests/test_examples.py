@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from engine_helpers import wait_served
 
 pytestmark = pytest.mark.slow  # the example scripts run whole workloads end to end
 
@@ -39,10 +40,7 @@ def _checklist_on_a_running_engine(tmp_path, *run_args: str, timeout_s: str = "9
     run = subprocess.Popen([TXNADMIN, "engine", "run", str(engine), "--duration", "0", "--rate", "100", *run_args,
                             "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        for _ in range(100):  # the running engine announces its loopback server
-            if (engine / "server.json").exists():
-                break
-            time.sleep(0.1)
+        wait_served(engine)
         time.sleep(1.5)
         out = subprocess.run(["bash", str(ROOT / "examples" / "downgrade-checklist.sh"), f"local:{engine}",
                               str(tmp_path / "state.json"), timeout_s], capture_output=True, text=True,
