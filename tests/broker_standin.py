@@ -23,7 +23,7 @@ def healthy_cluster(now_ms: int = NOW) -> dict:
         "now": now_ms,
         "date_header": True,
         "tc_disabled": False,
-        "version": "4.2.0",
+        "version": "4.2.5",
         # host:port → version: the cluster's active brokers, each answering at its own address; empty: the target
         # lists no cluster (a 404), so the broker behind the admin URL is the only one
         "brokers": {},
@@ -147,7 +147,9 @@ class BrokerStandIn:
     def _v3(self, method: str, path: str, params: dict) -> tuple[int, Any]:
         s = self.state
         if path == "/coordinators":
-            return 200, [{"id": i, "brokerServiceUrl": "pulsar://broker.example:6650"} for i in sorted(s["coordinators"])]
+            owners = s.get("coordinator_brokers", {})
+            return 200, [{"id": i, "brokerServiceUrl": owners.get(i, "pulsar://broker.example:6650")}
+                         for i in sorted(s["coordinators"])]
         if path == "/coordinatorStats":
             cid = int(params["coordinatorId"])
             if cid not in s["coordinators"]:

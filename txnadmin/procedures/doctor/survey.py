@@ -26,6 +26,7 @@ from ...admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin,
 )
 from ...names import SYSTEM_NAMESPACE, is_pending_ack_store
+from .knowledge import ENDING_STATES, READY_STATES
 from .report import DoctorError
 
 Progress = Optional[Callable[[int, int], None]]
@@ -101,6 +102,7 @@ class Survey:
     batch_changes: dict[str, Optional[dict]] = field(default_factory=dict)  # flag → txnadmin's last recorded change
     runtime: Optional[dict] = None
     versions: Optional[dict[str, str]] = None  # broker → version, every active broker asked; None: not read
+    brokers: Optional[list[str]] = None  # the active brokers ([]: none listed, or the listing failed: see errors)
     errors: dict[str, str] = field(default_factory=dict)
     metrics: Optional[tuple[Optional[str], str]] = None  # /metrics text once read, or why it could not be
     lost: Optional[str] = None  # the target stopped answering after the first call: why
@@ -157,8 +159,10 @@ def _read_target(view: ClusterView, s: Survey, need: set[str], concurrency: int,
             notes["namespaces"] = f"an answer doctor cannot read: {malformed(exc)}"
     if need & {"batched-log", "snapshots", "coordinators"}:
         s.runtime = view.ask("runtime-config", view.admin.runtime_config)
-    if "versions" in need:
+    if "versions" in need or _fix_needs_versions(s, need):
         s.versions = view.broker_versions(concurrency)
+    if "coordinators" in need and s.coordinators:
+        s.brokers = view.active_brokers()  # how many brokers share the coordinators (skew)
     if "coordinators" in need and s.coordinators and "coordinators" not in notes:
         listed = view.topics(SYSTEM_NAMESPACE)  # the assign topic's partitions (memoised: read once at most)
         if listed is not None:
@@ -173,6 +177,17 @@ def _read_target(view: ClusterView, s: Survey, need: set[str], concurrency: int,
             s.metrics = (text, "") if error is None else (None, problem(error))
         except TargetUnreachableError:  # /metrics may be served elsewhere than the admin API: not the target lost
             s.metrics = (None, "metrics endpoint unreachable")
+
+
+def _fix_needs_versions(s: Survey, need: set[str]) -> bool:
+    """A fix line that names an upgrade must fit the brokers' releases: read them when such a line may be written (a
+    transaction ending, a buffer or store not Ready), and only then."""
+    ending = "stuck-transactions" in need and any(
+        isinstance(meta, dict) and meta.get("status") in ENDING_STATES for meta in s.transactions.values())
+    loading = "recovery" in need and any(
+        isinstance(stats, dict) and stats.get("state") not in READY_STATES
+        for stats in [*s.buffers.values(), *(st.stats for st in s.stores if st.stats is not None)])
+    return ending or loading
 
 
 def _coordinators(view: ClusterView, s: Survey, concurrency: int) -> None:
