@@ -86,7 +86,7 @@ def test_one_store_refusing_its_internal_stats_is_one_unknown_finding_not_the_en
     assert unknown["evidence"]["examples"] == [f"{TOPIC}-audit__transaction_pending_ack"]
     (lagging,) = [f for f in batched if f["severity"] == "warning"]
     assert lagging["evidence"]["notReopenedSinceChange"] == [f"{TOPIC} billing"]
-    assert len(out["summary"]["checks"]) == 9  # every check ran and reported (all but bookie-rocksdb)
+    assert len(out["summary"]["checks"]) == 11  # every check ran and reported (all but bookie-rocksdb)
     assert any(f["subject"] == "writer metrics" for f in out["findings"])  # the check went on past the store
     standin._route = original  # readable again: both stores judged, no unknown
     result, out = doctor_json(monkeypatch, standin, home)

@@ -64,6 +64,13 @@ PUBLISHED: dict[tuple[str, str], dict[str, object]] = {
     ("DELETE", f"{V2}/persistent/{T}"): {**AUTHORITATIVE, "force": False, "deleteSchema": False},
     ("DELETE", f"{V2}/persistent/{T}/subscription/{{subName}}"): {**AUTHORITATIVE, "force": False},
     ("GET", f"{V2}/persistent/{T}/internalStats"): {**AUTHORITATIVE, "metadata": False},
+    # doctor's client-versions and transaction-permissions checks (PersistentTopics.java, Namespaces.java,
+    # Tenants.java: getStats, getPermissionsOnTopic, getPermissions, getPermissionOnSubscription, getTenantAdmin)
+    ("GET", f"{V2}/persistent/{T}/stats"): AUTHORITATIVE,  # (its other parameters: txnadmin sends none)
+    ("GET", f"{V2}/persistent/{T}/permissions"): {},
+    ("GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/permissions"): {},
+    ("GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/permissions/subscription"): {},
+    ("GET", f"{V2}/tenants/{{tenant}}"): {},
 }
 
 

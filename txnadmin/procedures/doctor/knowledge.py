@@ -7,7 +7,7 @@ Sources for every entry are in docs/doctor.md, which says what was verified and 
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Any, Optional
 
 PULSAR = "apache/pulsar"
 
@@ -71,13 +71,13 @@ KNOWN_BUGS: list[dict] = [
 # The Java client could put transactional and plain messages into one batch, so messages silently gained or lost
 # their transaction (PR #26547, "Keep transactional and non-transactional messages in separate batches"): the first
 # fixed Java client of each line, from the client-java-4.0.14 notes, the 4.2.5 notes and the 5.0.0-M2 notes.
-CLIENT_BATCH_BUG = {"ref": 26547, "fixed": FIXED_2026, "source": "release notes: client-java-4.0.14, pulsar-4.2.5 "
+CLIENT_BATCH_BUG: dict[str, Any] = {"ref": 26547, "fixed": FIXED_2026, "source": "release notes: client-java-4.0.14, pulsar-4.2.5 "
                     "(Client section), pulsar-5.0.0-M2 (in 5.0.0)"}
 JAVA_CLIENT = re.compile(r"^Pulsar-Java-v(\d+\.\d+(?:\.\d+)?)")  # how the Java client names itself on connect
 
 # From these releases a broker checks the transaction's participants against the client's grants (PR #26644):
 # adding a partition needs produce on it, adding a subscription consume on its topic.
-PARTICIPANT_CHECKS = {"ref": 26644, "fixed": FIXED_2026, "source": "release notes of 4.0.14, 4.2.5 and 5.0.0"}
+PARTICIPANT_CHECKS: dict[str, Any] = {"ref": 26644, "fixed": FIXED_2026, "source": "release notes of 4.0.14, 4.2.5 and 5.0.0"}
 
 
 def first_fixed(fixed: dict, version: tuple[int, int, int]) -> Optional[tuple[int, int, int]]:
