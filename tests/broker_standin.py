@@ -58,6 +58,10 @@ def healthy_cluster(now_ms: int = NOW) -> dict:
                     "maxMessageSize": "5242880"},
         "metrics": "",
         "metrics_status": 404,
+        # what the permission reads answer: namespace → {role: [actions]}, topic → {role: [actions]},
+        # namespace → {subscription: [roles]}, tenant → TenantInfo; a key → (status, reason) answers that error
+        "grants": {"namespaces": {}, "topics": {}, "subscriptions": {}, "tenants": {}},
+        "publishers": {},  # topic → [PublisherStats] in its topic stats
     }
 
 
@@ -124,6 +128,21 @@ class BrokerStandIn:
             tenant = unquote(m.group(1))
             found = {t.split("://")[1].rsplit("/", 1)[0] for t in s["topics"]} | {"pulsar/system"}
             return 200, sorted(ns for ns in found if ns.split("/")[0] == tenant)
+        g = s["grants"]
+        m = re.fullmatch(r"/admin/v2/namespaces/([^/]+)/([^/]+)/permissions(/subscription)?", path)
+        if m:
+            ns = f"{unquote(m.group(1))}/{unquote(m.group(2))}"
+            return self._answer(g["subscriptions" if m.group(3) else "namespaces"].get(ns, {}))
+        m = re.fullmatch(r"/admin/v2/tenants/([^/]+)", path)
+        if m:
+            return self._answer(g["tenants"].get(unquote(m.group(1)), {"adminRoles": [], "allowedClusters": []}))
+        m = re.fullmatch(r"/admin/v2/persistent/([^/]+)/([^/]+)/([^/]+)/permissions", path)
+        if m:
+            return self._answer(g["topics"].get(self._topic(*m.groups()), {}))
+        m = re.fullmatch(r"/admin/v2/persistent/([^/]+)/([^/]+)/([^/]+)/stats", path)
+        if m:
+            topic = self._topic(*m.groups())
+            return 200, {"publishers": s["publishers"].get(topic, []), "subscriptions": {}}
         m = re.fullmatch(r"/admin/v2/namespaces/([^/]+)/([^/]+)/topics", path)
         if m:
             ns = f"{unquote(m.group(1))}/{unquote(m.group(2))}"
@@ -143,6 +162,10 @@ class BrokerStandIn:
                 return tc_disabled
             return self._v3(method, path[len(V3):], params)
         return 404, {"reason": "Not Found"}
+
+    @staticmethod
+    def _answer(value: Any) -> tuple[int, Any]:
+        return (value[0], {"reason": value[1]}) if isinstance(value, tuple) else (200, value)
 
     def _v3(self, method: str, path: str, params: dict) -> tuple[int, Any]:
         s = self.state
@@ -217,10 +240,12 @@ class BrokerStandIn:
 
 
 def open_transaction(state: dict, txn: str, opened_ago_ms: int, timeout_ms: int, status: str = "OPEN",
-                     produced: Optional[list[str]] = None, owner: Optional[str] = None) -> dict:
+                     produced: Optional[list[str]] = None, owner: Optional[str] = None,
+                     acked: Optional[dict[str, list[str]]] = None) -> dict:
     meta = {"txnId": txn, "status": status, "openTimestamp": state["now"] - opened_ago_ms, "timeoutAt": timeout_ms,
             "producedPartitions": {t: {"startPosition": "12:5", "aborted": False} for t in produced or []},
-            "ackedPartitions": {}}
+            "ackedPartitions": {t: {sub: {"cumulativeAckPosition": None} for sub in subs}
+                                for t, subs in (acked or {}).items()}}
     if owner:
         meta["owner"] = owner
     state["transactions"][txn] = meta

@@ -97,6 +97,7 @@ def _failing(s: Survey, owner: Owner, checking: str, base: dict) -> Finding:
     return Finding(
         NAME, "warning", f"role {owner.role}",
         dict(base, role=owner.role, transactions=owner.transactions[:10], missing=owner.missing,
+             unknown=owner.unknown,
              brokersCheckParticipants=checking, checkedFrom=fixed_text(PARTICIPANT_CHECKS["fixed"]),
              source=PARTICIPANT_CHECKS["source"]),
         f"role {owner.role} owns {len(owner.transactions)} open transaction(s) and is not granted: {missing}; "
