@@ -168,11 +168,18 @@ def _read_target(view: ClusterView, s: Survey, need: set[str], concurrency: int,
     if "coordinators" in need and s.coordinators:
         s.brokers = view.active_brokers()  # how many brokers share the coordinators (skew)
     if "client-versions" in need and s.coordinators is not None:
-        _producers(view, s, concurrency)
+        try:
+            _producers(view, s, concurrency)
+        except MALFORMED as exc:
+            s.txn_topics, s.topic_stats = [], {}
+            notes["producers"] = f"an answer doctor cannot read: {malformed(exc)}"
     if "transaction-permissions" in need and s.coordinators is not None and s.tc_disabled is None:
         if s.runtime is None:
             s.runtime = view.ask("runtime-config", view.admin.runtime_config)
-        s.preflight = judge(view, s.runtime, s.transactions)
+        try:
+            s.preflight = judge(view, s.runtime, s.transactions)
+        except MALFORMED as exc:
+            notes["grants"] = f"an answer doctor cannot read: {malformed(exc)}"
     if "coordinators" in need and s.coordinators and "coordinators" not in notes:
         listed = view.topics(SYSTEM_NAMESPACE)  # the assign topic's partitions (memoised: read once at most)
         if listed is not None:

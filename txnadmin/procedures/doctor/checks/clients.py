@@ -17,6 +17,8 @@ def check(s: Survey, t: dict) -> list[Finding]:
         return [unknown(NAME, "producers", f"coordinators: {s.errors.get('coordinators', 'not read')}",
                         "see the coordinators finding: which topics transactions touch is not known")]
     out: list[Finding] = []
+    if "producers" in s.errors:
+        return [unknown(NAME, "producers", s.errors["producers"], "compare the target's admin API with Pulsar's")]
     if not s.txn_topics:
         return [Finding(NAME, "info", "producers", {"topics": 0},
                         "no topic was touched by an ongoing transaction when doctor read the coordinators, so no "

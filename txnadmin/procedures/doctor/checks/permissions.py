@@ -24,7 +24,7 @@ def check(s: Survey, t: dict) -> list[Finding]:
                         "see the coordinators finding; no owner was seen")]
     p: Preflight | None = s.preflight
     if p is None:
-        return [unknown(NAME, "transaction owners", "not read (the target stopped answering)",
+        return [unknown(NAME, "transaction owners", s.errors.get("grants", "not read (the target stopped answering)"),
                         "check the broker and the network, then run doctor again")]
     out: list[Finding] = []
     for tc_id, exc in sorted(s.txn_errors.items()):  # owners of its transactions were not seen
