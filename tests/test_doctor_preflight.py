@@ -220,3 +220,41 @@ def test_a_producer_without_a_client_version_is_unknown_not_passed():
     rep = report(standin, only=["client-versions"])
     (finding,) = rep.findings
     assert finding.severity == "unknown" and "mystery" in finding.evidence["reason"]
+
+
+@pytest.mark.slow
+def test_engine_run_with_an_old_java_client_version_is_found_by_doctor(tmp_path):
+    """The operator's way: `engine run --client-version Pulsar-Java-v4.0.13` in one shell (its transactions left
+    open, so topics are touched by ongoing transactions), doctor in another through `-u local:`."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    txnadmin = str(Path(sys.executable).parent / "txnadmin")
+    engine = tmp_path / "engine"
+    env = dict(os.environ, TXNADMIN_HOME=str(tmp_path))
+    subprocess.run([txnadmin, "engine", "init", str(engine), "--set", "engineBrokerVersion=4.2.5"], check=True,
+                   capture_output=True, env=env)
+    run = subprocess.Popen([txnadmin, "engine", "run", str(engine), "--duration", "0", "--rate", "5",
+                            "--concurrency", "2", "--timeout-ratio", "1", "--abort-ratio", "0",
+                            "--txn-timeout-ms", "600000", "--client-version", "Pulsar-Java-v4.0.13", "-o", "json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 120  # a loaded machine: each doctor run over `local:` takes seconds
+        while True:
+            result = runner.invoke(app, ["-u", f"local:{engine}", "doctor", "-o", "json", "--only", "client-versions"],
+                                   env={"TXNADMIN_HOME": str(tmp_path)})
+            found = [f for f in json.loads(result.stdout)["findings"] if f["severity"] == "warning"] \
+                if result.stdout.startswith("{") else []
+            if found or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert found, result.output
+        assert {p["clientVersion"] for f in found for p in f["evidence"]["producers"]} == {"Pulsar-Java-v4.0.13"}
+        assert {p["producerName"] for f in found for p in f["evidence"]["producers"]} == {"workload-0", "workload-1"}
+    finally:
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == 0, run.stderr.read().decode()[-2000:]
