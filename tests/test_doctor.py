@@ -690,6 +690,7 @@ def test_a_fresh_engine_with_its_defaults_is_healthy_and_its_claimed_release_jud
     assert [f for f in out["findings"] if f["severity"] in ("warning", "critical") and f["check"] != "versions"] == []
     versions = [f for f in out["findings"] if f["check"] == "versions"]
     assert {f["evidence"]["version"] for f in versions} == {"4.1.2"} and {f["evidence"]["ref"] for f in versions} == Y2026
+    assert all(f["fix"].startswith("the engine claims 4.1.2 (engineBrokerVersion") for f in versions)
 
 
 def test_engine_stuck_open_transaction_found_and_aborted_by_fix(served):

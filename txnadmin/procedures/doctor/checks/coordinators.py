@@ -80,7 +80,9 @@ def skew(s: Survey) -> list[Finding]:
     + 1) takes them all down at once when it restarts (apache/pulsar#22953)."""
     by_broker: dict[str, list[int]] = {}
     for c in s.coordinators or []:
-        by_broker.setdefault(str(c.get("brokerServiceUrl")), []).append(int(c["id"]))
+        url = c.get("brokerServiceUrl")
+        if isinstance(url, str) and url:  # a partition no broker has loaded lists no URL: it is on no broker
+            by_broker.setdefault(url, []).append(int(c["id"]))
     total = sum(len(ids) for ids in by_broker.values())
     listed = len(s.brokers or [])
     # Fewer brokers than the coordinators name (the listing failed or lags) would raise the share: never below them.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..knowledge import KNOWN_BUGS, first_fixed, fixed_text, is_fixed, ref, release
 from ..report import Finding, unknown
 from ..survey import Survey
+from .common import is_local
 
 NAME = "versions"
 SUMMARY = "every broker's version against known transaction bugs; Pulsar 5 scalable-topic transactions"
@@ -39,7 +40,9 @@ def check(s: Survey, t: dict) -> list[Finding]:
             out.append(Finding(
                 name, "warning", broker, {"version": text, "fixedIn": fixed_text(bug["fixed"]), "ref": bug["ref"],
                                           "source": bug["source"]},
-                f"{text} does not have the fix for: {bug['what']}", upgrade_line(version, bug),
+                f"{text} does not have the fix for: {bug['what']}",
+                (f"the engine claims {text} (engineBrokerVersion in its engine.conf) and reproduces that release; "
+                 "for a cluster on it: " if is_local(s) else "") + upgrade_line(version, bug),
                 [ref(bug["ref"])] + ([ref(bug["fix"])] if bug["fix"] else [])))
         if version >= (5, 0, 0):
             out.append(Finding(
