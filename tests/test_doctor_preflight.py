@@ -258,3 +258,12 @@ def test_engine_run_with_an_old_java_client_version_is_found_by_doctor(tmp_path)
     finally:
         run.send_signal(signal.SIGTERM)
         assert run.wait(timeout=60) == 0, run.stderr.read().decode()[-2000:]
+
+
+def test_without_the_super_user_list_a_role_without_grants_is_cannot_tell_not_refused():
+    """A runtime configuration that does not list superUserRoles cannot prove a role is not a super-user."""
+    standin = BrokerStandIn()
+    standin.state["runtime"].update(authorizationEnabled="true")
+    owned(standin)
+    (finding,) = findings(report(standin))
+    assert finding.severity == "unknown" and all("may be a super-user" in u for u in finding.evidence["unknown"])

@@ -131,10 +131,13 @@ def judge(view: ClusterView, runtime: Optional[dict], transactions: dict[str, di
                          "it (or its authors) whether each owner below holds produce/consume on what it touches",
                          owners, ownerless)
     if str(runtime.get("authorizationAllowWildcardsMatching", "false")).strip().lower() == "true":
-        wildcard = "authorizationAllowWildcardsMatching is on: a grant to a role pattern may cover this owner"
+        doubt = "authorizationAllowWildcardsMatching is on: a grant to a role pattern may cover this owner"
     else:
-        wildcard = ""
+        doubt = ""
     supers = roles_of(runtime.get("superUserRoles"))
+    if "superUserRoles" not in runtime:  # who is a super-user is unknown: a role without grants may still be one
+        doubt = doubt or ("superUserRoles is not in the runtime configuration, so this role may be a "
+                                "super-user")
     if not owners:
         return Preflight("no owners", "no transaction with an owner was listed", owners, ownerless)
     for owner in owners:
@@ -143,7 +146,7 @@ def judge(view: ClusterView, runtime: Optional[dict], transactions: dict[str, di
             continue
         admin_of: set[str] = set()
         for need in owner.needs:
-            verdict = _one(view, owner.role, need, wildcard)
+            verdict = _one(view, owner.role, need, doubt)
             if verdict == "tenant admin":
                 admin_of.add(namespace_of(need.topic).split("/")[0])
             elif verdict.startswith("missing"):
@@ -155,7 +158,7 @@ def judge(view: ClusterView, runtime: Optional[dict], transactions: dict[str, di
     return Preflight("judged", "", owners, ownerless)
 
 
-def _one(view: ClusterView, role: str, need: Need, wildcard: str) -> str:
+def _one(view: ClusterView, role: str, need: Need, doubt: str) -> str:
     """"granted", "tenant admin", "missing", or "unknown: why" for one need of one role."""
     namespace = namespace_of(need.topic)
     tenant = namespace.split("/")[0]
@@ -180,8 +183,8 @@ def _one(view: ClusterView, role: str, need: Need, wildcard: str) -> str:
                                      (f"tenant {tenant}", info)) if got is None]
     if unread:
         return "unknown: " + "; ".join(_why(view, area) for area in unread)
-    if wildcard:
-        return f"unknown: {wildcard}"
+    if doubt:
+        return f"unknown: {doubt}"
     return "missing"
 
 
