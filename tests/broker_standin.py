@@ -133,6 +133,10 @@ class BrokerStandIn:
         if m:
             ns = f"{unquote(m.group(1))}/{unquote(m.group(2))}"
             return self._answer(g["subscriptions" if m.group(3) else "namespaces"].get(ns, {}))
+        m = re.fullmatch(r"/admin/v2/namespaces/([^/]+)/([^/]+)/subscriptionAuthMode", path)
+        if m:
+            mode = g.get("modes", {}).get(f"{unquote(m.group(1))}/{unquote(m.group(2))}", "None")
+            return (mode[0], {"reason": mode[1]}) if isinstance(mode, tuple) else (200, json.dumps(mode))
         m = re.fullmatch(r"/admin/v2/tenants/([^/]+)", path)
         if m:
             return self._answer(g["tenants"].get(unquote(m.group(1)), {"adminRoles": [], "allowedClusters": []}))

@@ -97,6 +97,9 @@ def test_a_subscription_whose_role_list_leaves_the_owner_out_is_missing():
     assert finding.evidence["missing"] == [f"consume on {TOPIC} (subscription billing)"]
     standin.state["grants"]["subscriptions"]["public/default"]["billing"].append("app")
     assert not findings(report(standin), "warning")
+    standin.state["grants"]["modes"] = {"public/default": "Prefix"}  # names must start with the role: billing does not
+    (finding,) = findings(report(standin), "warning")
+    assert finding.evidence["missing"] == [f"consume on {TOPIC} (subscription billing)"]
 
 
 def test_a_custom_provider_or_an_unreadable_grant_is_cannot_tell_never_a_pass():

@@ -70,6 +70,7 @@ PUBLISHED: dict[tuple[str, str], dict[str, object]] = {
     ("GET", f"{V2}/persistent/{T}/permissions"): {},
     ("GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/permissions"): {},
     ("GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/permissions/subscription"): {},
+    ("GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/subscriptionAuthMode"): {},
     ("GET", f"{V2}/tenants/{{tenant}}"): {},
 }
 
@@ -141,6 +142,7 @@ ANSWERS = [  # (shape, an answer of that shape)
     (CONFIG, {"transactionLogBatchedWriteEnabled": "true"}),
     (VERSION_TEXT, {"broker:8080": "4.0.1"}),
     (dict, {"state": "Ready", "ongoingTxnSize": 1}),
+    (str, "Prefix"),  # subscriptionAuthMode: a bare JSON string
 ]
 
 

@@ -338,6 +338,10 @@ class ClusterView:
         return self._once(f"subroles:{namespace}", lambda: self.ask(
             f"subscription permissions of {namespace}", self.admin.subscription_permissions, namespace))
 
+    def subscription_auth_mode(self, namespace: str) -> Optional[str]:
+        return self._once(f"submode:{namespace}", lambda: self.ask(
+            f"subscription auth mode of {namespace}", self.admin.subscription_auth_mode, namespace))
+
     def tenant_admins(self, tenant: str) -> Optional[dict[str, Any]]:
         return self._once(f"tenant:{tenant}", lambda: self.ask(f"tenant {tenant}", self.admin.tenant_info, tenant))
 

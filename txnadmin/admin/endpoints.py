@@ -241,6 +241,8 @@ ENDPOINTS: dict[str, Endpoint] = _rows(
     Endpoint("topic_permissions", "GET", f"{V2}/persistent/{_TOPIC}/permissions", shape=dict),
     Endpoint("subscription_permissions", "GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/permissions/subscription",
              shape=dict),
+    Endpoint("subscription_auth_mode", "GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/subscriptionAuthMode",
+             shape=str),
     Endpoint("tenant_info", "GET", f"{V2}/tenants/{{tenant}}", shape=dict),
 )
 

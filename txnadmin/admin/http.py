@@ -460,6 +460,9 @@ class HttpAdmin:
     def subscription_permissions(self, namespace: str) -> Json:
         return self._endpoint("subscription_permissions", namespace)
 
+    def subscription_auth_mode(self, namespace: str) -> str:
+        return self._endpoint("subscription_auth_mode", namespace)
+
     def tenant_info(self, tenant: str) -> Json:
         return self._endpoint("tenant_info", tenant)
 

@@ -443,6 +443,11 @@ class LocalAdmin:
         return {}
 
     @_admin_errors
+    def subscription_auth_mode(self, namespace: str) -> str:
+        self._stats.namespace_exists(self.engine, namespace)
+        return "None"
+
+    @_admin_errors
     def tenant_info(self, tenant: str) -> Json:
         if tenant not in {ns.split("/")[0] for ns in self._stats.namespaces(self.engine)}:
             raise NotFoundError("Tenant does not exist")

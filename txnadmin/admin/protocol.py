@@ -232,6 +232,9 @@ class TransactionsAdmin(Protocol):
     def subscription_permissions(self, namespace: str) -> Json:
         """``{"subscription": ["role", …]}``: the roles allowed on each subscription of the namespace that has a list."""
 
+    def subscription_auth_mode(self, namespace: str) -> str:
+        """``"None"`` or ``"Prefix"`` (a subscription's name must start with the consuming role)."""
+
     def tenant_info(self, tenant: str) -> Json:
         """TenantInfo: ``adminRoles`` and ``allowedClusters``."""
 

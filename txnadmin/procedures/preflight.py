@@ -10,7 +10,8 @@ need against the grants the target lists:
 - a provider other than Pulsar's own: its rules are unknown here, so every owner is "cannot tell";
 - a super-user, or an admin of the topic's tenant, passes;
 - otherwise the grant on the namespace or on the (partitioned) topic must hold the action; a subscription whose
-  namespace lists roles for it (``grant-subscription-permission``) also needs the owner in that list;
+  namespace lists roles for it (``grant-subscription-permission``) also needs the owner in that list, and in a
+  namespace whose subscription auth mode is ``Prefix`` the subscription's name must start with the owner's role;
 - the coordinators' topic ``pulsar/system/transaction_coordinator_assign`` needs a lookup, which Pulsar's provider
   grants with produce or consume there (apache/pulsar#18716): every owner needs it, from any release.
 
@@ -175,6 +176,11 @@ def _one(view: ClusterView, role: str, need: Need, doubt: str) -> str:
             return f"unknown: {_why(view, f'subscription permissions of {namespace}')}"
         roles = {str(r) for r in listed.get(need.subscription) or []}
         if roles and role not in roles:  # a subscription with a role list admits only those roles
+            return "missing"
+        mode = view.subscription_auth_mode(namespace)
+        if mode is None:
+            return f"unknown: {_why(view, f'subscription auth mode of {namespace}')}"
+        if str(mode) == "Prefix" and not need.subscription.startswith(role):  # Prefix: names start with the role
             return "missing"
     if granted:
         return "granted"
