@@ -33,8 +33,8 @@ def reload_fix(s: Survey, topic: str, what: str) -> str:
     """How to make ``topic`` (a topic, or a coordinator's assign partition) load again, for this kind of target."""
     if is_local(s):
         return (f"reopen {what}: stop `txnadmin engine run` on {s.target[len('local:'):]} and start it again (the "
-                "engine recovers it from its log as a broker does on load); `txnadmin serve` on the same directory "
-                f"also takes `pulsar-admin topics unload {topic}`")
+                "engine recovers it from its log as a broker does on load); while it runs, its server (URL and token "
+                f"in server.json there) also takes `pulsar-admin topics unload {topic}`")
     return f"unload {what} so it loads again: `pulsar-admin topics unload {topic}`"
 
 
