@@ -23,7 +23,7 @@ def healthy_cluster(now_ms: int = NOW) -> dict:
         "now": now_ms,
         "date_header": True,
         "tc_disabled": False,
-        "version": "4.2.0",
+        "version": "4.2.5",
         # host:port → version: the cluster's active brokers, each answering at its own address; empty: the target
         # lists no cluster (a 404), so the broker behind the admin URL is the only one
         "brokers": {},
@@ -58,6 +58,10 @@ def healthy_cluster(now_ms: int = NOW) -> dict:
                     "maxMessageSize": "5242880"},
         "metrics": "",
         "metrics_status": 404,
+        # what the permission reads answer: namespace → {role: [actions]}, topic → {role: [actions]},
+        # namespace → {subscription: [roles]}, tenant → TenantInfo; a key → (status, reason) answers that error
+        "grants": {"namespaces": {}, "topics": {}, "subscriptions": {}, "tenants": {}},
+        "publishers": {},  # topic → [PublisherStats] in its topic stats
     }
 
 
@@ -124,6 +128,25 @@ class BrokerStandIn:
             tenant = unquote(m.group(1))
             found = {t.split("://")[1].rsplit("/", 1)[0] for t in s["topics"]} | {"pulsar/system"}
             return 200, sorted(ns for ns in found if ns.split("/")[0] == tenant)
+        g = s["grants"]
+        m = re.fullmatch(r"/admin/v2/namespaces/([^/]+)/([^/]+)/permissions(/subscription)?", path)
+        if m:
+            ns = f"{unquote(m.group(1))}/{unquote(m.group(2))}"
+            return self._answer(g["subscriptions" if m.group(3) else "namespaces"].get(ns, {}))
+        m = re.fullmatch(r"/admin/v2/namespaces/([^/]+)/([^/]+)/subscriptionAuthMode", path)
+        if m:
+            mode = g.get("modes", {}).get(f"{unquote(m.group(1))}/{unquote(m.group(2))}", "None")
+            return (mode[0], {"reason": mode[1]}) if isinstance(mode, tuple) else (200, json.dumps(mode))
+        m = re.fullmatch(r"/admin/v2/tenants/([^/]+)", path)
+        if m:
+            return self._answer(g["tenants"].get(unquote(m.group(1)), {"adminRoles": [], "allowedClusters": []}))
+        m = re.fullmatch(r"/admin/v2/persistent/([^/]+)/([^/]+)/([^/]+)/permissions", path)
+        if m:
+            return self._answer(g["topics"].get(self._topic(*m.groups()), {}))
+        m = re.fullmatch(r"/admin/v2/persistent/([^/]+)/([^/]+)/([^/]+)/stats", path)
+        if m:
+            topic = self._topic(*m.groups())
+            return 200, {"publishers": s["publishers"].get(topic, []), "subscriptions": {}}
         m = re.fullmatch(r"/admin/v2/namespaces/([^/]+)/([^/]+)/topics", path)
         if m:
             ns = f"{unquote(m.group(1))}/{unquote(m.group(2))}"
@@ -144,10 +167,16 @@ class BrokerStandIn:
             return self._v3(method, path[len(V3):], params)
         return 404, {"reason": "Not Found"}
 
+    @staticmethod
+    def _answer(value: Any) -> tuple[int, Any]:
+        return (value[0], {"reason": value[1]}) if isinstance(value, tuple) else (200, value)
+
     def _v3(self, method: str, path: str, params: dict) -> tuple[int, Any]:
         s = self.state
         if path == "/coordinators":
-            return 200, [{"id": i, "brokerServiceUrl": "pulsar://broker.example:6650"} for i in sorted(s["coordinators"])]
+            owners = s.get("coordinator_brokers", {})
+            return 200, [{"id": i, "brokerServiceUrl": owners.get(i, "pulsar://broker.example:6650")}
+                         for i in sorted(s["coordinators"])]
         if path == "/coordinatorStats":
             cid = int(params["coordinatorId"])
             if cid not in s["coordinators"]:
@@ -215,10 +244,12 @@ class BrokerStandIn:
 
 
 def open_transaction(state: dict, txn: str, opened_ago_ms: int, timeout_ms: int, status: str = "OPEN",
-                     produced: Optional[list[str]] = None, owner: Optional[str] = None) -> dict:
+                     produced: Optional[list[str]] = None, owner: Optional[str] = None,
+                     acked: Optional[dict[str, list[str]]] = None) -> dict:
     meta = {"txnId": txn, "status": status, "openTimestamp": state["now"] - opened_ago_ms, "timeoutAt": timeout_ms,
             "producedPartitions": {t: {"startPosition": "12:5", "aborted": False} for t in produced or []},
-            "ackedPartitions": {}}
+            "ackedPartitions": {t: {sub: {"cumulativeAckPosition": None} for sub in subs}
+                                for t, subs in (acked or {}).items()}}
     if owner:
         meta["owner"] = owner
     state["transactions"][txn] = meta

@@ -350,6 +350,82 @@ def test_committing_too_long_uses_a_lower_bound():
     assert not bad(report(standin, only=["stuck-transactions"]))
 
 
+@pytest.mark.parametrize("version, upgrade", [
+    ("4.1.2", None),  # doctor's own table lists 4.1.2 as fixed: no "upgrade to a release with PR #23551"
+    ("4.0.7", "upgrade broker.example:8080 (4.0.7) to 4.0.8 or later (PR #23551)"),
+    ("3.2.4", "upgrade broker.example:8080 (3.2.4) to a line with it (3.0.15 / 4.0.8 / 4.1.2 or later)"),
+])
+def test_the_fix_for_a_held_commit_fits_the_brokers_release(version, upgrade):
+    standin = BrokerStandIn()
+    standin.state["version"] = version
+    open_transaction(standin.state, "(1,9)", opened_ago_ms=1_200_000, timeout_ms=60_000, status="COMMITTING")
+    (finding,) = bad(report(standin, only=["stuck-transactions"]))
+    assert f"`pulsar-admin topics unload {ASSIGN.format(1)}`" in finding.fix
+    if upgrade is None:
+        assert "upgrade" not in finding.fix and "every broker runs a release with PR #23551 (4.1.2)" in finding.fix
+    else:
+        assert upgrade in finding.fix
+
+
+def test_past_its_timeout_but_within_the_margin_says_how_far_past_and_when_it_is_stuck():
+    """Tried as a new user would: 49.6 s past a 10 s timeout used to read "nothing while it is within its
+    timeout"."""
+    standin = BrokerStandIn()
+    open_transaction(standin.state, "(0,5)", opened_ago_ms=59_600, timeout_ms=10_000, produced=[TOPIC])
+    rep = report(standin, only=["stuck-transactions"])
+    (finding,) = rep.findings
+    assert finding.severity == "info" and finding.subject == "coordinator 0"
+    assert "49.6s past its own timeout of 10.0s" in finding.why and "once it is 1.0m past its timeout" in finding.why
+    assert "in 10.4s" in finding.why and "within its timeout" not in finding.why + finding.fix
+    assert finding.evidence["overdueMs"] == 49_600 and finding.evidence["stuckInMs"] == 10_400
+    assert "run doctor again in 10.4s" in finding.fix
+    standin.state["transactions"].clear()
+    open_transaction(standin.state, "(0,6)", opened_ago_ms=4_000, timeout_ms=10_000)  # within: says when it times out
+    (finding,) = report(standin, only=["stuck-transactions"]).findings
+    assert "nothing while it is within its timeout (it times out in 6.0s)" in finding.fix
+    assert finding.evidence["timesOutInMs"] == 6_000
+
+
+def test_ages_are_never_negative_the_json_keeps_the_raw_value():
+    """The target's Date header is whole seconds: an open time a few hundred ms after it is "<1s" old, never
+    "-0.6s"; the raw milliseconds stay in the JSON."""
+    standin = BrokerStandIn()
+    open_transaction(standin.state, "(0,7)", opened_ago_ms=-600, timeout_ms=10_000)
+    buffer = standin.state["topics"][TOPIC]["buffer"]
+    buffer.update(snapshotType="Segment", lastSnapshotTimestamps=standin.state["now"] + 700,
+                  segmentsStats={"segmentsSize": 2})
+    rep = report(standin, only=["stuck-transactions", "snapshots"])
+    found = {f.check: f for f in rep.findings}
+    assert found["stuck-transactions"].evidence["age"] == "<1s" and found["stuck-transactions"].evidence["ageMs"] == -600
+    assert "-0." not in found["stuck-transactions"].why
+    assert found["snapshots"].evidence["oldestLastSnapshot"] == "<1s"
+    assert found["snapshots"].evidence["oldestLastSnapshotMs"] == -700
+    buffer["lastSnapshotTimestamps"] = standin.state["now"] + 120_000  # minutes ahead: clocks disagree, said so
+    (snap,) = [f for f in report(standin, only=["snapshots"]).findings if f.check == "snapshots"]
+    assert snap.evidence["oldestLastSnapshot"] == "2.0m in the future (the brokers' clocks disagree)"
+
+
+def test_coordinators_piled_on_one_broker_are_a_warning():
+    """#22953: a broker holding more than ceil(N/brokers)+1 coordinators takes them all down when it restarts."""
+    standin = BrokerStandIn()
+    s = standin.state
+    s["brokers"] = {"b1:8080": "4.2.5", "b2:8080": "4.2.5", "b3:8080": "4.2.5"}
+    for i in range(2, 9):
+        s["coordinators"][i] = dict(s["coordinators"][0])
+    s["coordinator_brokers"] = {i: "pulsar://b1:6650" for i in range(8)}
+    s["coordinator_brokers"][0] = "pulsar://b2:6650"
+    (finding,) = bad(report(standin, only=["coordinators"]))
+    assert (finding.severity, finding.subject) == ("warning", "pulsar://b1:6650")
+    assert finding.evidence["count"] == 7 and finding.evidence["limit"] == 4 and finding.evidence["brokers"] == 3
+    assert finding.evidence["brokersCountedFrom"] == "the active brokers listed"
+    assert ASSIGN.format(7) in finding.fix and finding.refs == ["apache/pulsar#22953"]
+    s["coordinator_brokers"] = {i: f"pulsar://b{1 + i % 3}:6650" for i in range(8)}  # 3/3/2: spread
+    assert not bad(report(standin, only=["coordinators"]))
+    s["coordinator_brokers"] = {i: "pulsar://b1:6650" if i < 5 else "pulsar://b2:6650" for i in range(8)}
+    (finding,) = bad(report(standin, only=["coordinators"]))  # 5 > ceil(8/3) + 1 = 4
+    assert finding.evidence["count"] == 5
+
+
 # -- 3. max read position -------------------------------------------------------------------------
 
 def test_max_read_position_stalled_behind_an_old_transaction():
@@ -499,28 +575,42 @@ def test_pending_ack_stores_that_cannot_be_read_are_unknown_for_the_recovery_che
 
 # -- 8. versions ----------------------------------------------------------------------------------
 
+Y2026 = {26368, 26565, 26335, 26431, 26773, 26073}  # fixed in 4.0.14, 4.2.5 and 5.0.0 (their release notes)
+
+
 @pytest.mark.parametrize("version, issues", [  # fixed-in releases from Pulsar's release notes (docs/doctor.md)
-    ("2.10.3", {17040, 19200, 22943, 23550, 24945}),
-    ("2.10.4", {22943, 23550, 24945}),
-    ("3.0.6", {22943, 23550, 24945}),
-    ("3.0.7", {23550, 24945}),  # PR #23189 shipped in 3.0.7
-    ("3.0.15", {24945}),  # PR #23551 shipped in 3.0.15; PR #24945 is in no 3.0 release notes
-    ("3.2.4", {22943, 23550, 24945}),  # a line none of the fixes was backported to
-    ("3.3.2", {23550, 24945}),
-    ("4.0.1", {23550, 24945}),
-    ("4.0.8", set()),
-    ("4.1.1", {23550, 24945}),
-    ("4.1.2", set()),
-    ("4.2.0", set()),
+    ("2.10.3", {17040, 19200, 22943, 23550, 24945, 24401} | Y2026),
+    ("2.10.4", {22943, 23550, 24945, 24401} | Y2026),
+    ("3.0.6", {22943, 23550, 24945, 24401} | Y2026),
+    ("3.0.7", {23550, 24945, 24401} | Y2026),  # PR #23189 shipped in 3.0.7
+    ("3.0.15", {24945} | Y2026),  # PR #23551 shipped in 3.0.15; PR #24945 is in no 3.0 release notes
+    ("3.2.4", {22943, 23550, 24945, 24401} | Y2026),  # a line none of the fixes was backported to
+    ("3.3.2", {23550, 24945, 24401} | Y2026),
+    ("3.3.8", {23550, 24945} | Y2026),  # PR #24401 shipped in 3.3.8
+    ("4.0.1", {23550, 24945, 24401} | Y2026),
+    ("4.0.8", Y2026),
+    ("4.0.13", Y2026),
+    ("4.0.14", set()),
+    ("4.1.1", {23550, 24945} | Y2026),
+    ("4.1.2", Y2026),  # no 4.1.x release carries the 2026 fixes
+    ("4.2.4", Y2026),
+    ("4.2.5", set()),
+    ("5.0.0", set()),
 ])
 def test_versions_against_known_bugs(version, issues):
     standin = BrokerStandIn()
     standin.state["version"] = version
     rep = report(standin, only=["versions"])
     assert {f.evidence["ref"] for f in bad(rep)} == issues
-    for finding in bad(rep):  # the fix names the releases to upgrade to, the refs the bug (and its PR when known)
-        assert finding.fix.startswith(f"upgrade to {' / '.join(finding.evidence['fixedIn'])} or later")
-        assert finding.refs[0] == f"apache/pulsar#{finding.evidence['ref']}"
+    line = tuple(int(x) for x in version.split(".")[:2])
+    for finding in bad(rep):  # the fix fits the broker's line; the refs name the bug (and its PR when known)
+        own = [v for v in finding.evidence["fixedIn"] if tuple(int(x) for x in v.split(".")[:2]) == line]
+        if own:
+            assert finding.fix.startswith(f"upgrade to {own[0]} or later (the first {line[0]}.{line[1]}.x")
+        else:
+            assert finding.fix.startswith("upgrade to a line with PR #")
+            assert f"doctor knows no {line[0]}.{line[1]}.x release with it" in finding.fix
+        assert finding.refs[0] == f"apache/pulsar#{finding.evidence['ref']}" and finding.evidence["source"]
 
 
 def test_pulsar_5_scalable_topic_transactions_are_info_not_healthy_claims():
@@ -546,7 +636,7 @@ def served(tmp_path):
 
     config = EngineConfig()
     config.transactionCoordinatorCount = 2
-    config.engineBrokerVersion = "4.2.0"
+    config.engineBrokerVersion = "4.2.5"
     config.save(tmp_path / "engine")
     engine = Engine(tmp_path / "engine", EngineConfig.load(tmp_path / "engine"), maintenance=False)
     server = BackgroundServer(engine).start()
@@ -589,17 +679,19 @@ def test_engine_healthy_after_traffic_is_exit_0(served):
     assert out["summary"]["checks"] == [c for c in doctor.CHECKS if c != "bookie-rocksdb"]
 
 
-def test_a_fresh_engine_with_its_defaults_is_healthy(tmp_path):
-    """What an operator sees first: `engine init`, then `doctor` on it. The engine reports the Pulsar release whose
-    behaviour it reproduces, which has every fix doctor checks versions for, so nothing is flagged that the engine
-    does not do (it used to report 3.3.2 and fail its own doctor on two version warnings)."""
+def test_a_fresh_engine_with_its_defaults_is_healthy_and_its_claimed_release_judged_as_any_other(tmp_path):
+    """What an operator sees first: `engine init`, then `doctor` on it. Every check but `versions` is clean. The
+    engine claims a Pulsar release (4.1.2 by default), and doctor judges that claim as it judges a broker's: no 4.1.x
+    release carries the 2026 transaction fixes (4.0.14, 4.2.5, 5.0.0), so those are named, and nothing else."""
     env = {"TXNADMIN_HOME": str(tmp_path)}
     engine_dir = tmp_path / "eng"
     assert runner.invoke(app, ["engine", "init", str(engine_dir)], env=env).exit_code == 0
     result = runner.invoke(app, ["-u", f"local:{engine_dir}", "doctor", "-o", "json"], env=env)
     out = json.loads(result.stdout)
-    assert result.exit_code == 0, out["findings"]
-    assert [f for f in out["findings"] if f["check"] == "versions"] == []
+    assert [f for f in out["findings"] if f["severity"] in ("warning", "critical") and f["check"] != "versions"] == []
+    versions = [f for f in out["findings"] if f["check"] == "versions"]
+    assert {f["evidence"]["version"] for f in versions} == {"4.1.2"} and {f["evidence"]["ref"] for f in versions} == Y2026
+    assert all(f["fix"].startswith("the engine claims 4.1.2 (engineBrokerVersion") for f in versions)
 
 
 def test_engine_stuck_open_transaction_found_and_aborted_by_fix(served):
@@ -900,7 +992,7 @@ def test_engine_with_transactions_switched_off_then_on(tmp_path):
     directory = tmp_path / "engine"
     config = EngineConfig()
     config.transactionCoordinatorEnabled = False
-    config.engineBrokerVersion = "4.2.0"
+    config.engineBrokerVersion = "4.2.5"
     config.save(directory)
     from txnadmin.engine.engine import Engine
 
@@ -978,6 +1070,9 @@ def test_engine_run_faults_are_found_by_doctor_and_cleared_by_the_fixes(tmp_path
             assert f["severity"] == "critical"
             stuck.setdefault(f["evidence"]["owner"], []).append(f["evidence"]["status"])
         assert stuck == {"fault:stuck-open": ["OPEN"] * 3, "fault:hold-ending": ["COMMITTING"]}, stuck
+        (held,) = [f for f in faulted(out["findings"]) if f["evidence"]["status"] == "COMMITTING"]
+        # the fix fits a `local:` engine: restart `engine run` there; no upgrade of a broker the engine does not have
+        assert f"stop `txnadmin engine run` on {engine}" in held["fix"] and "upgrade" not in held["fix"]
         assert code == 1
         left_open = {f["subject"] for f in faulted(out["findings"]) if f["evidence"]["status"] == "OPEN"}
         fixed = runner.invoke(app, ["-u", url, "doctor", *checks, "--fix", "--yes", "-o", "json"],

@@ -9,7 +9,7 @@ import inspect
 
 from txnadmin.admin.protocol import AdminError, NotFoundError
 from txnadmin.procedures.doctor import CHECKS, Survey, parse_thresholds
-from txnadmin.procedures.doctor.checks import batched_log, versions
+from txnadmin.procedures.doctor.checks import batched_log, coordinators, versions
 from txnadmin.procedures.doctor.survey import Store
 
 NOW = 1_790_000_000_000
@@ -38,11 +38,12 @@ def test_a_survey_that_read_nothing_proves_nothing():
 
 
 def test_versions_judges_each_broker_and_names_the_old_one():
-    s = survey(versions={"b1:8080": "4.2.0", "b2:8080": "2.10.3", "b3:8080": "4.1.2"})
+    s = survey(versions={"b1:8080": "4.2.5", "b2:8080": "2.10.3", "b3:8080": "4.0.14"})
     found = versions.check(s, T)
     assert {f.subject for f in found if f.severity == "warning"} == {"b2:8080"}
-    assert {f.evidence["ref"] for f in found if f.subject == "b2:8080"} == {17040, 19200, 22943, 23550, 24945}
-    s.versions = {"b1:8080": "4.2.0", "b3:8080": "4.1.2"}
+    assert {f.evidence["ref"] for f in found if f.subject == "b2:8080"} == {
+        17040, 19200, 22943, 23550, 24945, 24401, 26368, 26565, 26335, 26431, 26773, 26073}
+    s.versions = {"b1:8080": "4.2.5", "b3:8080": "4.0.14"}
     s.errors["version of b2:8080"] = "HTTP 503: Service Unavailable"  # it could not say: unknown, not healthy
     (finding,) = versions.check(s, T)
     assert (finding.severity, finding.subject) == ("unknown", "b2:8080") and "503" in finding.evidence["reason"]
@@ -73,3 +74,17 @@ def test_batched_log_judges_the_stores_it_read_and_says_which_it_could_not():
     s.stores[1] = _store("audit", "2026-09-21T14:13:00.000Z")  # readable, and reopened after the change
     stores = {f.severity: f for f in batched_log.check(s, T) if f.subject == "pending-ack stores"}
     assert set(stores) == {"warning"} and stores["warning"].evidence["count"] == 1
+
+
+def test_skew_counts_only_coordinators_a_broker_serves():
+    """A coordinator whose partition no broker has loaded is listed without a URL (Pulsar's coordinators-list):
+    it is on no broker, so it neither counts as one nor piles onto one."""
+    listed = [{"id": i, "brokerServiceUrl": None if i > 1 else "pulsar://b1:6650"} for i in range(8)]
+    s = survey(coordinators=listed, brokers=["b1:8080", "b2:8080", "b3:8080"])
+    assert coordinators.skew(s) == []
+    listed = [{"id": i, "brokerServiceUrl": "pulsar://b1:6650" if i < 6 else None} for i in range(8)]
+    (finding,) = coordinators.skew(survey(coordinators=listed, brokers=["b1:8080", "b2:8080", "b3:8080"]))
+    assert finding.evidence["count"] == 6 and finding.evidence["limit"] == 3  # ceil(6/3) + 1
+    (finding,) = coordinators.skew(survey(coordinators=listed + [{"id": 9, "brokerServiceUrl": "pulsar://b2:6650"}],
+                                          brokers=[]))  # the listing failed: the coordinator list names two
+    assert finding.evidence["brokers"] == 2 and "upper bound" in finding.evidence["brokersCountedFrom"]

@@ -17,7 +17,7 @@ from txnadmin.cli.main import app
 
 runner = CliRunner()
 TOPIC = "persistent://public/default/orders"
-BROKERS = {"broker-1.example:8080": "4.2.0", "broker-2.example:8080": "2.10.3", "broker-3.example:8080": "4.2.0"}
+BROKERS = {"broker-1.example:8080": "4.2.5", "broker-2.example:8080": "2.10.3", "broker-3.example:8080": "4.2.5"}
 
 
 def doctor_json(monkeypatch, standin: BrokerStandIn, home, *args):
@@ -28,7 +28,7 @@ def doctor_json(monkeypatch, standin: BrokerStandIn, home, *args):
 
 def test_every_broker_s_version_is_judged_and_the_old_one_named(monkeypatch, tmp_path):
     """A rolling upgrade halfway: one broker of three still runs 2.10.3 (timed-out transactions never end, #19200).
-    The broker behind the admin URL runs 4.2.0; whichever broker answers, the old one must be named."""
+    The broker behind the admin URL runs 4.2.5; whichever broker answers, the old one must be named."""
     standin = BrokerStandIn()
     standin.state["brokers"] = dict(BROKERS)
     result, out = doctor_json(monkeypatch, standin, tmp_path, "--only", "versions")
@@ -38,7 +38,7 @@ def test_every_broker_s_version_is_judged_and_the_old_one_named(monkeypatch, tmp
     assert ("broker-2.example:8080", 19200) in warned
     asked = {c for c in standin.calls if c.endswith("/admin/v2/brokers/version")}
     assert asked  # each broker was asked at its own address (the stand-in answers by host)
-    standin.state["brokers"]["broker-2.example:8080"] = "4.2.0"  # the fix: finish the rolling upgrade
+    standin.state["brokers"]["broker-2.example:8080"] = "4.2.5"  # the fix: finish the rolling upgrade
     result, out = doctor_json(monkeypatch, standin, tmp_path, "--only", "versions")
     assert result.exit_code == 0, result.output
 
@@ -86,7 +86,7 @@ def test_one_store_refusing_its_internal_stats_is_one_unknown_finding_not_the_en
     assert unknown["evidence"]["examples"] == [f"{TOPIC}-audit__transaction_pending_ack"]
     (lagging,) = [f for f in batched if f["severity"] == "warning"]
     assert lagging["evidence"]["notReopenedSinceChange"] == [f"{TOPIC} billing"]
-    assert len(out["summary"]["checks"]) == 9  # every check ran and reported (all but bookie-rocksdb)
+    assert len(out["summary"]["checks"]) == 11  # every check ran and reported (all but bookie-rocksdb)
     assert any(f["subject"] == "writer metrics" for f in out["findings"])  # the check went on past the store
     standin._route = original  # readable again: both stores judged, no unknown
     result, out = doctor_json(monkeypatch, standin, home)

@@ -81,6 +81,11 @@ def managed_ledger_name(topic: str) -> str:
 
 # -- transaction coordinators -------------------------------------------------------------------
 
+def partitioned_topic(topic: str) -> str:
+    """``…/orders-partition-3`` → ``…/orders`` (a topic that is no partition is itself)."""
+    return re.sub(r"-partition-\d+$", "", topic)
+
+
 def coordinator_assign_partition(tc_id: int | str) -> str:
     """The partition of transaction_coordinator_assign whose owner hosts coordinator ``tc_id`` (unload = reload)."""
     return f"{_TC_ASSIGN_PARTITION}{tc_id}"

@@ -64,6 +64,14 @@ PUBLISHED: dict[tuple[str, str], dict[str, object]] = {
     ("DELETE", f"{V2}/persistent/{T}"): {**AUTHORITATIVE, "force": False, "deleteSchema": False},
     ("DELETE", f"{V2}/persistent/{T}/subscription/{{subName}}"): {**AUTHORITATIVE, "force": False},
     ("GET", f"{V2}/persistent/{T}/internalStats"): {**AUTHORITATIVE, "metadata": False},
+    # doctor's client-versions and transaction-permissions checks (PersistentTopics.java, Namespaces.java,
+    # Tenants.java: getStats, getPermissionsOnTopic, getPermissions, getPermissionOnSubscription, getTenantAdmin)
+    ("GET", f"{V2}/persistent/{T}/stats"): AUTHORITATIVE,  # (its other parameters: txnadmin sends none)
+    ("GET", f"{V2}/persistent/{T}/permissions"): {},
+    ("GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/permissions"): {},
+    ("GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/permissions/subscription"): {},
+    ("GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/subscriptionAuthMode"): {},
+    ("GET", f"{V2}/tenants/{{tenant}}"): {},
 }
 
 
@@ -134,6 +142,7 @@ ANSWERS = [  # (shape, an answer of that shape)
     (CONFIG, {"transactionLogBatchedWriteEnabled": "true"}),
     (VERSION_TEXT, {"broker:8080": "4.0.1"}),
     (dict, {"state": "Ready", "ongoingTxnSize": 1}),
+    (str, "Prefix"),  # subscriptionAuthMode: a bare JSON string
 ]
 
 

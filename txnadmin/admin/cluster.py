@@ -21,6 +21,9 @@ The rules live here and nowhere else:
   answers) is one broker, the one behind the admin URL, which speaks for itself;
 - the namespaces are every tenant's; a namespace's topics are listed with the system topics (that is where the
   pending-ack stores are);
+- a topic's grants are asked of the partitioned topic for a partition (``-partition-N`` cut off: Pulsar keeps and
+  checks them there); a namespace's grants, its subscriptions' role lists and a tenant's admins are read once;
+- a topic's producers are its stats' ``publishers``, each with the ``clientVersion`` its client reported;
 - a pending-ack store's name is split into (topic, subscription) by :func:`txnadmin.names.pending_ack_readings`
   against the other topics of its namespace (the raw and the URL-encoded subscription both read); when the name
   reads more than one way, the first reading whose pending-ack internal stats the target answers is the store (a
@@ -43,7 +46,7 @@ from typing import Any, Callable, Optional, TypeVar
 from ..metrics.exposition import (
     DOWNGRADE_METRICS, ExpositionError, batched_flushes_by_label, parse_exposition, process_start_time,
 )
-from ..names import is_pending_ack_store, pending_ack_guess, pending_ack_readings
+from ..names import is_pending_ack_store, partitioned_topic, pending_ack_guess, pending_ack_readings
 from .protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin,
 )
@@ -315,6 +318,32 @@ class ClusterView:
                     found.update((s.name, s) for s in pool.map(lambda job: self._resolve(*job), ambiguous))
             return found
         return self._once("stores", read)
+
+    # -- producers and grants --------------------------------------------------------------------
+    def topic_stats(self, topic: str) -> Optional[dict[str, Any]]:
+        """``topic``'s stats (its ``publishers``), read afresh; None when "record" kept its failure."""
+        return self.ask(f"stats of {topic}", self.admin.topic_stats, topic)
+
+    def namespace_grants(self, namespace: str) -> Optional[dict[str, Any]]:
+        return self._once(f"grants:{namespace}", lambda: self.ask(
+            f"permissions of {namespace}", self.admin.namespace_permissions, namespace))
+
+    def topic_grants(self, topic: str) -> Optional[dict[str, Any]]:
+        """The grants on ``topic``, asked of its partitioned topic when it is a partition."""
+        base = partitioned_topic(topic)
+        return self._once(f"grants:{base}", lambda: self.ask(
+            f"permissions of {base}", self.admin.topic_permissions, base))
+
+    def subscription_roles(self, namespace: str) -> Optional[dict[str, Any]]:
+        return self._once(f"subroles:{namespace}", lambda: self.ask(
+            f"subscription permissions of {namespace}", self.admin.subscription_permissions, namespace))
+
+    def subscription_auth_mode(self, namespace: str) -> Optional[str]:
+        return self._once(f"submode:{namespace}", lambda: self.ask(
+            f"subscription auth mode of {namespace}", self.admin.subscription_auth_mode, namespace))
+
+    def tenant_admins(self, tenant: str) -> Optional[dict[str, Any]]:
+        return self._once(f"tenant:{tenant}", lambda: self.ask(f"tenant {tenant}", self.admin.tenant_info, tenant))
 
     def _resolve(self, store: str, readings: list[tuple[str, str]]) -> PendingAckStore:
         """The reading of an ambiguous store name whose pending-ack internal stats the target answers."""

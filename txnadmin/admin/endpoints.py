@@ -233,6 +233,14 @@ ENDPOINTS: dict[str, Endpoint] = _rows(
     Endpoint("internal_configuration", "GET", f"{V2}/brokers/internal-configuration"),
     # -- what `txnadmin doctor` reads besides the above ------------------------------------------------------------
     Endpoint("topic_internal_stats", "GET", f"{V2}/persistent/{_TOPIC}/internalStats"),
+    Endpoint("topic_stats", "GET", f"{V2}/persistent/{_TOPIC}/stats", shape=dict),
+    Endpoint("namespace_permissions", "GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/permissions", shape=dict),
+    Endpoint("topic_permissions", "GET", f"{V2}/persistent/{_TOPIC}/permissions", shape=dict),
+    Endpoint("subscription_permissions", "GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/permissions/subscription",
+             shape=dict),
+    Endpoint("subscription_auth_mode", "GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/subscriptionAuthMode",
+             shape=str),
+    Endpoint("tenant_info", "GET", f"{V2}/tenants/{{tenant}}", shape=dict),
 )
 
 # Protocol methods that are not rows: each is read through a row (or the broker's metrics page), as said here.

@@ -448,6 +448,24 @@ class HttpAdmin:
     def topic_internal_stats(self, topic: str) -> Json:
         return self._endpoint("topic_internal_stats", topic)
 
+    def topic_stats(self, topic: str) -> Json:
+        return self._endpoint("topic_stats", topic)
+
+    def namespace_permissions(self, namespace: str) -> Json:
+        return self._endpoint("namespace_permissions", namespace)
+
+    def topic_permissions(self, topic: str) -> Json:
+        return self._endpoint("topic_permissions", topic)
+
+    def subscription_permissions(self, namespace: str) -> Json:
+        return self._endpoint("subscription_permissions", namespace)
+
+    def subscription_auth_mode(self, namespace: str) -> str:
+        return self._endpoint("subscription_auth_mode", namespace)
+
+    def tenant_info(self, tenant: str) -> Json:
+        return self._endpoint("tenant_info", tenant)
+
     def broker_time_ms(self) -> Optional[int]:
         from email.utils import parsedate_to_datetime
 

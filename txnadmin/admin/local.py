@@ -422,6 +422,38 @@ class LocalAdmin:
         return self.engine.topic(_topic_name(topic), create=False).ledger.internal_stats()
 
     @_admin_errors
+    def topic_stats(self, topic: str) -> Json:
+        return self._stats.topic_stats(self.engine, _topic_name(topic))
+
+    # The engine keeps no grants (it has no authorization): every permission listing is empty, as a broker's is for
+    # a namespace nobody granted anything on.
+    @_admin_errors
+    def namespace_permissions(self, namespace: str) -> Json:
+        self._stats.namespace_exists(self.engine, namespace)
+        return {}
+
+    @_admin_errors
+    def topic_permissions(self, topic: str) -> Json:
+        self.engine.topic(_topic_name(topic), create=False)
+        return {}
+
+    @_admin_errors
+    def subscription_permissions(self, namespace: str) -> Json:
+        self._stats.namespace_exists(self.engine, namespace)
+        return {}
+
+    @_admin_errors
+    def subscription_auth_mode(self, namespace: str) -> str:
+        self._stats.namespace_exists(self.engine, namespace)
+        return "None"
+
+    @_admin_errors
+    def tenant_info(self, tenant: str) -> Json:
+        if tenant not in {ns.split("/")[0] for ns in self._stats.namespaces(self.engine)}:
+            raise NotFoundError("Tenant does not exist")
+        return {"adminRoles": [], "allowedClusters": [self.engine.config.clusterName]}
+
+    @_admin_errors
     def broker_time_ms(self) -> Optional[int]:
         return int(self.engine.clock_ms())
 

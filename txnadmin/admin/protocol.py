@@ -219,6 +219,25 @@ class TransactionsAdmin(Protocol):
         """ManagedLedgerInternalStats + ``cursors``
         (one per subscription): ``lastConfirmedEntry`` is what a transaction buffer's max read position chases."""
 
+    def topic_stats(self, topic: str) -> Json:
+        """TopicStats: ``publishers`` (each connected producer, with the ``clientVersion`` its client reported on
+        connect) and ``subscriptions``."""
+
+    def namespace_permissions(self, namespace: str) -> Json:
+        """``{"role": ["produce", "consume", …]}``: the grants on a namespace."""
+
+    def topic_permissions(self, topic: str) -> Json:
+        """``{"role": [actions]}``: the grants on a topic (asked of the partitioned topic for a partition)."""
+
+    def subscription_permissions(self, namespace: str) -> Json:
+        """``{"subscription": ["role", …]}``: the roles allowed on each subscription of the namespace that has a list."""
+
+    def subscription_auth_mode(self, namespace: str) -> str:
+        """``"None"`` or ``"Prefix"`` (a subscription's name must start with the consuming role)."""
+
+    def tenant_info(self, tenant: str) -> Json:
+        """TenantInfo: ``adminRoles`` and ``allowedClusters``."""
+
     def broker_time_ms(self) -> Optional[int]:
         """The target's clock in epoch ms: the ``Date`` header of [GET /admin/v2/brokers/version] (1 s
         resolution), ``None`` when the answer carries none. Timeouts are judged on this, never on ours."""

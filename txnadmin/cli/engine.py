@@ -90,6 +90,10 @@ def run(
                                     "or make it a moving cluster: shed=SECONDS (every SECONDS one topic with "
                                     "pending-ack stores or open transactions and one coordinator are unloaded, in "
                                     "turn, as bundle shedding does; what the other faults broke is left alone)."),
+    client_version: Optional[str] = typer.Option(
+        None, "--client-version", help="Connect the workload's clients as producers that report this client "
+                                       "version in topic stats (`publishers[].clientVersion`), e.g. "
+                                       "Pulsar-Java-v4.0.13 to rehearse doctor's client-versions check."),
     output: str = output_option("table", help="table (live view), or json or yaml (final counters)."),
 ) -> None:
     """Run a transactional workload; Ctrl-C stops cleanly, kill -9 loses nothing acknowledged."""
@@ -133,7 +137,7 @@ def run(
     typer.echo(f"engine run: {path} ({source})", err=True)  # from here on Ctrl-C stops the run cleanly
     spec = WorkloadSpec(rate=rate, concurrency=concurrency, duration_s=duration, topics=topics,
                         subscriptions=subscriptions, abort_ratio=abort_ratio, timeout_ratio=timeout_ratio,
-                        txn_timeout_ms=txn_timeout_ms, seed=seed)
+                        txn_timeout_ms=txn_timeout_ms, seed=seed, client_version=client_version)
     journal_fh = open(journal, "a", buffering=1) if journal else None
 
     def on_commit(txn, produced, acked):

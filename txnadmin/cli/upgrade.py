@@ -23,6 +23,13 @@ def upgrade(
     assume_version_ok: Optional[str] = typer.Option(
         None, "--assume-version-ok", help="BROKER,...: brokers that cannot be asked directly (behind a proxy) and "
                                           "that you checked yourself."),
+    preflight: bool = typer.Option(
+        False, "--preflight", help="Only the transaction-permissions pre-flight for upgrading the brokers to --to: "
+                                   "the transaction owners seen and whether their grants cover what their "
+                                   "transactions touch (checked from 4.0.14, 4.2.5 and 5.0.0, apache/pulsar#26644). "
+                                   "Changes nothing; exit 0 all pass, 1 an owner would be refused, 3 cannot tell."),
+    to: Optional[str] = typer.Option(None, "--to", help="With --preflight: the Pulsar release the brokers are being "
+                                                        "upgraded to."),
     yes: bool = YesOpt,
     dry_run: bool = DryRunOpt,
     admin_url: Optional[str] = AdminUrl,
@@ -41,6 +48,8 @@ def upgrade(
         parse_version(min_version)
     except ValueError:
         fail(f"--min-version {min_version!r}: not a version such as 2.11.0", EXIT_USAGE)
+    if preflight or to is not None:
+        _preflight(ctx, preflight, to, admin_url, conf, output)
     thresholds = {}
     for suffix, value in (("MaxRecords", max_records), ("MaxSize", max_size), ("MaxDelayInMillis", max_delay_ms)):
         if value is not None and value < 1:  # Pulsar's buffered writer takes only positive thresholds
@@ -84,3 +93,49 @@ def upgrade(
             typer.echo(f"  - {item}")
         typer.echo("verdict: " + ("enabled everywhere" if result.confirmed else "not confirmed everywhere yet"))
     raise typer.Exit(EXIT_OK if result.confirmed else EXIT_FAILURE)
+
+
+def _preflight(ctx: typer.Context, preflight: bool, to: Optional[str], admin_url: Optional[str],
+               conf: Optional[Path], output: str) -> None:
+    from ..procedures.upgrade import UpgradeError, parse_version, transaction_preflight
+    from ._common import EXIT_USAGE
+
+    if not preflight or to is None:
+        fail("--preflight and --to VERSION go together: `txnadmin upgrade --preflight --to 4.2.5`", EXIT_USAGE)
+    try:
+        parse_version(to)
+    except ValueError:
+        fail(f"--to {to!r}: not a version such as 4.2.5", EXIT_USAGE)
+    target, admin = open_target(ctx, admin_url, conf, require_named="upgrade")
+    try:
+        with waiting_notice(admin, target.url):
+            result = transaction_preflight(admin, to)
+    except UpgradeError as exc:
+        fail(str(exc), exc.exit_code)
+    if output == "json":
+        print_json(dict(result.to_json(), target={"url": target.url, "source": target.source}))
+        raise typer.Exit(result.exit_code)
+    typer.echo(f"target: {target.label}")
+    p = result.preflight
+    if p is None:
+        typer.echo(f"{to} does not check a transaction's participants against its owner's grants (that starts in "
+                   f"{' / '.join(result.to_json()['checkedFrom'])}, apache/pulsar#26644): nothing changes for "
+                   "transaction owners")
+        raise typer.Exit(result.exit_code)
+    typer.echo(f"upgrade to {to}: brokers check that a transaction's owner may produce to each partition and consume "
+               "each subscription it adds (apache/pulsar#26644)")
+    if p.reason:
+        typer.echo(f"{p.status}: {p.reason}")
+    for unread in result.unread:
+        typer.echo(f"cannot tell: transactions of {unread}")
+    for owner in p.owners:
+        if owner.missing:
+            typer.echo(f"{owner.role}: would be refused: missing {'; '.join(owner.missing)}")
+        elif owner.unknown:
+            typer.echo(f"{owner.role}: cannot tell: {'; '.join(owner.unknown)}")
+        elif owner.passes:
+            typer.echo(f"{owner.role}: passes ({owner.passes})")
+    if p.ownerless:
+        typer.echo(f"{len(p.ownerless)} transaction(s) without an owner: not judged")
+    typer.echo(f"coverage: {p.coverage}")
+    raise typer.Exit(result.exit_code)

@@ -175,3 +175,15 @@ def namespaces(engine: Engine) -> list[str]:
     found.add(SYSTEM_NAMESPACE)
     return sorted(found)
 
+
+
+def namespace_exists(engine: Engine, namespace: str) -> None:
+    if namespace not in namespaces(engine):
+        raise NotFound("Namespace does not exist")
+
+
+def topic_stats(engine: Engine, topic: str) -> dict:
+    """The part of Pulsar's TopicStats the engine has: its connected producers (``publishers``, each with the
+    ``clientVersion`` it reported) and its subscriptions (the engine dispatches to no long-lived consumers)."""
+    t = engine.topic(topic, create=False)
+    return {"publishers": t.publisher_stats(), "subscriptions": {sub: {"consumers": []} for sub in t.subscriptions()}}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import struct
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -213,6 +214,27 @@ class Topic:
         # Ends applied since the topic loaded (TopicTransactionBuffer's txnCommittedCounter/txnAbortedCounter)
         self.txn_committed = 0
         self.txn_aborted = 0
+        # Producers connected to this topic, as a broker keeps them per connection: gone when the topic unloads.
+        self._publishers: dict[str, dict] = {}
+        self._next_producer_id = 0
+
+    # -- producers ---------------------------------------------------------------------------
+    def attach_producer(self, name: str, client_version: str, address: str = "/127.0.0.1:0") -> None:
+        """A producer connects, naming its client as a client names itself on connect (``Pulsar-Java-v4.0.13``)."""
+        with self._lock:
+            self._publishers[name] = {"producerId": self._next_producer_id, "producerName": name,
+                                      "accessMode": "Shared", "address": address, "clientVersion": client_version,
+                                      "connectedSince": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                      "metadata": {}}
+            self._next_producer_id += 1
+
+    def detach_producer(self, name: str) -> None:
+        with self._lock:
+            self._publishers.pop(name, None)
+
+    def publisher_stats(self) -> list[dict]:
+        with self._lock:
+            return [dict(p) for p in self._publishers.values()]
 
     # -- subscriptions -----------------------------------------------------------------------
     def subscription(self, name: str) -> ManagedCursor:

@@ -45,6 +45,7 @@ class WorkloadSpec:
     seed: int = 1
     namespace: str = "public/default"
     drivers: int = 0  # threads the clients are spread over (0: DEFAULT_DRIVERS)
+    client_version: Optional[str] = None  # set: each client is a producer on every topic, reporting this version
 
     def topic_names(self) -> list[str]:
         return [f"persistent://{self.namespace}/txn-topic-{i}" for i in range(self.topics)]
@@ -136,6 +137,10 @@ def run_workload(engine: Engine, spec: WorkloadSpec, stop: Optional[threading.Ev
                     stats.last_error = f"{type(exc).__name__}: {exc}"
                 yield from _pause(0.01, running)
 
+    producers = [f"workload-{i}" for i in range(spec.concurrency)] if spec.client_version else []
+    for name in topics:
+        for producer in producers:
+            engine.topic(name).attach_producer(producer, spec.client_version or "")
     drivers = max(1, min(spec.drivers or DEFAULT_DRIVERS, spec.concurrency))
     clients = [client(i) for i in range(spec.concurrency)]
     threads = [threading.Thread(target=_drive, args=(clients[i::drivers],), daemon=True, name=f"workload-{i}")
@@ -151,6 +156,9 @@ def run_workload(engine: Engine, spec: WorkloadSpec, stop: Optional[threading.Ev
         if stop.is_set():
             deadline = 0
     stats.elapsed_s = time.monotonic() - start
+    for name in topics:  # the clients close: their producers leave the topics' stats
+        for producer in producers:
+            engine.topic(name).detach_producer(producer)
     return stats
 
 

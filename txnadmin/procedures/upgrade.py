@@ -1,4 +1,4 @@
-"""Guided enable of PIP-160 batching after a rolling upgrade.
+"""Guided enable of PIP-160 batching after a rolling upgrade, and the transaction-permissions pre-flight before one.
 
 1. Check every broker reports a version that reads batched entries (PIP-160's reader and writer
    shipped in Pulsar 2.11.0); 2. enable both flags (dynamic config); 3. reload coordinators and
@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..admin.batchlog import pending_ack_batch_log_stat, set_batch_log, tc_batch_log_stat
-from ..admin.cluster import ClusterView
-from ..admin.protocol import AdminError, TransactionsAdmin, is_transient
+from ..admin.cluster import RECORD, ClusterView
+from ..admin.protocol import AdminError, TargetUnreachableError, TransactionsAdmin, is_transient
+from .doctor.knowledge import PARTICIPANT_CHECKS, fixed_text, is_fixed, release
+from .preflight import Preflight, judge
 
 MIN_VERSION = "2.11.0"
 WATCH = [
@@ -122,4 +124,61 @@ def upgrade(admin: TransactionsAdmin, target: str, min_version: str = MIN_VERSIO
     result.enabled = True
     result.coordinators = tc_batch_log_stat(admin, target)["coodinatorArray"]
     result.subscriptions = pending_ack_batch_log_stat(admin, target)["subscriptionArray"]
+    return result
+
+
+@dataclass
+class TransactionPreflight:
+    """Before upgrading the brokers to ``to``: the owners seen and their grants (``preflight.py``)."""
+
+    to: str
+    checks_participants: bool
+    preflight: Optional[Preflight] = None
+    unread: list[str] = field(default_factory=list)  # coordinators whose transactions could not be listed
+
+    @property
+    def exit_code(self) -> int:
+        """1 when an owner would be refused; 3 when it cannot be told; 0 otherwise."""
+        p = self.preflight
+        if p is None:
+            return 0
+        if p.failing:
+            return 1
+        return 3 if p.status == "cannot tell" or p.undecided or self.unread else 0
+
+    def to_json(self) -> dict:
+        return {"to": self.to, "checksParticipants": self.checks_participants,
+                "checkedFrom": fixed_text(PARTICIPANT_CHECKS["fixed"]), "unreadCoordinators": self.unread,
+                "preflight": self.preflight.to_json() if self.preflight else None}
+
+
+def transaction_preflight(admin: TransactionsAdmin, to: str) -> TransactionPreflight:
+    """Would the transactions' owners seen now be refused by brokers of release ``to`` (apache/pulsar#26644)?
+
+    Reads the coordinators' transactions, the runtime configuration and the grants the owners need; unreadable
+    parts are "cannot tell", never a pass. Raises UpgradeError (3) when the target cannot be reached."""
+    parse_version(to)  # ValueError names a text that is no version
+    version = release(to)
+    checks = version is not None and is_fixed(version, PARTICIPANT_CHECKS["fixed"])
+    result = TransactionPreflight(to, checks)
+    if not checks:
+        return result
+    view = ClusterView(admin, on_error=RECORD)
+    try:
+        coordinators, error = view.attempt("coordinators", admin.list_coordinators)
+        transactions: dict[str, dict] = {}
+        if error is not None and error.status != 503:  # 503: transactions off, so no owner to judge
+            raise UpgradeError(f"cannot list the transaction coordinators: {error.reason}", 3)
+        for c in coordinators or []:
+            listed, failed = view.attempt(f"slowTransactions {c['id']}", admin.slow_transactions, 0, int(c["id"]))
+            if failed is not None:
+                result.unread.append(f"coordinator {c['id']}: {failed.reason}")
+            elif isinstance(listed, dict):
+                transactions.update(listed)
+        runtime = view.ask("runtime-config", admin.runtime_config)
+        result.preflight = judge(view, runtime, transactions)
+    except TargetUnreachableError as exc:
+        raise UpgradeError(f"cannot read the target: {exc.reason}", 3) from None
+    except (KeyError, TypeError, ValueError) as exc:  # an answer not shaped as Pulsar's
+        raise UpgradeError(f"an answer the pre-flight cannot read: {type(exc).__name__}: {exc}", 3) from None
     return result

@@ -26,6 +26,8 @@ from ...admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin,
 )
 from ...names import SYSTEM_NAMESPACE, is_pending_ack_store
+from ..preflight import Preflight, judge
+from .knowledge import ENDING_STATES, READY_STATES
 from .report import DoctorError
 
 Progress = Optional[Callable[[int, int], None]]
@@ -101,12 +103,16 @@ class Survey:
     batch_changes: dict[str, Optional[dict]] = field(default_factory=dict)  # flag → txnadmin's last recorded change
     runtime: Optional[dict] = None
     versions: Optional[dict[str, str]] = None  # broker → version, every active broker asked; None: not read
+    brokers: Optional[list[str]] = None  # the active brokers ([]: none listed, or the listing failed: see errors)
     errors: dict[str, str] = field(default_factory=dict)
     metrics: Optional[tuple[Optional[str], str]] = None  # /metrics text once read, or why it could not be
     lost: Optional[str] = None  # the target stopped answering after the first call: why
     target: str = ""  # as the operator named it (keys txnadmin's record of batch-flag changes)
     answered: set[str] = field(default_factory=set)  # areas the target answered as a Pulsar broker does
     bookie: Optional[BookieFiles] = None  # --bookie-dir: read for the bookie-rocksdb check only
+    txn_topics: list[str] = field(default_factory=list)  # topics ongoing transactions produce to (client-versions)
+    topic_stats: dict[str, dict] = field(default_factory=dict)  # topic → its stats (publishers)
+    preflight: Optional[Preflight] = None  # transaction-permissions: the owners seen and their grants judged
 
 
 def survey(admin: TransactionsAdmin, target: str, need: set[str], concurrency: int = 16, progress: Progress = None,
@@ -157,8 +163,23 @@ def _read_target(view: ClusterView, s: Survey, need: set[str], concurrency: int,
             notes["namespaces"] = f"an answer doctor cannot read: {malformed(exc)}"
     if need & {"batched-log", "snapshots", "coordinators"}:
         s.runtime = view.ask("runtime-config", view.admin.runtime_config)
-    if "versions" in need:
+    if "versions" in need or _fix_needs_versions(s, need):
         s.versions = view.broker_versions(concurrency)
+    if "coordinators" in need and s.coordinators:
+        s.brokers = view.active_brokers()  # how many brokers share the coordinators (skew)
+    if "client-versions" in need and s.coordinators is not None:
+        try:
+            _producers(view, s, concurrency)
+        except MALFORMED as exc:
+            s.txn_topics, s.topic_stats = [], {}
+            notes["producers"] = f"an answer doctor cannot read: {malformed(exc)}"
+    if "transaction-permissions" in need and s.coordinators is not None and s.tc_disabled is None:
+        if s.runtime is None:
+            s.runtime = view.ask("runtime-config", view.admin.runtime_config)
+        try:
+            s.preflight = judge(view, s.runtime, s.transactions)
+        except MALFORMED as exc:
+            notes["grants"] = f"an answer doctor cannot read: {malformed(exc)}"
     if "coordinators" in need and s.coordinators and "coordinators" not in notes:
         listed = view.topics(SYSTEM_NAMESPACE)  # the assign topic's partitions (memoised: read once at most)
         if listed is not None:
@@ -173,6 +194,31 @@ def _read_target(view: ClusterView, s: Survey, need: set[str], concurrency: int,
             s.metrics = (text, "") if error is None else (None, problem(error))
         except TargetUnreachableError:  # /metrics may be served elsewhere than the admin API: not the target lost
             s.metrics = (None, "metrics endpoint unreachable")
+
+
+def _producers(view: ClusterView, s: Survey, concurrency: int) -> None:
+    """The producers of every topic an ongoing transaction produces to (the coordinators' listing, and any buffer
+    read with transactions ongoing)."""
+    topics = {str(t) for meta in s.transactions.values() if isinstance(meta, dict)
+              for t in (meta.get("producedPartitions") or {})}
+    topics |= {t for t, st in s.buffers.items() if isinstance(st, dict) and st.get("ongoingTxnSize")}
+    s.txn_topics = sorted(topics)
+    if not topics:
+        return
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(topics)))) as pool:
+        read = list(pool.map(lambda t: (t, view.topic_stats(t)), s.txn_topics))
+    s.topic_stats.update((t, st) for t, st in read if isinstance(st, dict))
+
+
+def _fix_needs_versions(s: Survey, need: set[str]) -> bool:
+    """A fix line that names an upgrade must fit the brokers' releases: read them when such a line may be written (a
+    transaction ending, a buffer or store not Ready), and only then."""
+    ending = "stuck-transactions" in need and any(
+        isinstance(meta, dict) and meta.get("status") in ENDING_STATES for meta in s.transactions.values())
+    loading = "recovery" in need and any(
+        isinstance(stats, dict) and stats.get("state") not in READY_STATES
+        for stats in [*s.buffers.values(), *(st.stats for st in s.stores if st.stats is not None)])
+    return ending or loading or "transaction-permissions" in need
 
 
 def _coordinators(view: ClusterView, s: Survey, concurrency: int) -> None:

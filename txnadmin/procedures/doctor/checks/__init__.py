@@ -13,13 +13,13 @@ from typing import Callable
 from ..report import Finding
 from ..survey import Survey
 from . import (
-    batched_log, bookie_rocksdb, coordinators, coverage, leftovers, max_read_position, recovery, snapshots, stuck,
-    versions,
+    batched_log, bookie_rocksdb, clients, coordinators, coverage, leftovers, max_read_position, permissions, recovery,
+    snapshots, stuck, versions,
 )
 
 CheckFn = Callable[[Survey, dict], list[Finding]]
 FAMILIES = (coordinators, stuck, max_read_position, recovery, snapshots, batched_log, leftovers, coverage, versions,
-            bookie_rocksdb)
+            clients, permissions, bookie_rocksdb)
 CHECKS: dict[str, CheckFn] = {family.NAME: family.check for family in FAMILIES}
 CHECK_HELP: dict[str, str] = {family.NAME: family.SUMMARY for family in FAMILIES}
 # Checks that judge what the topic survey read (buffers, pending-ack stores): `coverage`, which reports what that

@@ -5,18 +5,64 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..knowledge import KNOWN_BUGS, first_fixed, fixed_text, is_fixed, release
 from ..report import Finding, unknown
 from ..survey import Survey
 
 
 def age_text(ms: Optional[float]) -> str:
+    """An age as people read it. The target's ``Date`` is whole seconds, so an age under a second may come out
+    negative: that is ``<1s`` (the JSON keeps the raw ms); a larger negative is clocks that disagree, and says so."""
     if ms is None:
         return "unknown"
+    if ms < 1000:
+        return "<1s" if ms > -1000 else f"{age_text(-ms)} in the future (the brokers' clocks disagree)"
     seconds = ms / 1000
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.1f}s"
+
+
+def is_local(s: Survey) -> bool:
+    """The target is the embedded engine opened in this process (``local:PATH``): no broker to unload or upgrade."""
+    return s.target.startswith("local:")
+
+
+def reload_fix(s: Survey, topic: str, what: str) -> str:
+    """How to make ``topic`` (a topic, or a coordinator's assign partition) load again, for this kind of target."""
+    if is_local(s):
+        return (f"reopen {what}: stop `txnadmin engine run` on {s.target[len('local:'):]} and start it again (the "
+                "engine recovers it from its log as a broker does on load); while it runs, its server (URL and token "
+                f"in server.json there) also takes `pulsar-admin topics unload {topic}`")
+    return f"unload {what} so it loads again: `pulsar-admin topics unload {topic}`"
+
+
+def upgrade_advice(s: Survey, bug: dict) -> str:
+    """The upgrade advice for ``bug`` that fits the target's brokers: none on the engine, the brokers still without
+    the fix when their versions were read, and the releases to compare with otherwise. Empty when it does not apply."""
+    if is_local(s):
+        return ""
+    pr = f"PR #{bug['fix'] or bug['ref']}"
+    fixed = " / ".join(fixed_text(bug["fixed"]))
+    if not s.versions or any(area.startswith("version of ") for area in s.errors):
+        return f"if a broker runs a release older than {fixed} (or a line without {pr}), upgrade it"
+    old = []
+    for broker, text in sorted(s.versions.items()):
+        v = release(text)
+        if v is not None and is_fixed(v, bug["fixed"]):
+            continue
+        own = None if v is None else first_fixed(bug["fixed"], v)
+        to = f"{'.'.join(map(str, own))} or later" if own else f"a line with it ({fixed} or later)"
+        old.append(f"{broker} ({text}) to {to}")
+    if not old:
+        return (f"every broker runs a release with {pr} ({', '.join(sorted(set(s.versions.values())))}), so this is "
+                f"not apache/pulsar#{bug['ref']}: read the owning broker's log for why it cannot finish")
+    return f"upgrade {', '.join(old)} ({pr})"
+
+
+def known_bug(number: int) -> dict:
+    return next(bug for bug in KNOWN_BUGS if bug["ref"] == number)
 
 
 def txn_times(meta: dict) -> tuple[Optional[int], Optional[int], list[str]]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 from ....names import SYSTEM_NAMESPACE, TC_ASSIGN_TOPIC, coordinator_assign_partition
 from ..knowledge import ref
 from ..report import Finding, unknown
 from ..survey import Survey, problem
+from .common import reload_fix
 
 NAME = "coordinators"
 SUMMARY = "every coordinator answers and is Ready; the assign topic has one partition per coordinator"
@@ -41,8 +44,8 @@ def check(s: Survey, t: dict) -> list[Finding]:
             out.append(Finding(NAME, "critical", subject, {"call": f"coordinatorStats?coordinatorId={tc_id}",
                                                            "status": exc.status, "reason": exc.reason},
                                "the coordinator does not answer: transactions assigned to it cannot begin or end",
-                               f"unload its partition so another broker loads it: `pulsar-admin topics unload "
-                               f"{coordinator_assign_partition(tc_id)}`; check that broker's log for the coordinator's recovery",
+                               reload_fix(s, coordinator_assign_partition(tc_id), "its coordinator") +
+                               "; check the owning broker's log for the coordinator's recovery",
                                [ref(18923)]))
             continue
         stats = s.coordinator_stats.get(tc_id, {})
@@ -50,8 +53,8 @@ def check(s: Survey, t: dict) -> list[Finding]:
         if state != "Ready" and state != "Initializing":  # Initializing is judged by the recovery check
             out.append(Finding(NAME, "critical", subject, {"state": state, "stats": stats},
                                f"the coordinator is {state}, not Ready: transactions assigned to it fail",
-                               f"`pulsar-admin topics unload {coordinator_assign_partition(tc_id)}` to reload it; if it stays so, "
-                               "read the owning broker's log", [ref(18923)]))
+                               reload_fix(s, coordinator_assign_partition(tc_id), "its coordinator") +
+                               "; if it stays so, read the owning broker's log", [ref(18923)]))
     system = s.topics.get(SYSTEM_NAMESPACE)
     if system is None and "coordinators" not in s.errors and ids:
         reason = s.errors.get(f"topics of {SYSTEM_NAMESPACE}", "not read (the target stopped answering)")
@@ -69,4 +72,40 @@ def check(s: Survey, t: dict) -> list[Finding]:
                                f"{TC_ASSIGN_TOPIC}` with `pulsar-admin "
                                "transactions coordinators-list`; grow with `pulsar-admin transactions "
                                "scale-transactionCoordinators -r N`", [ref(17513)]))
+    return out + skew(s)
+
+
+def skew(s: Survey) -> list[Finding]:
+    """Coordinators grouped by the broker that serves them: one broker holding more than its share (ceil(N/brokers)
+    + 1) takes them all down at once when it restarts (apache/pulsar#22953)."""
+    by_broker: dict[str, list[int]] = {}
+    for c in s.coordinators or []:
+        url = c.get("brokerServiceUrl")
+        if isinstance(url, str) and url:  # a partition no broker has loaded lists no URL: it is on no broker
+            by_broker.setdefault(url, []).append(int(c["id"]))
+    total = sum(len(ids) for ids in by_broker.values())
+    listed = len(s.brokers or [])
+    # Fewer brokers than the coordinators name (the listing failed or lags) would raise the share: never below them.
+    brokers = max(listed, len(by_broker))
+    if not total or brokers <= 1:
+        return []
+    limit = math.ceil(total / brokers) + 1
+    counted = ("the active brokers listed" if listed >= len(by_broker) else
+               "the brokers the coordinator list names (the active brokers could not be listed: the share is an "
+               "upper bound)")
+    out = []
+    for broker, ids in sorted(by_broker.items()):
+        if len(ids) > limit:
+            out.append(Finding(
+                NAME, "warning", broker,
+                {"coordinators": sorted(ids), "count": len(ids), "total": total, "brokers": brokers,
+                 "brokersCountedFrom": counted, "limit": limit},
+                f"{len(ids)} of the {total} coordinators are served by this broker, more than its share of "
+                f"{limit} (ceil({total}/{brokers}) + 1): a restart of this broker takes them all down at once, and "
+                "every transaction assigned to them fails until they load elsewhere",
+                "spread them before the next rolling restart: " + reload_fix(
+                    s, coordinator_assign_partition(sorted(ids)[-1]), "some of its coordinators one at a time") +
+                " (and the same for other partitions it serves), so the load manager places them on other brokers; "
+                "Pulsar 3.0.6 / 3.2.4 and later place the system namespace's bundles evenly (PR #22953)",
+                [ref(22953)]))
     return out

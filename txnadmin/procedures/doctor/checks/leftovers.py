@@ -10,7 +10,7 @@ from ....metrics.exposition import ExpositionError, parse_exposition, process_st
 from ..knowledge import ref
 from ..report import Finding
 from ..survey import Survey
-from .common import age_text
+from .common import age_text, is_local
 
 NAME = "leftovers"
 SUMMARY = "pending-ack stores whose topic or subscription no longer exists; idle stores (from /metrics)"
@@ -33,8 +33,11 @@ def check(s: Survey, t: dict) -> list[Finding]:
                         "subscriptions": sorted(internal.get("cursors") or {})}
         # a store that answered anything but 404 is reported by `coverage`, which runs with this check
         if gone:
-            out.append(Finding(name, "warning", store.name, gone, why,
-                               f"`pulsar-admin topics delete {store.name}` (after checking the subscription is really gone)",
+            delete = f"`pulsar-admin topics delete {store.name}` (after checking the subscription is really gone)"
+            if is_local(s):  # the engine takes it through its server: `engine run`'s, or `txnadmin serve`'s
+                delete += (" through the engine's server (URL and token in server.json; with no engine running, "
+                           "start `txnadmin serve` on the directory first)")
+            out.append(Finding(name, "warning", store.name, gone, why, delete,
                                [ref(11000), ref(11023)]))
     out += idle_stores(s, t)
     return out

@@ -8,7 +8,7 @@ from ....names import coordinator_assign_partition
 from ..knowledge import ENDING_STATES, ref
 from ..report import Finding, unknown
 from ..survey import NO_CLOCK, Survey, position
-from .common import age_text, txn_times
+from .common import age_text, reload_fix, txn_times
 
 NAME = "max-read-position"
 SUMMARY = "a transaction buffer's maxReadPosition behind the last entry while an old transaction is ongoing"
@@ -63,7 +63,7 @@ def check(s: Survey, t: dict) -> list[Finding]:
                 f"{ongoing} transaction(s) hold this topic's max read position, and no coordinator lists one of them "
                 "as ongoing: either they began while doctor ran, or their coordinator lost them and the buffer waits "
                 "for an end that will never come",
-                f"run doctor again; if this stays, unload the topic so its buffer recovers: `pulsar-admin topics unload {topic}`",
+                "run doctor again; if this stays, " + reload_fix(s, topic, "the topic") + " (its buffer recovers)",
                 [ref(19200), ref(26234)]))
             continue
         opened, txn_text, meta = known[0]
@@ -83,7 +83,7 @@ def check(s: Survey, t: dict) -> list[Finding]:
             f"{age_text(age)} old) is ongoing; every message after it, transactional or not, waits",
             (f"abort it: `txnadmin transactions abort-transaction -m {txn.most_bits} -l {txn.least_bits}` "
              "(or `txnadmin doctor --fix` once it is past its timeout)" if meta.get("status") == "OPEN" else
-             f"unload its coordinator so it drives the end again: `pulsar-admin topics unload {coordinator_assign_partition(txn.most_bits)}`")
+             reload_fix(s, coordinator_assign_partition(txn.most_bits), "its coordinator") + " (it drives the end again)")
             + "; lower the client's transaction timeout if long transactions are not intended",
             [ref(19200), ref(22943), ref(26234)]))
     return out

@@ -8,7 +8,7 @@ from ....names import coordinator_assign_partition
 from ..knowledge import READY_STATES, ref
 from ..report import Finding, unknown
 from ..survey import NO_CLOCK, Survey
-from .common import age_text
+from .common import age_text, known_bug, reload_fix, upgrade_advice
 
 NAME = "recovery"
 SUMMARY = "buffers, pending-ack stores and coordinators whose recovery started and never ended"
@@ -49,15 +49,16 @@ def check(s: Survey, t: dict) -> list[Finding]:
         if ev:
             out.append(Finding(name, recovery_severity(ev), f"coordinator {tc_id}", ev,
                                "the coordinator's log replay has not finished: every transaction on it fails until it does",
-                               f"read the owning broker's log for the replay error; unload "
-                               f"`{coordinator_assign_partition(tc_id)}` to retry", [ref(18923)]))
+                               "read the owning broker's log for the replay error; then "
+                               + reload_fix(s, coordinator_assign_partition(tc_id), "the coordinator") + " to retry",
+                               [ref(18923)]))
     for topic, stats in sorted(s.buffers.items()):
         ev = recovering(stats, s.now_ms, t["recovery"])
         if ev:
             out.append(Finding(name, recovery_severity(ev), topic, ev,
                                "the transaction buffer never finished recovering: producers and consumers of this topic hang",
-                               f"unload the topic (`pulsar-admin topics unload {topic}`) to retry; if it repeats, read the "
-                               "broker log around the snapshot reader (upgrade past the fixes below)",
+                               reload_fix(s, topic, "the topic") + " to retry; if it repeats, read the broker log "
+                               "around the snapshot reader" + _then(upgrade_advice(s, known_bug(17040))),
                                [ref(17040), ref(17051), ref(18833)]))
     for store in s.stores:
         if store.stats is None:
@@ -67,7 +68,11 @@ def check(s: Survey, t: dict) -> list[Finding]:
             out.append(Finding(name, recovery_severity(ev), f"{store.topic} {store.subscription}", dict(ev, store=store.name),
                                "the pending-ack store's replay never finished: consumers of this subscription time out "
                                "on subscribe and transactional acks fail",
-                               f"unload the topic (`pulsar-admin topics unload {store.topic}`) to retry; a replay that "
-                               "spins after trimming needs PR #26369",
+                               reload_fix(s, store.topic or store.name, "the topic") + " to retry; a replay that spins after "
+                               "trimming is apache/pulsar#26368" + _then(upgrade_advice(s, known_bug(26368))),
                                [ref(26368), ref(26369), ref(11772)]))
     return out
+
+
+def _then(advice: str) -> str:
+    return f"; {advice}" if advice else ""

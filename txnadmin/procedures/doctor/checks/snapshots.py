@@ -39,7 +39,8 @@ def check(s: Survey, t: dict) -> list[Finding]:
             name, "critical" if estimate >= limit else "warning", topic,
             {"snapshotType": kind, "totalAbortedTransactions": aborted, "estimatedSnapshotBytes": estimate,
              "bytesPerAbortEstimate": BYTES_PER_ABORT, "maxMessageSize": limit, "maxMessageSizeAssumed": assumed,
-             "lastSnapshotAge": age_text(s.now_ms - last) if (last and s.now_ms) else None},
+             "lastSnapshotAge": age_text(s.now_ms - last) if (last and s.now_ms) else None,
+             "lastSnapshotAgeMs": s.now_ms - last if (last and s.now_ms) else None},
             f"the whole aborted-transaction list is one snapshot message, estimated at {estimate:,} bytes "
             f"({estimate / limit:.0%} of maxMessageSize {limit:,}); past the limit the snapshot cannot be written, "
             "and recovery replays the topic from further back each time",
@@ -52,6 +53,7 @@ def check(s: Survey, t: dict) -> list[Finding]:
                 if s.now_ms and int(st.get("lastSnapshotTimestamps") or 0)]
         out.append(Finding(name, "info", "segmented snapshots",
                            {"topics": len(segmented), "segments": segments,
-                            "oldestLastSnapshot": age_text(max(ages)) if ages else None},
+                            "oldestLastSnapshot": age_text(max(ages)) if ages else None,
+                            "oldestLastSnapshotMs": max(ages) if ages else None},
                            "PIP-196 segments keep each snapshot message bounded", "nothing to do", [ref(16913)]))
     return out

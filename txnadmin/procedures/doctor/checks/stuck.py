@@ -8,7 +8,7 @@ from ....names import coordinator_assign_partition
 from ..knowledge import ENDING_STATES, ref
 from ..report import Finding, unknown
 from ..survey import NO_CLOCK, Survey, problem
-from .common import age_text, tc_disabled_unknown, txn_times
+from .common import age_text, known_bug, reload_fix, tc_disabled_unknown, txn_times, upgrade_advice
 
 NAME = "stuck-transactions"
 SUMMARY = "OPEN past timeout + margin, COMMITTING/ABORTING too long, and the oldest open per coordinator"
@@ -80,8 +80,9 @@ def check(s: Survey, t: dict) -> list[Finding]:
                     name, "critical", str(txn), dict(evidence, endingForAtLeastMs=ending_for),
                     f"{status} for at least {age_text(ending_for)}: the coordinator cannot deliver the end to every "
                     "topic and subscription, which stay blocked (max read position held, acks pending)",
-                    f"unload the coordinator so it recovers and drives the end again: `pulsar-admin topics unload "
-                    f"{coordinator_assign_partition(txn.most_bits)}`; upgrade to a release with PR #23551",
+                    "; ".join(part for part in (
+                        reload_fix(s, coordinator_assign_partition(txn.most_bits), "its coordinator") +
+                        " (it recovers and drives the end again)", upgrade_advice(s, known_bug(23550))) if part),
                     [ref(23550), ref(23551)]))
     if unreadable:
         out.append(unknown(name, "transactions", f"{len(unreadable)} transaction(s) listed under an id that is not "
@@ -91,10 +92,23 @@ def check(s: Survey, t: dict) -> list[Finding]:
         if any(f.subject == evidence["txnId"] for f in out):
             continue
         pins = evidence["producedPartitions"]
+        pinned = ("pins that coordinator's log (it cannot be trimmed past it)"
+                  + (f" and the max read position of {len(pins)} topic(s)" if pins else ""))
+        overdue = evidence["ageMs"] - evidence["timeoutMs"]
+        head = f"the oldest open transaction on coordinator {tc_id} ({evidence['txnId']}, {evidence['age']} old"
+        if overdue > 0:  # past its timeout, not yet past the margin (or the finding above would have taken it)
+            stuck_in = evidence["timeoutMs"] + t["stuck-margin"] - evidence["ageMs"]
+            out.append(Finding(
+                name, "info", f"coordinator {tc_id}", dict(evidence, overdueMs=overdue, stuckInMs=stuck_in),
+                f"{head}) is {age_text(overdue)} past its own timeout of {age_text(evidence['timeoutMs'])}: the broker "
+                f"aborts at the timeout, so it should end any moment; until then it {pinned}. Doctor calls it stuck "
+                f"once it is {age_text(t['stuck-margin'])} past its timeout (stuck-margin), in {age_text(stuck_in)}",
+                f"run doctor again in {age_text(stuck_in)}; if it is still OPEN then, `txnadmin doctor --fix` aborts "
+                "it", [ref(19200)]))
+            continue
         out.append(Finding(
-            name, "info", f"coordinator {tc_id}", evidence,
-            f"the oldest open transaction on coordinator {tc_id} ({evidence['txnId']}, {evidence['age']} old, timeout "
-            f"{age_text(evidence['timeoutMs'])}) pins that coordinator's log (it cannot be trimmed past it)"
-            + (f" and the max read position of {len(pins)} topic(s)" if pins else ""),
-            "nothing while it is within its timeout; its owner should commit or abort it", []))
+            name, "info", f"coordinator {tc_id}", dict(evidence, timesOutInMs=-overdue),
+            f"{head}, timeout {age_text(evidence['timeoutMs'])}) {pinned}",
+            f"nothing while it is within its timeout (it times out in {age_text(-overdue)}); its owner should commit "
+            "or abort it", []))
     return out

@@ -3,9 +3,10 @@ transactions, which no admin API shows."""
 
 from __future__ import annotations
 
-from ..knowledge import KNOWN_BUGS, is_fixed, ref, release
+from ..knowledge import KNOWN_BUGS, first_fixed, fixed_text, is_fixed, ref, release
 from ..report import Finding, unknown
 from ..survey import Survey
+from .common import is_local
 
 NAME = "versions"
 SUMMARY = "every broker's version against known transaction bugs; Pulsar 5 scalable-topic transactions"
@@ -36,12 +37,12 @@ def check(s: Survey, t: dict) -> list[Finding]:
         for bug in KNOWN_BUGS:
             if is_fixed(version, bug["fixed"]):
                 continue
-            fixed = [".".join(map(str, v)) for _, v in sorted(bug["fixed"].items())]
             out.append(Finding(
-                name, "warning", broker, {"version": text, "fixedIn": fixed, "ref": bug["ref"]},
+                name, "warning", broker, {"version": text, "fixedIn": fixed_text(bug["fixed"]), "ref": bug["ref"],
+                                          "source": bug["source"]},
                 f"{text} does not have the fix for: {bug['what']}",
-                f"upgrade to {' / '.join(fixed)} or later (a patch release of your line may backport "
-                f"{'PR #' + str(bug['fix']) if bug['fix'] else 'PR #' + str(bug['ref'])}: check its release notes)",
+                (f"the engine claims {text} (engineBrokerVersion in its engine.conf) and reproduces that release; "
+                 "for a cluster on it: " if is_local(s) else "") + upgrade_line(version, bug),
                 [ref(bug["ref"])] + ([ref(bug["fix"])] if bug["fix"] else [])))
         if version >= (5, 0, 0):
             out.append(Finding(
@@ -50,3 +51,13 @@ def check(s: Survey, t: dict) -> list[Finding]:
                 "live in the metadata store; no admin API shows them, so doctor did not check them (not 'healthy')",
                 "inspect /txn/id and /txn/op in the metadata store by hand", []))
     return out
+
+
+def upgrade_line(version: tuple[int, int, int], bug: dict) -> str:
+    """The upgrade that fits this broker: the first release of its own line with the fix, or the lines that have it."""
+    pr = f"PR #{bug['fix'] or bug['ref']}"
+    own = first_fixed(bug["fixed"], version)
+    if own is not None:
+        return f"upgrade to {'.'.join(map(str, own))} or later (the first {version[0]}.{version[1]}.x with {pr})"
+    return (f"upgrade to a line with {pr}: {' / '.join(fixed_text(bug['fixed']))} or later; doctor knows no "
+            f"{version[0]}.{version[1]}.x release with it (check that line's release notes for a backport)")
