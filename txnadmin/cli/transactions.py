@@ -435,9 +435,9 @@ def _select(ctx: typer.Context, flt, clock: str):
 
 
 def _list_table(rows: list[dict], now_ms: int, title: str) -> None:
-    """Oldest first, one line per transaction with its id whole; -o wide adds the partitions it touched."""
+    """Oldest first, one line per transaction with its id whole; -o wide adds when it opened and times out."""
     from ..procedures.bulk_abort import time_left_ms
-    from .render import age, print_rows
+    from .render import age, human_value, print_rows
 
     if not rows:
         typer.echo(title)
@@ -447,8 +447,11 @@ def _list_table(rows: list[dict], now_ms: int, title: str) -> None:
         left = time_left_ms(r, now_ms)
         cells.append([r["txnId"], r["status"] or "-", r.get("owner") or "-", age(r["ageMs"]),
                       "-" if left is None else age(left) if left >= 0 else f"past by {age(-left)}",
-                      str(len(r.get("producedPartitions", []))), str(len(r.get("ackedPartitions", [])))])
-    print_rows(["TXN ID", "STATE", "OWNER", "AGE", "TIMEOUT LEFT", "PRODUCED", "ACKED"], cells, title=title)
+                      str(len(r.get("producedPartitions", []))), str(len(r.get("ackedPartitions", []))),
+                      human_value("openTimestamp", r.get("openTimestamp"), compact=True),
+                      "-" if left is None else human_value("openTimestamp", now_ms + left, compact=True)])
+    print_rows(["TXN ID", "STATE", "OWNER", "AGE", "TIMEOUT LEFT", "PRODUCED", "ACKED", "OPENED (UTC)",
+                "TIMES OUT (UTC)"], cells, title=title, extra=2)
 
 
 @app.command("list")
