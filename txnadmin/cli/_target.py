@@ -187,9 +187,8 @@ def _merge(ctx: Any, given: dict, key: str, flag: str, value: str) -> None:
 
 
 class TargetOptionsAfter(TyperGroup):
-    """A group whose subcommands also take -u/--admin-url, --conf and --context after their own name (pulsar-admin
-    takes them only before it; operators type them after as often)."""
+    """A group that also takes -u/--admin-url, --conf and --context after its name, before or after its
+    subcommand's (pulsar-admin takes them only before it; operators type them after as often)."""
 
-    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
-        name, command, rest = super().resolve_command(ctx, args)
-        return name, command, pull_target_options(ctx, rest)
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, pull_target_options(ctx, args))

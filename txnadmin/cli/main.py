@@ -202,8 +202,10 @@ app.add_typer(context_cli.app, name="context")
 app.command("upgrade")(upgrade_cli.upgrade)
 app.command("metrics")(metrics_cli.metrics)
 app.command("doctor")(doctor_cli.doctor)
-app.add_typer(transactions.app, name="transactions", cls=TargetOptionsAfter)
-app.add_typer(transactions.app, name="txn", hidden=True, cls=TargetOptionsAfter)
+TRANSACTIONS_HELP = ("Operations on transactions (pulsar-admin transactions). The target options -u/--admin-url, --conf "
+                     "and --context may also come after `transactions` or after its subcommand.")
+app.add_typer(transactions.app, name="transactions", cls=TargetOptionsAfter, help=TRANSACTIONS_HELP)
+app.add_typer(transactions.app, name="txn", hidden=True, cls=TargetOptionsAfter, help=TRANSACTIONS_HELP)
 
 
 def main() -> None:

@@ -241,8 +241,10 @@ def coordinators_list(ctx: typer.Context, output: Optional[str] = Output) -> Non
 @app.command("abort-transaction")
 def abort_transaction(ctx: typer.Context, most: Optional[int] = Most, least: Optional[int] = Least,
                       txn_id: Optional[str] = TxnIdOpt, output: Optional[str] = Output) -> None:
-    """Abort a transaction (and say so: pulsar-admin prints nothing). It changes a cluster, so the target must be
-    named (-u, --conf, --context or the environment), never the current context or the embedded default."""
+    """Abort a transaction (and say so: pulsar-admin prints nothing).
+
+    It changes a cluster, so the target must be named (-u, --conf, --context or the environment), never the
+    current context or the embedded default."""
     from ._target import resolve_for
 
     txn = _txn_id(most, least, txn_id)
