@@ -37,6 +37,7 @@ def _hinted(text: str) -> str:
 
 
 def _hint_report(report) -> None:
+    """Once the procedure is done with the report (it reads its own reasons between polls)."""
     for log in report.logs:
         log.reason = _hinted(log.reason)
         log.suggestion = _hinted(log.suggestion) if log.suggestion else log.suggestion
