@@ -15,7 +15,7 @@ def metrics(
     ctx: typer.Context,
     source: str = typer.Argument(..., help="A broker's /metrics URL, a saved exposition file, or local:PATH."),
     token: Optional[str] = typer.Option(None, "--token", envvar="TXNADMIN_TOKEN", help="Bearer token for the URL: "
-                                        "the global --token (or --auth-plugin/--auth-params) given here."),
+                                        "the global --token given here (it wins over the global auth options)."),
     config: Optional[Path] = typer.Option(None, "--config", help="broker.conf / engine.conf with the current thresholds."),
     output: str = output_option("table"),
 ) -> None:
@@ -31,10 +31,8 @@ def metrics(
     opts = ctx.find_root().obj or {}
     if token is not None and (opts.get("auth_plugin") or opts.get("auth_params")):
         source_of = ctx.get_parameter_source("token")
-        if source_of is not None and source_of.name == "COMMANDLINE":
-            fail("metrics --token and the global --token/--auth-plugin/--auth-params both give credentials; give "
-                 "one", EXIT_USAGE)
-        token = None  # $TXNADMIN_TOKEN yields to auth options given on the command line
+        if source_of is None or source_of.name != "COMMANDLINE":
+            token = None  # $TXNADMIN_TOKEN yields to auth options given on the command line; metrics --token wins
     try:
         reports = analyze_text(fetch(source, token, _http_get(ctx)), thresholds)
     except MetricsError as exc:
