@@ -212,6 +212,8 @@ def test_abort_transaction_refuses_an_implicit_target(tmp_path):
             assert runner.invoke(app, implicit, env=env).exit_code == 0
         refused = runner.invoke(app, ["transactions", "abort-transaction", "--txn-id", "(0,1)"], env=env)
         assert refused.exit_code == 1 and "needs a named target" in refused.stderr, refused.output
+    hanging = runner.invoke(app, ["transactions", "find-hanging", "--abort", "--dry-run"], env=env)
+    assert hanging.exit_code == 1 and "needs a named target" in hanging.stderr, hanging.output
     named = runner.invoke(app, ["transactions", "abort-transaction", "--context", "dev", "--txn-id", "0:1"], env=env)
     assert "needs a named target" not in named.stderr and "(0,1)" in named.stderr  # reached the engine: not found
 
@@ -250,8 +252,9 @@ def test_contexts_are_kept_private_and_follow_the_documented_precedence(tmp_path
     assert source("-u", "http://127.0.0.1:14", PULSAR_CLIENT_CONF=str(conf)) == ("--admin-url", True)
     both = runner.invoke(app, ["--context", "prod", "-u", "http://127.0.0.1:14", "target"], env=env)
     assert both.exit_code == 2 and "give one of them" in both.stderr
-    unknown = runner.invoke(app, ["--context", "nope", "target"], env=env)
-    assert unknown.exit_code == 2 and "no context named 'nope'" in unknown.stderr
+    for command in (["target"], ["downgrade", "status"], ["doctor"]):
+        unknown = runner.invoke(app, ["--context", "nope", *command], env=env)
+        assert unknown.exit_code == 2 and "no context named 'nope'" in unknown.stderr, (command, unknown.output)
     # a change refuses the current context, and says how to name it
     change = runner.invoke(app, ["downgrade", "start", "--dry-run"], env=env)
     assert change.exit_code == 2 and "--context lab" in change.stderr

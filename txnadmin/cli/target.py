@@ -23,9 +23,7 @@ def target(ctx: typer.Context, output: str = output_option("table", FORMATS)) ->
         t = resolve_target(opts.get("admin_url"), opts.get("conf"), opts.get("auth_plugin"), opts.get("auth_params"),
                            opts.get("tls"), opts.get("context"), lenient=True)
     except TargetUnreachableError as exc:
-        from ..admin.contexts import ContextUsageError
-
-        fail(exc.reason, EXIT_USAGE if isinstance(exc, (TargetUsageError, ContextUsageError)) else EXIT_UNREADABLE)
+        fail(exc.reason, EXIT_USAGE if isinstance(exc, TargetUsageError) else EXIT_UNREADABLE)
     from ..admin.auth import mask
 
     info = t.describe()

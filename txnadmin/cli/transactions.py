@@ -428,6 +428,10 @@ def find_hanging(ctx: typer.Context,
 
     if (yes or dry_run) and not abort:
         _fail("--yes and --dry-run go with --abort")
+    if abort:  # aborting changes a cluster: never on a target the operator did not name
+        from ._target import resolve_for
+
+        resolve_for(ctx, require_named="find-hanging --abort", on_error=_unreachable)
     touches = _topic_filter(topic)
 
     def look(admin):
