@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .protocol import TargetUnreachableError
-from .target import TargetUsageError
 
 FILE_NAME = "contexts.json"
 VERSION = 1
@@ -30,8 +29,9 @@ class ContextError(TargetUnreachableError):
     """The contexts file cannot be read, or names no such context (exit 3; a bad name given is exit 2)."""
 
 
-class ContextUsageError(ContextError, TargetUsageError):
-    """The operator asked for something impossible: an invalid or unknown name, a name taken (exit 2)."""
+class ContextUsageError(ContextError):
+    """The operator asked for something impossible: an invalid or unknown name, a name taken (exit 2; target
+    resolution turns it into a TargetUsageError)."""
 
 
 @dataclass

@@ -240,9 +240,12 @@ def _resolve(admin_url: Optional[str], conf: Optional[Path], context: Optional[s
 
 
 def _from_context(name: str, source: str) -> Target:
-    from .contexts import check_name, load
+    from .contexts import ContextUsageError, check_name, load
 
-    ctx = load().get(check_name(name))
+    try:
+        ctx = load().get(check_name(name))
+    except ContextUsageError as exc:
+        raise TargetUsageError(exc.reason) from None  # a name that does not exist is the operator's to fix (exit 2)
     url = _no_credentials(_normalize(ctx.url), f"context {name}")
     target = Target(url, source, again=["--context", name], context=name)
     if not target.is_local:
