@@ -370,3 +370,22 @@ def test_token_is_a_global_auth_option_and_metrics_takes_it():
         assert mixed.exit_code == 2
     finally:
         server.close()
+
+
+def test_context_commands_refuse_wrong_input_in_one_line(tmp_path):
+    env = _env(tmp_path)
+    for args, code in ((["context", "show"], 2), (["context", "use", "nope"], 2), (["context", "remove", "nope"], 2),
+                       (["context", "add", "bad name", "-u", "http://b:8080"], 2),
+                       (["context", "add", "x", "-u", "ftp://b"], 2),
+                       (["context", "add", "x", "-u", "http://admin:pw-in-url-123@b:8080"], 2),
+                       (["context", "add", "x", "-u", "http://b:8080", "--auth-plugin", "AuthenticationSasl"], 2)):
+        result = runner.invoke(app, args, env=env)
+        assert result.exit_code == code and len(result.stderr.strip().splitlines()) == 1, (args, result.output)
+        assert "pw-in-url-123" not in result.output
+    assert runner.invoke(app, ["context", "add", "a", "-u", "http://b:8080", "--use"], env=env).exit_code == 0
+    assert runner.invoke(app, ["context", "remove", "a"], env=env).exit_code == 0
+    listed = runner.invoke(app, ["context", "list", "-o", "json"], env=env)
+    assert json.loads(listed.stdout)["current"] is None and json.loads(listed.stdout)["contexts"] == []
+    (tmp_path / "home" / ".txnadmin" / "contexts.json").write_text('{"version": 1, "current": "gone", "contexts": {}}')
+    broken = runner.invoke(app, ["context", "list"], env=env)
+    assert broken.exit_code == 3 and "gone" in broken.stderr and len(broken.stderr.strip().splitlines()) == 1
