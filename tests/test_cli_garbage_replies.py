@@ -162,7 +162,9 @@ def _must_fail(reply: str, command: list[str]) -> bool:
 # (whose bad input has its own tests), so no broker reply can reach them.
 NO_SERVER = {"target", "scan", "rehearse", "serve", "inspect entry", "downgrade reset",
              "engine init", "engine run", "engine dump", "engine set", "engine recover", "engine txn begin",
-             "engine txn commit", "engine txn abort"}
+             "engine txn commit", "engine txn abort",
+             # contexts are kept in a local file; nothing is contacted
+             "context add", "context use", "context list", "context show", "context remove"}
 
 
 def test_every_command_is_in_the_table_or_known_not_to_talk_to_a_server():

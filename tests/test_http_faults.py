@@ -157,10 +157,11 @@ def test_target_masks_secrets(tmp_path):
                              env={"TXNADMIN_ADMIN_URL": "http://other:8080"})
     assert json.loads(env_wins.stdout)["target"] == "http://other:8080"
     flag_wins = runner.invoke(app, ["-u", "local:/x", "target", "-o", "json"], env={"TXNADMIN_ADMIN_URL": "http://o:1"})
-    assert json.loads(flag_wins.stdout) == {"target": "local:/x", "source": "--admin-url"}
+    assert json.loads(flag_wins.stdout) == {"target": "local:/x", "source": "--admin-url", "named": True}
     default = runner.invoke(app, ["target", "-o", "json"], env={"TXNADMIN_ENGINE_DIR": str(tmp_path / "eng"),
                                                                 "TXNADMIN_ADMIN_URL": "", "PULSAR_CLIENT_CONF": ""})
-    assert json.loads(default.stdout) == {"target": f"local:{tmp_path / 'eng'}", "source": "embedded default"}
+    assert json.loads(default.stdout) == {"target": f"local:{tmp_path / 'eng'}", "source": "embedded default",
+                                          "named": False}
 
 
 def test_token_from_file(tmp_path):

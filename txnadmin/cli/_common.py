@@ -44,20 +44,38 @@ def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
 
-def txn_id_from(most: "int | None", least: "int | None", txn_id: "str | None") -> tuple[int, int]:
-    """-m/-l, or --txn-id "(1,6)" as Pulsar prints it (parentheses optional): exactly one of the two ways.
+JAVA_LONG = (-(2 ** 63), 2 ** 63 - 1)  # a TxnID is two Java longs
+_PAIR = r"(?P<most{n}>[+-]?\d{{1,20}})\s*[,:]\s*(?P<least{n}>[+-]?\d{{1,20}})"
 
-    Raises ValueError with the message to show.
+
+def parse_txn_id(text: str) -> tuple[int, int]:
+    """A TxnID as operators paste it: ``(1,42)`` as Pulsar prints it, ``1,42``, ``1:42``, ``TxnID(1,42)``.
+
+    Raises ValueError with the one-line message to show.
     """
     import re
 
+    pattern = r"\s*(?:TxnID\s*)?(?:\(\s*" + _PAIR.format(n=1) + r"\s*\)|" + _PAIR.format(n=2) + r")\s*"
+    m = re.fullmatch(pattern, text, flags=re.IGNORECASE | re.ASCII)
+    shown = " ".join(text.split())[:60]
+    if not m:
+        raise ValueError(f"--txn-id {shown!r}: expected mostSigBits,leastSigBits as (1,42), 1,42, 1:42 or TxnID(1,42)")
+    most, least = (int(m.group("most1") or m.group("most2")), int(m.group("least1") or m.group("least2")))
+    for name, value in (("mostSigBits", most), ("leastSigBits", least)):
+        if not JAVA_LONG[0] <= value <= JAVA_LONG[1]:
+            raise ValueError(f"--txn-id {shown!r}: {name} is outside a Java long's range")
+    return most, least
+
+
+def txn_id_from(most: "int | None", least: "int | None", txn_id: "str | None") -> tuple[int, int]:
+    """-m/-l, or --txn-id in any form :func:`parse_txn_id` reads: exactly one of the two ways.
+
+    Raises ValueError with the message to show.
+    """
     if txn_id is not None:
         if most is not None or least is not None:
             raise ValueError("give either --txn-id or -m/-l, not both")
-        m = re.fullmatch(r"\s*\(?\s*(-?\d{1,19})\s*,\s*(-?\d{1,19})\s*\)?\s*", txn_id)
-        if not m:
-            raise ValueError(f"--txn-id {txn_id!r}: expected (mostSigBits,leastSigBits), e.g. (1,6)")
-        return int(m.group(1)), int(m.group(2))
+        return parse_txn_id(txn_id)
     if most is None or least is None:
         raise ValueError("Missing required option: give --most-sig-bits/-m and --least-sig-bits/-l, or --txn-id")
     return most, least

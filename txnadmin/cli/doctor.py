@@ -10,7 +10,7 @@ import typer
 
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
 from .render import output_option
-from ._target import AdminUrl, Conf, open_target
+from ._target import AdminUrl, Conf, hint, open_target
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "unknown": "magenta", "info": "dim"}
 
@@ -70,7 +70,9 @@ def doctor(
         if fix:
             report = _fix(admin, report, target, checks, thresholds, concurrency, bookie_dir, yes, dry_run, output)
     except proc.DoctorError as exc:
-        fail(str(exc), exc.code)
+        fail(hint(ctx, str(exc)), exc.code)
+    for finding in report.findings:  # each suggested command names this target again, so that it pastes
+        finding.why, finding.fix = hint(ctx, finding.why), hint(ctx, finding.fix)
     if output == "json":
         print_json(report.to_json(strict))
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +12,7 @@ import typer
 from .render import no_headers_option, output_option
 from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal, waiting_notice
 from ..procedures.state import DEFAULT_STATE, StateError
-from ._target import AdminUrl, Conf, open_target
+from ._target import AdminUrl, Conf, hint, open_target
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
 
 app = typer.Typer(help="Guided PIP-160 downgrade: disable batching, record, wait until safe, verify.",
@@ -22,6 +23,28 @@ OutputOpt = output_option("table", with_wide=True)
 NoHeadersOpt = no_headers_option()
 
 
+# The running command and its checklist: every command it suggests names the same target and checklist.
+_HINTS: ContextVar[Optional[tuple[typer.Context, Path]]] = ContextVar("downgrade_hints", default=None)
+
+
+def _suggest(ctx: typer.Context, state: Path) -> None:
+    _HINTS.set((ctx, state))
+
+
+def _hinted(text: str) -> str:
+    """``text`` with each suggested ``txnadmin …`` carrying this command's target and checklist (cli/_target.hint)."""
+    current = _HINTS.get()
+    return hint(current[0], text, current[1]) if current else text
+
+
+def _hint_report(report) -> None:
+    """Once the procedure is done with the report (it reads its own reasons between polls)."""
+    for log in report.logs:
+        log.reason = _hinted(log.reason)
+        log.suggestion = _hinted(log.suggestion) if log.suggestion else log.suggestion
+    report.stop = _hinted(report.stop) if report.stop else report.stop
+
+
 def _guard(fn, *args, **kwargs):
     from ..procedures.downgrade import DowngradeError
     from ..procedures.state import StateError
@@ -29,9 +52,9 @@ def _guard(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except DowngradeError as exc:
-        fail(str(exc), exc.exit_code)
+        fail(_hinted(str(exc)), exc.exit_code)
     except StateError as exc:
-        fail(str(exc), EXIT_UNREADABLE)
+        fail(_hinted(str(exc)), EXIT_UNREADABLE)
 
 
 def _progress(label: str):
@@ -66,9 +89,9 @@ def _header(target, output: str) -> None:
     typer.echo(f"target: {target.label}", err=output == "json")
 
 
-def _interrupted(state: Path) -> None:
-    typer.echo(f"\ninterrupted: the checklist {state} is intact; resume with the same command "
-               f"(e.g. `txnadmin downgrade wait --state {state}`)", err=True)
+def _interrupted(ctx: typer.Context, state: Path) -> None:
+    typer.echo(_hinted(f"\ninterrupted: the checklist {state} is intact; resume with the same command: "
+                       f"`txnadmin downgrade {ctx.info_name}`"), err=True)
     raise typer.Exit(EXIT_INTERRUPTED)
 
 
@@ -94,6 +117,7 @@ def start(
     from ..procedures.downgrade import plan as do_plan, start as do_start
 
     target, admin = open_target(ctx, admin_url, conf, require_named="downgrade start")  # closed when the command ends
+    _suggest(ctx, state)
     try:
         _header(target, output) if not dry_run else None
         with waiting_notice(admin, target.url):  # the plan's calls have no progress display of their own
@@ -117,7 +141,7 @@ def start(
         with bar or contextlib.nullcontext():
             result = _guard(do_start, admin, state, target.url, not no_reload, concurrency, progress=progress)
     except KeyboardInterrupt:
-        _interrupted(state)
+        _interrupted(ctx, state)
     summary = {"target": _target_json(target), "state": str(state), "phase": result["phase"],
                "coordinators": len(result["coordinators"]), "pendingAckStores": len(result["pendingAckStores"]),
                "recordedThisRun": result.get("rerecorded", 0), "reloaded": result.get("reload", True),
@@ -129,7 +153,8 @@ def start(
                    f"{', '.join(summary['brokersChecked'])}")
         typer.echo(f"recorded {summary['recordedThisRun']} log(s) in this run; the checklist {state} covers "
                    f"{summary['coordinators']} coordinator logs and {summary['pendingAckStores']} pending-ack logs")
-        typer.echo("next: txnadmin downgrade wait   (or: status)")
+        typer.echo(_hinted("next: txnadmin downgrade wait"))
+        typer.echo(_hinted("  or: txnadmin downgrade status"))
 
 
 def _render_report(report, output: str, target=None) -> None:
@@ -190,13 +215,15 @@ def status(
     from ..procedures.downgrade import status as do_status
 
     target, admin = open_target(ctx, admin_url, conf, require_named="downgrade status")
+    _suggest(ctx, state)
     if output != "json":
         _header(target, output)
     try:
         # only the checklist's one writer (`start`, `wait`) saves it: status may run beside a wait
         report = _with_progress("checking", admin, do_status, state, concurrency, target=target.url, save=False)
     except KeyboardInterrupt:
-        _interrupted(state)
+        _interrupted(ctx, state)
+    _hint_report(report)
     _render_report(report, output, target)
     raise typer.Exit(EXIT_OK if report.safe else EXIT_FAILURE)
 
@@ -341,6 +368,7 @@ def wait(
     if interval <= 0 or timeout < 0:
         fail("--interval must be > 0 and --timeout >= 0", EXIT_USAGE)
     target, admin = open_target(ctx, admin_url, conf, require_named="downgrade wait")
+    _suggest(ctx, state)
     if output != "json":
         _header(target, output)
     from ..procedures.downgrade import DowngradeError
@@ -364,13 +392,14 @@ def wait(
                              on_retry=view.retry, target=target.url, rerecord_unproven=rerecord,
                              watch_period=_watch_period(), on_rerecord=view.rerecorded)
     except KeyboardInterrupt:
-        _interrupted(state)
+        _interrupted(ctx, state)
     except DowngradeError as exc:
         if getattr(exc, "abandoned", False):
-            _hard_exit(f"error: {exc}", exc.exit_code)
-        fail(str(exc), exc.exit_code)
+            _hard_exit(_hinted(f"error: {exc}"), exc.exit_code)
+        fail(_hinted(str(exc)), exc.exit_code)
     except StateError as exc:
-        fail(str(exc), EXIT_UNREADABLE)
+        fail(_hinted(str(exc)), EXIT_UNREADABLE)
+    _hint_report(report)
     _render_report(report, output, target)
     code = EXIT_OK if report.safe else EXIT_FAILURE
     if report.stop:
@@ -439,6 +468,7 @@ def verify(
     from ..scan import ScanInputError, ScanUsageError
 
     target, admin = open_target(ctx, admin_url, conf, require_named="downgrade verify")
+    _suggest(ctx, state)
     if output != "json":
         _header(target, output)
     try:
@@ -450,14 +480,14 @@ def verify(
     except ScanInputError as exc:
         fail(str(exc), EXIT_UNREADABLE)
     except KeyboardInterrupt:
-        _interrupted(state)
+        _interrupted(ctx, state)
     if output == "json":
         print_json(dict(record, state=str(state)))
     else:
         typer.echo(f"scan ({result.engine}): {result.verdict}, {result.live_batched_entries} batched entries in live "
                    "transaction ledgers")
         for reason in result.reasons[:20]:
-            typer.echo(f"  not proven: {reason}")
+            typer.echo(_hinted(f"  not proven: {reason}"))
         checked = record["liveLedgersChecked"]
         typer.echo(f"recorded in {state}" + (f", the list holding all {checked} live ledgers of the recorded logs"
                                              if checked is not None else ""))
@@ -468,6 +498,8 @@ def verify(
 def reset(state: Path = StateOpt) -> None:
     """Discard the checklist (the flags stay as they are)."""
     from ..procedures.downgrade import reset as do_reset
+
+    _HINTS.set(None)  # it names no target: its messages are not about one
 
     removed = _guard(do_reset, state)
     typer.echo(f"removed {state}" if removed else f"nothing to remove at {state}")

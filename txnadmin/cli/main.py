@@ -17,6 +17,7 @@ from typer.core import TyperGroup, TyperOption
 from typer.exceptions import TyperException
 
 from .. import __version__
+from . import context as context_cli
 from . import doctor as doctor_cli
 from . import downgrade
 from . import engine as engine_cli
@@ -30,13 +31,16 @@ from . import transactions
 from . import upgrade as upgrade_cli
 from ._common import debug_requested
 from ._help import install as install_help
+from ._target import TargetOptionsAfter, pull_target_options, take_late_options
 
 PULSAR_STYLE = ("transactions", "txn")
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for `… | head`
 # Top-level commands in the order operators reach for them; anything not named keeps its place after these.
-ORDER = ("transactions", "downgrade", "upgrade", "scan", "target", "doctor", "rehearse", "serve", "engine", "inspect",
-         "metrics")
+ORDER = ("transactions", "downgrade", "upgrade", "scan", "target", "context", "doctor", "rehearse", "serve", "engine",
+         "inspect", "metrics")
 EXIT_INTERRUPTED = 130
+# Commands taking --context after their name too (their own -u/--conf are declared; `transactions` takes all three)
+CONTEXT_AFTER = ("downgrade", "upgrade", "doctor", "target")
 
 
 def _flag_metavar(display=TyperOption.display_type_rich):
@@ -58,6 +62,12 @@ class GuardedGroup(TyperGroup):
     def list_commands(self, ctx: Any) -> list[str]:
         names = list(super().list_commands(ctx))
         return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), names.index(n)))
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name in CONTEXT_AFTER:
+            rest = pull_target_options(ctx, rest, ("--context",))
+        return name, command, rest
 
     def invoke(self, ctx: Any):
         try:
@@ -131,8 +141,12 @@ def root(
     admin_url: Optional[str] = typer.Option(None, "--admin-url", "-u",
                                             help="http(s)://host:port or local:PATH (an engine directory)."),
     conf: Optional[Path] = typer.Option(None, "--conf", help="Pulsar client.conf (default $PULSAR_CLIENT_CONF)."),
+    context: Optional[str] = typer.Option(None, "--context", help="A named target kept by `txnadmin context add`, "
+                                          "for this command only."),
     auth_plugin: Optional[str] = typer.Option(None, "--auth-plugin", help="e.g. org.apache.pulsar.client.impl.auth.AuthenticationToken"),
     auth_params: Optional[str] = typer.Option(None, "--auth-params", help="e.g. token:XYZ or file:///path/to/token"),
+    token: Optional[str] = typer.Option(None, "--token", help="A bearer token: the same as --auth-plugin "
+                                        "AuthenticationToken --auth-params token:TOKEN."),
     tls_allow_insecure: Optional[bool] = typer.Option(None, "--tls-allow-insecure", help="Accept untrusted TLS certificates."),
     tls_trust_cert_path: Optional[str] = typer.Option(None, "--tls-trust-cert-path", help="CA certificates file."),
     tls_enable_hostname_verification: Optional[bool] = typer.Option(
@@ -148,11 +162,31 @@ def root(
     if request_timeout is not None and not (0 < request_timeout < float("inf")):
         raise typer.BadParameter(f"{request_timeout:g} is not a positive number of seconds",
                                  param_hint="'--request-timeout'")
-    ctx.obj = {"admin_url": admin_url, "conf": conf, "auth_plugin": auth_plugin, "auth_params": auth_params,
+    if token is not None:
+        auth_plugin, auth_params = _token_auth(token, auth_plugin, auth_params)
+    ctx.obj = {"admin_url": admin_url, "conf": conf, "context": context, "auth_plugin": auth_plugin,
+               "auth_params": auth_params,
                "tls": {"tlsAllowInsecureConnection": _bool_text(tls_allow_insecure),
                        "tlsTrustCertsFilePath": tls_trust_cert_path,
                        "tlsEnableHostnameVerification": _bool_text(tls_enable_hostname_verification),
                        "requestTimeout": request_timeout}}
+    take_late_options(ctx)
+
+
+TOKEN_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+
+
+def _token_auth(token: str, plugin: Optional[str], params: Optional[str]) -> tuple[str, str]:
+    """--token is a short way to say the token plugin and its params; with other auth options it is ambiguous."""
+    from ..admin.auth import register_secret
+
+    register_secret(token)
+    if not token.strip():
+        raise typer.BadParameter("the token is empty", param_hint="'--token'")
+    if params is not None or (plugin is not None and plugin.rsplit(".", 1)[-1] != "AuthenticationToken"):
+        raise typer.BadParameter("give either --token or --auth-plugin/--auth-params, not both",
+                                 param_hint="'--token'")
+    return TOKEN_PLUGIN, f"token:{token.strip()}"
 
 
 def _bool_text(value: Optional[bool]) -> Optional[str]:
@@ -166,11 +200,14 @@ app.command("scan")(scan_cli.scan)
 app.command("rehearse")(rehearse_cli.rehearse)
 app.command("serve")(serve_cli.serve)
 app.command("target")(target_cli.target)
+app.add_typer(context_cli.app, name="context")
 app.command("upgrade")(upgrade_cli.upgrade)
 app.command("metrics")(metrics_cli.metrics)
 app.command("doctor")(doctor_cli.doctor)
-app.add_typer(transactions.app, name="transactions")
-app.add_typer(transactions.app, name="txn", hidden=True)
+TRANSACTIONS_HELP = ("Operations on transactions (pulsar-admin transactions). The target options -u/--admin-url, --conf "
+                     "and --context may also come after `transactions` or after its subcommand.")
+app.add_typer(transactions.app, name="transactions", cls=TargetOptionsAfter, help=TRANSACTIONS_HELP)
+app.add_typer(transactions.app, name="txn", hidden=True, cls=TargetOptionsAfter, help=TRANSACTIONS_HELP)
 
 
 def _pulsar_style(argv: list[str]) -> bool:

@@ -14,7 +14,8 @@ from ._common import EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
 def metrics(
     ctx: typer.Context,
     source: str = typer.Argument(..., help="A broker's /metrics URL, a saved exposition file, or local:PATH."),
-    token: Optional[str] = typer.Option(None, "--token", envvar="TXNADMIN_TOKEN", help="Bearer token for the URL."),
+    token: Optional[str] = typer.Option(None, "--token", envvar="TXNADMIN_TOKEN", help="Bearer token for the URL: "
+                                        "the global --token given here (it wins over the global auth options)."),
     config: Optional[Path] = typer.Option(None, "--config", help="broker.conf / engine.conf with the current thresholds."),
     output: str = output_option("table"),
 ) -> None:
@@ -27,6 +28,11 @@ def metrics(
     if output not in ("table", "json"):
         fail(f"--output {output!r}: use table or json", EXIT_USAGE)
     thresholds = _thresholds(config) if config else {}
+    opts = ctx.find_root().obj or {}
+    if token is not None and (opts.get("auth_plugin") or opts.get("auth_params")):
+        source_of = ctx.get_parameter_source("token")
+        if source_of is None or source_of.name != "COMMANDLINE":
+            token = None  # $TXNADMIN_TOKEN yields to auth options given on the command line; metrics --token wins
     try:
         reports = analyze_text(fetch(source, token, _http_get(ctx)), thresholds)
     except MetricsError as exc:
@@ -62,15 +68,22 @@ def _http_get(ctx: typer.Context):
     def get(url: str, token: Optional[str]) -> str:
         import httpx
 
+        from ..admin.auth import auth_from
         from ..admin.http import HttpAdmin
         from ..admin.protocol import AdminError
         from ..metrics import MetricsError
 
-        tls = {k: v for k, v in ((ctx.find_root().obj or {}).get("tls") or {}).items() if v is not None}
+        opts = ctx.find_root().obj or {}
+        tls = {k: v for k, v in (opts.get("tls") or {}).items() if v is not None}
+        origin = url
         try:
             parsed = httpx.URL(url)
             origin = f"{parsed.scheme}://{parsed.netloc.decode()}"
-            with HttpAdmin.with_settings(origin, tls, token=token) as admin:
+            # the global auth options, as every command takes them; a token of its own (--token, a local
+            # engine's server.json, $TXNADMIN_TOKEN) when none is given
+            auth = None if token or not opts.get("auth_plugin") and not opts.get("auth_params") else \
+                auth_from(opts.get("auth_plugin"), opts.get("auth_params"), tls)
+            with HttpAdmin.with_settings(origin, tls, auth=auth, token=None if auth else token) as admin:
                 return admin.text(parsed.raw_path.decode() or "/")
         except httpx.InvalidURL as exc:
             raise MetricsError(f"{url}: not a valid URL ({exc})") from None

@@ -4,28 +4,46 @@ from __future__ import annotations
 
 import typer
 
-from ._common import EXIT_UNREADABLE, fail, print_json
+from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
 from .render import FORMATS, output_option, to_yaml
 
 
 def target(ctx: typer.Context, output: str = output_option("table", FORMATS)) -> None:
-    """Print the target in use and where it came from (flags > env > client.conf > embedded engine). Secrets masked."""
+    """Print the target in use and where it came from (see docs/transactions.md for the precedence). Secrets masked.
+
+    Credentials that cannot be read or used (a client.conf, a token file, a refused plugin) are flagged beside the
+    target, which is still shown, and the command exits 3. Exit 2 for a wrong option (-u "", an unknown --context),
+    3 when no target can be worked out at all.
+    """
     from ..admin.protocol import TargetUnreachableError
-    from ._target import resolve_for
+    from ..admin.target import TargetUsageError, resolve_target
 
-    t = resolve_for(ctx)  # exit 2 for `-u ""` (docs/exit-codes.md), 3 for an unreadable client.conf
+    opts = ctx.find_root().obj or {}
     try:
-        if not t.is_local:
-            from ..admin.auth import auth_from
-
-            auth_from(t.auth_plugin, t.auth_params, t.tls)  # a plugin we would refuse is not shown as in use
+        t = resolve_target(opts.get("admin_url"), opts.get("conf"), opts.get("auth_plugin"), opts.get("auth_params"),
+                           opts.get("tls"), opts.get("context"), lenient=True)
     except TargetUnreachableError as exc:
-        fail(exc.reason, EXIT_UNREADABLE)
+        fail(exc.reason, EXIT_USAGE if isinstance(exc, TargetUsageError) else EXIT_UNREADABLE)
+    from ..admin.auth import mask
+
     info = t.describe()
+    info["named"] = t.named
+    problem = t.unreadable
+    if problem is None and not t.is_local:
+        from ..admin.auth import auth_from
+
+        try:
+            auth_from(t.auth_plugin, t.auth_params, t.tls)  # a plugin we would refuse is not shown as in use
+        except TargetUnreachableError as exc:
+            problem = exc.reason
+    if problem:
+        info["credentials"] = f"UNREADABLE: {problem}"
     if output == "json":
         print_json(info)
     elif output == "yaml":
         typer.echo(to_yaml(info))
     else:
         for key, value in info.items():
-            typer.echo(f"{key}: {value}")
+            typer.echo(mask(f"{key}: {str(value).lower() if isinstance(value, bool) else value}"))
+    if problem:
+        fail(problem, EXIT_UNREADABLE)  # shown, but the target cannot be used as it stands

@@ -30,7 +30,7 @@ SubscriptionName = typer.Option(..., "--subscription-name", "--sub-name", "-s", 
 Most = typer.Option(None, "--most-sig-bits", "-m",
                     help="Most significant bits of the TxnID (the coordinator id); or use --txn-id.")
 Least = typer.Option(None, "--least-sig-bits", "-l", help="Least significant bits of the TxnID; or use --txn-id.")
-TxnIdOpt = typer.Option(None, "--txn-id", help="The TxnID as Pulsar prints it, e.g. \"(1,6)\" (instead of -m/-l).")
+TxnIdOpt = typer.Option(None, "--txn-id", help="The TxnID as Pulsar prints it, (1,6), or as logs do: 1,6, 1:6, TxnID(1,6) (instead of -m/-l).")
 Metadata = typer.Option(False, "--metadata", "-m", help="Include ledger metadata.")
 LowWaterMark = typer.Option(False, "--low-water-mark", "-l", help="Include each coordinator's low water mark.")
 
@@ -56,7 +56,7 @@ def _run(ctx: typer.Context, call: Callable[[Any], Any]) -> Any:
 
     opened = (ctx.obj or {}).get("admin")
     if opened is None:
-        target, opened = open_target(ctx, on_error=_unreachable)
+        target, opened = open_target(ctx, on_error=_unreachable, name_it=True)
         ctx.obj = {"target": target, "admin": opened}
     target, admin = ctx.obj["target"], opened
     try:
@@ -246,8 +246,14 @@ def coordinators_list(ctx: typer.Context, output: Optional[str] = Output,
 @app.command("abort-transaction")
 def abort_transaction(ctx: typer.Context, most: Optional[int] = Most, least: Optional[int] = Least,
                       txn_id: Optional[str] = TxnIdOpt, output: Optional[str] = Output) -> None:
-    """Abort a transaction (and say so: pulsar-admin prints nothing)."""
+    """Abort a transaction (and say so: pulsar-admin prints nothing).
+
+    It changes a cluster, so the target must be named (-u, --conf, --context or the environment), never the
+    current context or the embedded default."""
+    from ._target import resolve_for
+
     txn = _txn_id(most, least, txn_id)
+    resolve_for(ctx, require_named="abort-transaction", on_error=_unreachable)
     _run(ctx, lambda a: a.abort_transaction(txn))
     result = {"txnId": str(txn), "status": "ABORTED"}
     if output in ("json", "yaml"):
@@ -586,24 +592,6 @@ def _abort_account(results: list[dict], where: str) -> None:
         typer.echo(f"NOT aborted ({len(left)}): " + ", ".join(f"{r['txnId']} ({_SAID[r['outcome']]})" for r in left))
 
 
-def _target_flags(ctx: typer.Context) -> str:
-    """The flags that name this target again, so a suggested command acts on the same cluster (never a secret)."""
-    import shlex
-
-    target = _target(ctx)
-    opts = ctx.find_root().obj or {}
-    flags = []
-    if not target.source.startswith("client.conf"):
-        flags += ["-u", target.url]  # named by a flag or the environment, not by the client.conf below
-    if target.conf:
-        flags += ["--conf", target.conf]  # its credentials and TLS settings (from --conf or the environment)
-    if opts.get("auth_plugin"):
-        flags += ["--auth-plugin", opts["auth_plugin"]]
-    if opts.get("auth_params"):
-        flags += ["--auth-params", "<your auth params>"]
-    return " ".join(shlex.quote(f) if not f.startswith("<") else f"'{f}'" for f in flags)
-
-
 @app.command("find-hanging")
 def find_hanging(ctx: typer.Context,
                  max_transaction_timeout: float = typer.Option(15.0, "--max-transaction-timeout",
@@ -626,6 +614,10 @@ def find_hanging(ctx: typer.Context,
 
     if (yes or dry_run) and not abort:
         _fail("--yes and --dry-run go with --abort")
+    if abort:  # aborting changes a cluster: never on a target the operator did not name
+        from ._target import resolve_for
+
+        resolve_for(ctx, require_named="find-hanging --abort", on_error=_unreachable)
     touches = _topic_filter(topic)
 
     def look(admin):
@@ -638,9 +630,8 @@ def find_hanging(ctx: typer.Context,
         return len(every), found
 
     open_count, rows = _run(ctx, look)
-    flags = _target_flags(ctx)
-    for row in rows:
-        row["abortCommand"] = f"txnadmin {flags} transactions abort-transaction --txn-id '{row['txnId']}'"
+    for row in rows:  # pasted, each acts on this target (Target.command: the one way to name it again)
+        row["abortCommand"] = _target(ctx).command("transactions abort-transaction", "--txn-id", row["txnId"])
     where = _target_url(ctx)
     title = f"{len(rows)} hanging of {open_count} open transactions on {where}"
     if not abort:

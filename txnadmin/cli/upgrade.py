@@ -9,7 +9,7 @@ import typer
 
 from .render import output_option
 from ._common import EXIT_FAILURE, EXIT_OK, fail, print_json, waiting_notice
-from ._target import AdminUrl, Conf, open_target
+from ._target import AdminUrl, Conf, hint, open_target
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
 
 
@@ -77,7 +77,7 @@ def upgrade(
         with waiting_notice(admin, target.url):
             result = run(admin, target.url, min_version, not no_reload, thresholds, assume)
     except UpgradeError as exc:
-        fail(str(exc), exc.exit_code)
+        fail(hint(ctx, str(exc)), exc.exit_code)
     if output == "json":
         print_json(dict(result.to_json(), target={"url": target.url, "source": target.source}))
     else:
@@ -90,7 +90,7 @@ def upgrade(
                    f"{on_sub}/{len(result.subscriptions)} pending-ack stores")
         typer.echo("watch next:")
         for item in result.to_json()["watch"]:
-            typer.echo(f"  - {item}")
+            typer.echo(hint(ctx, f"  - {item}"))
         typer.echo("verdict: " + ("enabled everywhere" if result.confirmed else "not confirmed everywhere yet"))
     raise typer.Exit(EXIT_OK if result.confirmed else EXIT_FAILURE)
 
