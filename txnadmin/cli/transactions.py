@@ -234,7 +234,7 @@ def position_stats_in_pending_ack(ctx: typer.Context, topic: str = Topic, subscr
 def coordinators_list(ctx: typer.Context, output: Optional[str] = Output) -> None:
     """List transaction coordinators (`<id>    <brokerServiceUrl>` lines)."""
     result = _run(ctx, lambda a: a.list_coordinators())
-    _print(result, output, lambda v: "\n".join(f"{c['id']}    {c['brokerServiceUrl']}" for c in v),
+    _print(result, output, lambda v: "\n".join(f"{c.get('id', '-')}    {c.get('brokerServiceUrl', '-')}" for c in v),
            title=f"{len(result)} transaction coordinators")
 
 
@@ -357,7 +357,8 @@ def _txn_table(rows: list[dict], title: str) -> None:
         table.add_row(r["txnId"], r["status"] or "", human_value("openTimestamp", r.get("openTimestamp")).split(" (")[0].removesuffix(" UTC"),
                       age(r["ageMs"]), r.get("owner") or "-",
                       "-" if not timeout else human_value("timeoutAt", timeout) if timeout > 10**12 else age(timeout),
-                      str(partitions), "; ".join(r.get("reasons", [])) or "-")
+                      str(partitions), "; ".join([*r.get("reasons", []), *([r["note"]] if r.get("note") else [])])
+                      or "-")
     Console().print(table)
 
 
@@ -453,7 +454,8 @@ def find_hanging(ctx: typer.Context,
     open_count, rows = _run(ctx, look)
     flags = _target_flags(ctx)
     for row in rows:
-        row["abortCommand"] = f"txnadmin {flags} transactions abort-transaction --txn-id '{row['txnId']}'"
+        if row["coordinatorId"] is not None:  # an odd key (see its note) names nothing abort-transaction takes
+            row["abortCommand"] = f"txnadmin {flags} transactions abort-transaction --txn-id '{row['txnId']}'"
     where = _target_url(ctx)
     title = f"{len(rows)} hanging of {open_count} open transactions on {where}"
     if not abort:
@@ -481,6 +483,9 @@ def find_hanging(ctx: typer.Context,
 
     def abort_all(admin):
         for row in rows:
+            if row["coordinatorId"] is None:
+                results.append({"txnId": row["txnId"], "status": "FAILED", "reason": row["note"]})
+                continue
             try:
                 admin.abort_transaction(TxnId.parse(row["txnId"]))
                 results.append({"txnId": row["txnId"], "status": "ABORTED"})
@@ -503,4 +508,4 @@ def _abort_hints(rows: list[dict]) -> None:
     if rows:
         typer.echo("to abort them all: add --abort (it shows the plan first); one by one:")
         for row in rows:
-            typer.echo(f"  {row['abortCommand']}")
+            typer.echo(f"  {row['abortCommand']}" if row["abortCommand"] else f"  {row['txnId']}: {row['note']}")
