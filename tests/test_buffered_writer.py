@@ -9,7 +9,6 @@ from prometheus_client import CollectorRegistry
 
 from txnadmin.codec import TransactionMetadataEntry, TxnOp, decode_entry
 from txnadmin.engine.buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition, WriterClosedError
-from txnadmin.engine.config import ConfigError
 from txnadmin.engine.managed_ledger import ManagedLedgerFactory
 from txnadmin.engine.position import Position
 from txnadmin.engine.storage import LedgerStorage
@@ -157,15 +156,27 @@ def test_runtime_toggle_applies_to_the_next_record(ledger):
     writer.close()
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("max_records", 9, "'transactionLogBatchedWriteMaxRecords' value must be greater than or equal to 10"),
-    ("max_size", 131071, "'transactionLogBatchedWriteMaxSize' value must be greater than or equal to 131072"),
-    ("max_delay_ms", 0, "'transactionLogBatchedWriteMaxDelayInMillis' value must be greater than or equal to 1"),
-])
-def test_validation_only_when_enabled(field, value, message):
-    with pytest.raises(ConfigError, match=message):
-        BufferedWriterConfig(enabled=True, **{field: value}).validate()
-    BufferedWriterConfig(enabled=False, **{field: value}).validate()
+@pytest.mark.parametrize("max_records", [1, 0, -3])
+def test_max_records_of_one_or_less_is_accepted_and_writes_unbatched(ledger, max_records):
+    """TxnLogBufferedWriter: batching is on only when enabled with max records above 1; no threshold is refused
+    (the minimum of 10 is the broker's startup check on broker.conf, config.check_batched_write)."""
+    writer, metrics = make_writer(ledger, max_records=max_records, max_size=1, max_delay_ms=0)
+    positions = [writer.add_sync(record(i)) for i in range(3)]
+    assert [p.batch_size for p in positions] == [1, 1, 1]
+    assert all(not decode_entry(ledger.read_entry(p.position)).batched for p in positions)
+    assert sum(metrics.flush_counts().values()) == 0
+    writer.close()
+
+
+def test_thresholds_below_the_startup_minimum_still_batch(ledger):
+    writer, metrics = make_writer(ledger, max_records=3, max_size=131072)
+    done = Collector(6)
+    for i in range(6):
+        writer.add(record(i), done.cb(i))
+    results = sorted(done.wait())
+    assert [pos.batch_size for _, pos, _ in results] == [3] * 6
+    assert metrics.flush_counts()["max_records"] == 2
+    writer.close()
 
 
 def test_close_fails_buffered_and_later_records(ledger):

@@ -79,16 +79,18 @@ def test_there_is_one_config_error_class():
 
 
 @pytest.mark.parametrize("component, key", [("tc", "transactionLogBatchedWriteMaxRecords"),
-                                            ("pendingack", "transactionPendingAckBatchedWriteMaxRecords")])
-def test_the_writers_of_each_log_name_their_own_key(component, key):
+                                            ("pending-ack", "transactionPendingAckBatchedWriteMaxRecords")])
+def test_the_startup_check_names_each_log_s_key_and_the_writers_refuse_nothing(component, key):
+    """The minimum is the broker's startup check (per key); TxnLogBufferedWriter itself batches with 3 records."""
     from txnadmin.engine.engine import writer_config
 
     bad = EngineConfig()
-    for prefix in ("transactionLogBatchedWrite", "transactionPendingAckBatchedWrite"):
-        bad.set(prefix + "Enabled", "true")
-        bad.set(prefix + "MaxRecords", "3")
+    prefix = "transactionLogBatchedWrite" if component == "tc" else "transactionPendingAckBatchedWrite"
+    bad.set(prefix + "Enabled", "true")
+    bad.set(prefix + "MaxRecords", "3")
     with pytest.raises(ConfigError, match=f"'{key}' value must be greater than or equal to 10"):
-        writer_config(bad, component).validate()
+        bad.validate()
+    assert writer_config(bad, component).batching
 
 
 def test_validate_names_each_bad_key():

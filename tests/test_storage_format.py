@@ -134,3 +134,25 @@ def test_a_damaged_tail_never_scans_as_data(tmp_path_factory, records, cut, flip
     whole = [i for i in range(len(encoded)) if ends[i + 1] <= damaged_at]
     assert [(loc.ledger_id, loc.entry_id) for loc in scan.records] == [records[i][:2] for i in whole]
     assert scan.end == ends[len(whole)]
+
+
+def test_a_ledgers_map_with_a_negative_count_is_its_documented_error():
+    """count -2 with the size that matches it (-12) stepped back before the record: struct.error, not ValueError."""
+    record = struct.pack(">iqqi", -12, entrylog.LEDGERS_MAP_LEDGER_ID, entrylog.LEDGERS_MAP_ENTRY_ID, -2)
+    try:
+        entrylog.decode_ledgers_map(record + b"\0" * 64)
+    except ValueError as exc:
+        assert "negative ledger count -2" in str(exc)
+    else:
+        raise AssertionError("a negative count was read as a map")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2**31, 2**31 - 1), st.integers(-3, 3)), max_size=4), st.binary(max_size=64))
+def test_any_ledgers_map_bytes_decode_or_raise_value_error(heads, tail):
+    data = b"".join(struct.pack(">iqqi", size, entrylog.LEDGERS_MAP_LEDGER_ID, entrylog.LEDGERS_MAP_ENTRY_ID, count)
+                    for size, count in heads) + tail
+    try:
+        entrylog.decode_ledgers_map(data)
+    except ValueError:
+        pass  # the documented error: anything else (struct.error, a hang) fails the test

@@ -34,7 +34,10 @@ def test_upgrade_enables_and_confirms(tmp_path):
 
     stored = read_dynamic(d)
     key = "transactionLogBatchedWriteMaxRecords"
-    assert stored[key] == "100" == out["thresholds"][key]
+    # not dynamic in Pulsar (only the two switches are): refused, and the upgrade says where to set it instead
+    assert key not in stored and key not in out["thresholds"]
+    assert any(w.startswith(f"{key}: Can't update non-dynamic configuration") and "broker.conf" in w
+               for w in out["warnings"]), out["warnings"]
     assert stored["transactionLogBatchedWriteEnabled"] == stored["transactionPendingAckBatchedWriteEnabled"] == "true"
 
 

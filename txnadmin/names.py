@@ -132,10 +132,30 @@ def decode_subscription(text: str) -> str:
 def pending_ack_topic(topic: str, subscription: str, encoded: bool = False) -> str:
     """``<topic>-<sub>__transaction_pending_ack``, the store of a transactional subscription.
 
-    ``topic`` is the partition for partitioned topics. Pulsar up to 4.x appends the subscription as it is; Pulsar 5.0
-    (PR #25727, also in 4.2) URL-encodes it first (``encoded``), so a subscription holding ``/`` names a valid topic.
+    ``topic`` is the partition for partitioned topics. Pulsar before the fix appends the subscription as it is; with
+    it (:func:`encodes_pending_ack_subscription`) the subscription is URL-encoded first (``encoded``), so a
+    subscription holding ``/`` names a valid topic.
     """
     return f"{topic}-{encode_subscription(subscription) if encoded else subscription}{PENDING_ACK_SUFFIX}"
+
+
+def encodes_pending_ack_subscription(version: str) -> bool:
+    """Does a broker of ``version`` URL-encode the subscription in its pending-ack store names?
+
+    PR #25727 is in 5.0.0 and its cherry-pick #25728 in 4.2.2 (the release notes of 4.2.2 list it; those of 4.0.x and
+    4.1.x do not). An unreadable version reads as unencoded, as every release before the fix.
+    """
+    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    if not found:
+        return False
+    major, minor, patch = (int(part or 0) for part in found.groups())
+    return major >= 5 or (major, minor) == (4, 2) and patch >= 2 or (major == 4 and minor > 2)
+
+
+def subscription_fits_store_name(subscription: str, encoded: bool) -> bool:
+    """Before the fix a ``/`` in the subscription adds path segments to the store's topic name, which Pulsar's
+    ``TopicName`` then refuses: that subscription cannot open its pending-ack store."""
+    return encoded or "/" not in subscription
 
 
 def is_pending_ack_store(name: str) -> bool:

@@ -18,7 +18,8 @@ from urllib.parse import parse_qs
 import pytest
 
 from txnadmin.admin.endpoints import (CONFIG, COORDINATOR_INTERNAL_STATS, COORDINATORS, DERIVED, ENDPOINTS,
-                                      PENDING_ACK_INTERNAL_STATS, STRINGS, VERSION_TEXT, Endpoint, Query)
+                                      INTERNAL_CONFIGURATION, PENDING_ACK_INTERNAL_STATS, SLOW_TRANSACTIONS, STRINGS,
+                                      TOPIC_INTERNAL_STATS, VERSION_TEXT, Endpoint, Query)
 from txnadmin.admin.http import HttpAdmin
 from txnadmin.admin.local import LocalAdmin
 from txnadmin.admin.protocol import TransactionsAdmin, TxnId
@@ -143,12 +144,15 @@ ANSWERS = [  # (shape, an answer of that shape)
     (VERSION_TEXT, {"broker:8080": "4.0.1"}),
     (dict, {"state": "Ready", "ongoingTxnSize": 1}),
     (str, "Prefix"),  # subscriptionAuthMode: a bare JSON string
+    (SLOW_TRANSACTIONS, {"(0,1)": {"txnId": "(0,1)", "status": "OPEN", "producedPartitions": {}}}),
+    (INTERNAL_CONFIGURATION, {"metadataStoreUrl": "zk:zk-1:2181"}),
+    (TOPIC_INTERNAL_STATS, {"lastConfirmedEntry": "3:4"}),
 ]
 
 
 def answer(row) -> object:
-    if row.shape is None:  # unchecked replies: the writes answer nothing, the two reads an object
-        return None if row.method != "GET" else {"lastConfirmedEntry": "3:4"}
+    if row.shape is None:  # unchecked replies: the writes, which answer nothing
+        return None
     return next(value for shape, value in ANSWERS if shape == row.shape)
 
 

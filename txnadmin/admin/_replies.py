@@ -6,8 +6,10 @@ a crash. Error statuses become the protocol's errors with Pulsar's reason, secre
 (:func:`txnadmin.admin.auth.mask`).
 
 A shape is a type (dict, list, str, int), ``("list", item shape, non-empty?)``, ``("obj", {key: shape})`` for an
-object that must hold those keys, or ``"config"`` for a broker configuration map. Only what txnadmin reads is
-required; extra fields are Pulsar's business.
+object that must hold those keys, ``("opt", {key: shape})`` for an object whose keys, when present, have those shapes, ``("map", value shape)`` for an
+object of any keys whose values all have one shape
+(Pulsar's spec leaves every field optional: a display command prints what came), or ``"config"`` for a broker
+configuration map. Only what txnadmin reads is required; extra fields are Pulsar's business.
 """
 
 from __future__ import annotations
@@ -92,6 +94,12 @@ def check(value: Any, shape: Any, where: str) -> None:
         for i, element in enumerate(value):
             check(element, item, f"{where}[{i}]")
         return
+    if isinstance(shape, tuple) and shape[0] == "map":
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected an object, got {_kind(value)}")
+        for key, element in value.items():
+            check(element, shape[1], f"{where}[{key!r}]")
+        return
     if shape == "config":  # a broker configuration map: names to plain values, never nested objects
         if not isinstance(value, dict):
             raise ValueError(f"{where}: expected an object of settings, got {_kind(value)}")
@@ -99,13 +107,14 @@ def check(value: Any, shape: Any, where: str) -> None:
             if isinstance(setting, (dict, list)):
                 raise ValueError(f"{where}.{key}: expected a plain setting value, got {_kind(setting)}")
         return
-    if isinstance(shape, tuple) and shape[0] == "obj":
+    if isinstance(shape, tuple) and shape[0] in ("obj", "opt"):
         if not isinstance(value, dict):
             raise ValueError(f"{where}: expected an object, got {_kind(value)}")
         for key, sub in shape[1].items():
-            if key not in value:
+            if key in value:
+                check(value[key], sub, f"{where}.{key}")
+            elif shape[0] == "obj":
                 raise ValueError(f"{where}: no {key!r} field")
-            check(value[key], sub, f"{where}.{key}")
         return
     if shape is int:
         if isinstance(value, bool) or not isinstance(value, int):

@@ -20,6 +20,7 @@ from typing import Optional
 from .._fs import atomic_write_text
 from ..names import coordinator_assign_partition
 from .cluster import ClusterView, PendingAckStore, flag_is_on
+from .endpoints import coordinator_ids, log_stats
 from .protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, NotFoundError, TransactionsAdmin
 
 DERIVATION = ("derived: a store batches when the flag was on at its last open; it counts as reopened since "
@@ -58,7 +59,7 @@ def reload_units(admin: TransactionsAdmin, component: str, concurrency: int = 16
     A store whose topic is no longer listed has nothing to unload (it reopens with its topic, if that comes back).
     """
     if component == "tc":
-        return [coordinator_assign_partition(c["id"]) for c in admin.list_coordinators()]
+        return [coordinator_assign_partition(i) for i in coordinator_ids(admin.list_coordinators())]
     stores = ClusterView(admin).pending_ack_stores(concurrency).values()
     return sorted({s.topic for s in stores if s.origin_listed})
 
@@ -99,7 +100,7 @@ def _store_batching(ml: dict, change: Optional[dict], flag_now: bool) -> tuple[b
 
 def tc_batch_log_stat(admin: TransactionsAdmin, target: str, concurrency: int = 16) -> dict:
     flag_now = _flag_value(admin, TC_BATCH_FLAG)
-    ids = sorted(int(c["id"]) for c in admin.list_coordinators())
+    ids = coordinator_ids(admin.list_coordinators())
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         internals = dict(zip(ids, pool.map(admin.coordinator_internal_stats, ids), strict=True))
     return tc_batch_log_from(flag_now, recorded_change(target, TC_BATCH_FLAG), internals)
@@ -107,8 +108,8 @@ def tc_batch_log_stat(admin: TransactionsAdmin, target: str, concurrency: int = 
 
 def tc_batch_log_from(flag_now: bool, change: Optional[dict], internals: dict[int, dict]) -> dict:
     """The coordinators' batch-log stat from their internal stats (coordinator id → coordinatorInternalStats)."""
-    rows = [(str(tc_id), *_store_batching(internals[tc_id]["transactionLogStats"]["managedLedgerInternalStats"],
-                                          change, flag_now))
+    rows = [(str(tc_id), *_store_batching(log_stats(internals[tc_id], "transactionLogStats", f"coordinator {tc_id}'s "
+                                                    "internal stats")["managedLedgerInternalStats"], change, flag_now))
             for tc_id in sorted(internals)]
     return {"txnTcBatchLogEnabled": flag_now, "coodinatorArray": [{tc: batching} for tc, batching, _ in rows],
             "reopenedSinceChange": {tc: reopened for tc, _, reopened in rows},
@@ -137,7 +138,8 @@ def pending_ack_batch_log_from(flag_now: bool, change: Optional[dict],
     for store, stats in sorted(internals, key=lambda pair: pair[0].name):
         if stats is None:
             continue
-        batching, reopened = _store_batching(stats["pendingAckLogStats"]["managedLedgerInternalStats"], change, flag_now)
+        ml = log_stats(stats, "pendingAckLogStats", f"{store.name}'s internal stats")["managedLedgerInternalStats"]
+        batching, reopened = _store_batching(ml, change, flag_now)
         rows.append({"topic": store.topic, "subscription": store.subscription, "batchLogEnabled": batching,
                      "reopenedSinceChange": reopened})
     return {"txnPendingAckBatchLogEnabled": flag_now, "subscriptionArray": rows, "lastChange": change,

@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 from urllib.parse import quote
 
 from ..names import normalize_topic
-from .protocol import AdminError, TransactionsAdmin, TxnId
+from .protocol import AdminError, BadReplyError, TransactionsAdmin, TxnId
 
 V3 = "/admin/v3/transactions"
 V2 = "/admin/v2"
@@ -42,10 +42,29 @@ V2 = "/admin/v2"
 CONFIG = "config"  # a broker configuration map: names to plain values
 VERSION_TEXT = "version text"  # not JSON: the bare version string /brokers/version sends
 STRINGS = ("list", str, False)
-_LEDGERS = ("obj", {"managedLedgerInternalStats": ("obj", {"ledgers": ("list", ("obj", {"ledgerId": int}), True)})})
-COORDINATORS = ("list", ("obj", {"id": int, "brokerServiceUrl": str}), False)
-COORDINATOR_INTERNAL_STATS = ("obj", {"transactionLogStats": _LEDGERS})
-PENDING_ACK_INTERNAL_STATS = ("obj", {"pendingAckLogStats": _LEDGERS})
+# What a display command accepts: Pulsar's spec (tests/contract/swaggertransactions.json) makes every field optional,
+# so these check the types of the fields that came, and `coordinators-list` or the internal stats print the rest.
+_LEDGER_INFO = ("opt", {"ledgerId": int, "entries": int, "size": int})
+_ML_STATS = ("opt", {"ledgers": ("list", _LEDGER_INFO, False), "cursors": dict, "lastConfirmedEntry": str,
+                     "lastLedgerCreatedTimestamp": str})
+_LOG_STATS = ("opt", {"managedLedgerName": str, "managedLedgerInternalStats": _ML_STATS})
+COORDINATORS = ("list", ("opt", {"id": int, "brokerServiceUrl": str}), False)
+COORDINATOR_INTERNAL_STATS = ("opt", {"transactionLogStats": _LOG_STATS})
+PENDING_ACK_INTERNAL_STATS = ("opt", {"pendingAckLogStats": _LOG_STATS})
+TRANSACTION_METADATA = ("opt", {"txnId": str, "status": str, "openTimestamp": int, "timeoutAt": int, "owner": str,
+                                "producedPartitions": ("map", dict), "ackedPartitions": ("map", ("map", dict))})
+SLOW_TRANSACTIONS = ("map", TRANSACTION_METADATA)  # keyed `(m,l)` by Pulsar; the spec allows any key
+# Outside the transactions spec: the cluster's identity, and a topic's managed-ledger stats (doctor's evidence).
+INTERNAL_CONFIGURATION = ("opt", {"metadataStoreUrl": str, "configurationMetadataStoreUrl": str,
+                                  "bookkeeperMetadataServiceUri": str})
+TOPIC_INTERNAL_STATS = _ML_STATS
+
+# What a judging command needs (downgrade, doctor, find-hanging, the batch-log stats): checked by `judged`, which
+# names the missing field, where a display command would have printed the reply as it came.
+JUDGED_COORDINATORS = ("list", ("obj", {"id": int}), False)
+JUDGED_LOG: tuple = ("obj", {"managedLedgerInternalStats": ("obj", {})})  # its ledgers' creation time is optional
+JUDGED_LEDGERS = ("obj", {"managedLedgerInternalStats": ("obj", {"ledgers": ("list", ("obj", {"ledgerId": int}),
+                                                                              True)})})
 
 # -- path variables: Pulsar's template pieces and the protocol argument each one carries ---------------------------
 TOPIC, NAMESPACE, TXN, LONG, NAME = "topic", "namespace", "txn", "long", "name"  # how the argument is written
@@ -63,6 +82,30 @@ PATH_VARIABLES: dict[str, tuple[str, str]] = {  # longest first: a template is m
     "{configValue}": ("value", NAME),
     "{cluster}": ("cluster", NAME),
 }
+
+
+def judged(reply: Any, shape: Any, what: str) -> Any:
+    """``reply`` when it holds what a judgment needs (a ``*JUDGED*`` shape); else BadReplyError naming the field.
+
+    Display commands print a reply the spec allows however few fields it has; a verdict cannot rest on a field
+    that did not come, so the command that judges says which one it missed."""
+    from ._replies import check  # not at import: it loads httpx, which a local target never needs
+
+    try:
+        check(reply, shape, what)
+    except ValueError as exc:
+        raise BadReplyError(f"{exc}: needed to judge, and the target did not send it") from None
+    return reply
+
+
+def coordinator_ids(coordinators: Any) -> list[int]:
+    """The ids of a coordinators listing, sorted, for a command that goes on to judge each coordinator."""
+    return sorted(int(c["id"]) for c in judged(coordinators, JUDGED_COORDINATORS, "coordinators"))
+
+
+def log_stats(internal: Any, key: str, what: str, shape: Any = JUDGED_LOG) -> dict:
+    """``internal[key]`` (``transactionLogStats`` or ``pendingAckLogStats``) checked against a judged shape."""
+    return judged(internal, ("obj", {key: shape}), what)[key]
 
 
 def topic_path(topic: str) -> str:
@@ -207,7 +250,7 @@ ENDPOINTS: dict[str, Endpoint] = _rows(
              f"{V3}/transactionInPendingAckStats/{_TOPIC}/{{subName}}/{{mostSigBits}}/{{leastSigBits}}", shape=dict),
     Endpoint("transaction_metadata", "GET", f"{V3}/transactionMetadata/{{mostSigBits}}/{{leastSigBits}}", shape=dict),
     Endpoint("slow_transactions", "GET", f"{V3}/slowTransactions/{{timeout}}",
-             query=(Query("coordinatorId", "coordinator_id"),), shape=dict),
+             query=(Query("coordinatorId", "coordinator_id"),), shape=SLOW_TRANSACTIONS),
     Endpoint("scale_coordinators", "POST", f"{V3}/transactionCoordinator/replicas", body="replicas"),
     Endpoint("position_stats_in_pending_ack", "GET",
              f"{V3}/positionStatsInPendingAck/{_TOPIC}/{{subName}}/{{ledgerId}}/{{entryId}}",
@@ -230,9 +273,9 @@ ENDPOINTS: dict[str, Endpoint] = _rows(
     # -- cluster identity and brokers ------------------------------------------------------------------------------
     Endpoint("list_clusters", "GET", f"{V2}/clusters", shape=STRINGS),
     Endpoint("active_brokers", "GET", f"{V2}/brokers/{{cluster}}", shape=STRINGS),
-    Endpoint("internal_configuration", "GET", f"{V2}/brokers/internal-configuration"),
+    Endpoint("internal_configuration", "GET", f"{V2}/brokers/internal-configuration", shape=INTERNAL_CONFIGURATION),
     # -- what `txnadmin doctor` reads besides the above ------------------------------------------------------------
-    Endpoint("topic_internal_stats", "GET", f"{V2}/persistent/{_TOPIC}/internalStats"),
+    Endpoint("topic_internal_stats", "GET", f"{V2}/persistent/{_TOPIC}/internalStats", shape=TOPIC_INTERNAL_STATS),
     Endpoint("topic_stats", "GET", f"{V2}/persistent/{_TOPIC}/stats", shape=dict),
     Endpoint("namespace_permissions", "GET", f"{V2}/namespaces/{{tenant}}/{{namespace}}/permissions", shape=dict),
     Endpoint("topic_permissions", "GET", f"{V2}/persistent/{_TOPIC}/permissions", shape=dict),

@@ -7,6 +7,7 @@ from typing import Optional
 
 from ..names import namespace_of
 from .cluster import ClusterView
+from .endpoints import coordinator_ids
 from .protocol import AdminError, BadReplyError, NotFoundError, TargetUnreachableError, TransactionsAdmin, TxnId
 
 
@@ -17,13 +18,28 @@ def open_transactions(admin: TransactionsAdmin, coordinator_id: Optional[int] = 
     txns = admin.slow_transactions(0, coordinator_id)
     rows = []
     for txn_id, meta in txns.items():
-        rows.append({"txnId": txn_id, "coordinatorId": TxnId.parse(txn_id).most_bits, "status": meta.get("status"),
-                     "openTimestamp": meta.get("openTimestamp"), "ageMs": now - int(meta.get("openTimestamp", now)),
-                     "timeoutMs": meta.get("timeoutAt"), "owner": meta.get("owner"),
-                     "producedPartitions": sorted(meta.get("producedPartitions", {})),
-                     "ackedPartitions": sorted(f"{t}/{s}" for t, subs in meta.get("ackedPartitions", {}).items()
-                                               for s in subs)})
+        row = {"txnId": txn_id, "coordinatorId": _coordinator_of(txn_id), "status": meta.get("status"),
+               "openTimestamp": meta.get("openTimestamp"), "ageMs": now - int(meta.get("openTimestamp", now)),
+               "timeoutMs": meta.get("timeoutAt"), "owner": meta.get("owner"),
+               "producedPartitions": sorted(meta.get("producedPartitions", {})),
+               "ackedPartitions": sorted(f"{t}/{s}" for t, subs in meta.get("ackedPartitions", {}).items()
+                                         for s in subs)}
+        if row["coordinatorId"] is None:
+            row["note"] = ODD_KEY_NOTE
+        rows.append(row)
     return sorted(rows, key=lambda r: (r["openTimestamp"] or 0, r["txnId"]))
+
+
+# The spec types slowTransactions' keys as any string; Pulsar writes `(m,l)`, and an entry keyed otherwise is shown.
+ODD_KEY_NOTE = "its key is not a transaction id (m,l): shown as the broker sent it, and it cannot be aborted by it"
+
+
+def _coordinator_of(txn_id: str) -> Optional[int]:
+    """The coordinator a `(m,l)` key names; None for a key of any other form."""
+    try:
+        return TxnId.parse(txn_id).most_bits
+    except ValueError:
+        return None
 
 
 def open_transactions_by_coordinator(admin: TransactionsAdmin, coordinator_id: Optional[int] = None,
@@ -41,7 +57,7 @@ def open_transactions_by_coordinator(admin: TransactionsAdmin, coordinator_id: O
         if coordinator_id is not None or exc.status in (401, 403):
             raise
         first = exc
-    ids = sorted(int(c["id"]) for c in admin.list_coordinators())
+    ids = coordinator_ids(admin.list_coordinators())
     rows: list[dict] = []
     unreadable: dict[int, str] = {}
     for tc_id in ids:
@@ -84,7 +100,8 @@ def find_hanging(admin: TransactionsAdmin, max_transaction_timeout_minutes: floa
         if gone:
             reasons.append("partitions no longer exist: " + ", ".join(gone))
         if reasons:
+            odd = row["coordinatorId"] is None
             out.append({**row, "reasons": reasons,
-                        "abortCommand": f"txnadmin transactions abort-transaction -m {row['coordinatorId']} "
-                                        f"-l {row['txnId'].strip('()').split(',')[1]}"})
+                        "abortCommand": None if odd else f"txnadmin transactions abort-transaction -m "
+                                        f"{row['coordinatorId']} -l {row['txnId'].strip('()').split(',')[1]}"})
     return out

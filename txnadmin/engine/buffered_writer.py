@@ -18,7 +18,6 @@ from typing import Callable, Optional, Protocol
 
 from ..codec import encode_batched_serialized
 from .completion import Completion
-from .config import check_batched_write
 from .position import Position
 from .writer_metrics import BufferedWriterMetrics
 
@@ -45,9 +44,10 @@ class BufferedWriterConfig:
     max_delay_ms: float = 1.0
     key_prefix: str = "transactionLogBatchedWrite"
 
-    def validate(self) -> None:
-        """The engine configuration's own rule (config.check_batched_write), naming this writer's keys."""
-        check_batched_write(self.key_prefix, self.enabled, self.max_records, self.max_size, self.max_delay_ms)
+    @property
+    def batching(self) -> bool:
+        """TxnLogBufferedWriter batches only when enabled with max records above 1; it refuses no threshold."""
+        return self.enabled and self.max_records > 1
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,6 @@ class BufferedWriter:
 
     def __init__(self, ledger: Appender, config: BufferedWriterConfig, metrics: BufferedWriterMetrics | None = None,
                  name: str = ""):
-        config.validate()
         self.ledger = ledger
         self.config = config
         self.metrics = metrics
@@ -166,9 +165,8 @@ class BufferedWriter:
         return done.result(timeout, f"{self.name}: write")
 
     def update_config(self, config: BufferedWriterConfig) -> None:
-        config.validate()
         with self._cond:
-            if self._buffer and not config.enabled:
+            if self._buffer and not config.batching:
                 self._flush("max_delay")
             self.config = config
             if self._buffer:
@@ -184,7 +182,7 @@ class BufferedWriter:
     # -- under the lock ------------------------------------------------------------------------
     def _add(self, record: bytes, callback: Callback) -> None:
         config = self.config
-        if not config.enabled:
+        if not config.batching:
             self._write_plain(record, callback)
             return
         if len(record) >= config.max_size:

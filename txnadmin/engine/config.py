@@ -25,8 +25,9 @@ class ConfigError(ValueError):
     The engine's only configuration error: the buffered writer raises it too, so every caller catches one class."""
 
 
-# Pulsar's TransactionBatchedWriteValidator: the lowest threshold each batched writer accepts, checked only while
-# that writer's batching is on (a disabled writer never reads its thresholds).
+# Pulsar's TransactionBatchedWriteValidator: the lowest thresholds broker.conf may set, checked as the broker starts
+# and only while that writer's batching is on there. Neither a later dynamic-config switch nor the writer itself
+# checks them (TxnLogBufferedWriter only turns batching off for max records <= 1): docs/engine.md cites both.
 BATCHED_WRITE_PREFIXES = ("transactionLogBatchedWrite", "transactionPendingAckBatchedWrite")
 BATCHED_WRITE_MINIMUMS = (("MaxRecords", 10), ("MaxSize", 131072), ("MaxDelayInMillis", 1))
 
@@ -86,15 +87,10 @@ class EngineConfig:
     engineTransactionBufferSegmentCacheSize: int = 4  # sealed segments kept in memory per topic (on-demand loading)
     engineTransactionBufferSharedSnapshotReader: bool = True  # one snapshot-log reader per namespace, not one per topic
 
+    # Pulsar's ServiceConfiguration marks only the two switches dynamic; the thresholds are read from broker.conf.
     DYNAMIC_KEYS = (
         "transactionLogBatchedWriteEnabled",
         "transactionPendingAckBatchedWriteEnabled",
-        "transactionLogBatchedWriteMaxRecords",
-        "transactionLogBatchedWriteMaxSize",
-        "transactionLogBatchedWriteMaxDelayInMillis",
-        "transactionPendingAckBatchedWriteMaxRecords",
-        "transactionPendingAckBatchedWriteMaxSize",
-        "transactionPendingAckBatchedWriteMaxDelayInMillis",
     )
 
     # -- loading and saving ---------------------------------------------------------------------
@@ -151,6 +147,10 @@ class EngineConfig:
                     config.set(key.strip(), value.strip())
                 except ConfigError as exc:
                     raise ConfigError(f"{path}:{number}: {exc}") from None
+            try:  # the broker's startup check, on the file alone: dynamic overrides come after it
+                config.validate()
+            except ConfigError as exc:
+                raise ConfigError(f"{path}: {exc}") from None
         config.apply_dynamic(read_dynamic(directory))
         return config
 
@@ -234,12 +234,11 @@ def update_dynamic(directory: Path, name: str, value: str | None) -> dict[str, s
     if value is None:
         values.pop(name, None)
     else:
-        probe = EngineConfig.load(directory)
-        probe.set(name, value)
-        probe.apply_dynamic(values)
-        probe.set(name, value)
+        # Only the value's type is checked, as Pulsar's dynamic update does: turning batching on later is accepted
+        # whatever the thresholds (the startup check saw batching off), and the writer copes with any of them.
+        probe = EngineConfig()
         try:
-            probe.validate()
+            probe.set(name, value)
         except ConfigError as exc:  # worded as Pulsar's 412 answer to POST /brokers/configuration
             raise ConfigError(f" Invalid dynamic-config value: {exc}") from None
         values[name] = _render(getattr(probe, name))

@@ -16,7 +16,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from typing import Callable
 
-from ..names import normalize_topic, pending_ack_topic
+from ..names import (
+    encodes_pending_ack_subscription, normalize_topic, pending_ack_topic, subscription_fits_store_name,
+)
 from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig, read_dynamic
 from .coordinator import (
@@ -178,7 +180,9 @@ class Engine:
         for key in self.storage.meta_list(META_PENDING_ACK):
             if (raw := self.storage.meta_get(key)) is not None:
                 info = json.loads(raw)
-                if not self._viewing(self._open_store, info["topic"], info["subscription"]):
+                # recorded under a version that named it, and unnameable under the one claimed now: left unloaded
+                if not subscription_fits_store_name(info["subscription"], self.encodes_subscription) or \
+                        not self._viewing(self._open_store, info["topic"], info["subscription"]):
                     self.unopened_stores.add((info["topic"], info["subscription"]))
         self._save_opens()  # before any component takes a write (the constructor has not returned yet)
         if not self.read_only:
@@ -277,10 +281,24 @@ class Engine:
                 cache_segments=config.engineTransactionBufferSegmentCacheSize)
         return SingleSnapshotProcessor(topic, self.snapshots, self.clock_ms)
 
+    @property
+    def encodes_subscription(self) -> bool:
+        """Whether the claimed broker version URL-encodes subscriptions in pending-ack store names (#25727)."""
+        return encodes_pending_ack_subscription(self.config.engineBrokerVersion)
+
+    def store_topic(self, topic: str, subscription: str) -> str:
+        """The pending-ack store's topic name, as the claimed broker version gives it."""
+        return pending_ack_topic(topic, subscription, self.encodes_subscription)
+
     def _open_store(self, topic: str, subscription: str) -> PendingAckStore:
+        if not subscription_fits_store_name(subscription, self.encodes_subscription):
+            # Pulsar's TopicName refuses the name (its extra segments read as a v1 name): the store never opens
+            raise EngineError(f"Invalid topic name: {pending_ack_topic(topic, subscription)} (before PR #25727, in "
+                              f"4.2.2 and 5.0.0, a subscription holding '/' cannot open its pending-ack store; this "
+                              f"engine claims {self.config.engineBrokerVersion})")
         wc = writer_config(self.config, "pending-ack")
         store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
-                                self.config.transactionPendingAckLogIndexMinLag)
+                                self.config.transactionPendingAckLogIndexMinLag, self.encodes_subscription)
         topic_obj = self.topics.get(topic)
         # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view judges by
         # the subscription's existing cursor too (or the view would report acks the subscription already has), but
@@ -317,7 +335,9 @@ class Engine:
                 if not create:
                     raise NotFound(f"Topic not found {full}")
                 self._writable()
-                key = META_PENDING_ACK + pending_ack_topic(full, subscription)
+                if not subscription_fits_store_name(subscription, self.encodes_subscription):
+                    self._open_store(full, subscription)  # raises, before anything is recorded
+                key = META_PENDING_ACK + self.store_topic(full, subscription)
                 self.storage.meta_put(key, json.dumps({"topic": full, "subscription": subscription}).encode())
                 store = self._open_store(full, subscription)
             return store
@@ -601,7 +621,7 @@ class Engine:
         if store is not None:
             store.close()
             self.factory.delete(store.name)
-        name = pending_ack_topic(topic, subscription)
+        name = self.store_topic(topic, subscription)
         self._persisted_opens.pop("pending-ack/" + name, None)
         self.storage.meta_put_many({META_PENDING_ACK + name: None, META_OPENED + "pending-ack/" + name: None})
 

@@ -92,10 +92,10 @@ class _TxnAcks:
 
 class PendingAckStore:
     def __init__(self, factory: ManagedLedgerFactory, topic: str, subscription: str, ml_config,
-                 writer_config: BufferedWriterConfig, metrics=None, min_index_lag: int = 500):
+                 writer_config: BufferedWriterConfig, metrics=None, min_index_lag: int = 500, encoded: bool = False):
         self.topic = topic
         self.subscription = subscription
-        self.store_topic = pending_ack_topic(topic, subscription)
+        self.store_topic = pending_ack_topic(topic, subscription, encoded)  # named as the claimed version names it
         self.name = managed_ledger_name(self.store_topic)
         self.ledger = factory.open(self.name, ml_config)
         self.cursor = self.ledger.open_cursor(PENDING_ACK_CURSOR)

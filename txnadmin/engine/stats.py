@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..names import (
-    SNAPSHOT_SYSTEM_TOPICS, SYSTEM_NAMESPACE, coordinator_assign_partition, namespace_of, pending_ack_topic, topic_in,
+    SNAPSHOT_SYSTEM_TOPICS, SYSTEM_NAMESPACE, coordinator_assign_partition, namespace_of, topic_in,
     transaction_log_topic,
 )
 from .coordinator import TxnMeta
@@ -158,7 +158,7 @@ def topic_names(engine: Engine, namespace: str, include_system: bool) -> list[st
     names = [t for t in engine.topics if namespace_of(t) == namespace]
     if include_system:
         stores = [s.store_topic for s in engine.stores.values()]
-        stores += [pending_ack_topic(topic, sub) for topic, sub in engine.unopened_stores]
+        stores += [engine.store_topic(topic, sub) for topic, sub in engine.unopened_stores]
         names += [s for s in stores if namespace_of(s) == namespace]
         names += [topic_in(namespace, local) for local in SNAPSHOT_SYSTEM_TOPICS
                   if engine.snapshots.exists(namespace, local)]

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..admin.cluster import ClusterView
+from ..admin.endpoints import JUDGED_COORDINATORS, JUDGED_LEDGERS, coordinator_ids, judged, log_stats
 from ..admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin, TxnId, is_transient,
 )
@@ -268,10 +269,13 @@ class _Log:
     def live_ledgers(self) -> tuple[Optional[str], list[dict]]:
         """(its managed ledger's name when the target says it, its ledgers as the target lists them)."""
         if self.component == "coordinator":
-            stats = _call(self.admin.coordinator_internal_stats, int(self.key))["transactionLogStats"]
+            stats = _call(lambda: log_stats(self.admin.coordinator_internal_stats(int(self.key)),
+                                            "transactionLogStats", f"coordinator {self.key}'s internal stats",
+                                            JUDGED_LEDGERS))
         else:
-            stats = _call(self.admin.pending_ack_internal_stats, self.info["topic"],
-                          self.info["subscription"])["pendingAckLogStats"]
+            stats = _call(lambda: log_stats(self.admin.pending_ack_internal_stats(
+                self.info["topic"], self.info["subscription"]), "pendingAckLogStats",
+                f"{self.key}'s internal stats", JUDGED_LEDGERS))
         name = stats.get("managedLedgerName")
         return (name if isinstance(name, str) and name else None), stats["managedLedgerInternalStats"]["ledgers"]
 
@@ -355,7 +359,7 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
         check_identity(existing, ident, state_path)
     state = existing or new_state(target)
     state["identity"] = ident
-    coordinators = _call(admin.list_coordinators)
+    coordinators = _call(lambda: judged(admin.list_coordinators(), JUDGED_COORDINATORS, "coordinators"))
     if not coordinators:
         raise DowngradeError("no transaction coordinators on the target (is transactionCoordinatorEnabled=true?)")
     brokers = active_brokers(admin, ident, view)
@@ -632,8 +636,8 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
     if status.done:
         status.reason = f"oldest live ledger {oldest} is newer than LastBatched {last}"
         return status
-    internal = _call(admin.coordinator_internal_stats, tc_id)
-    ml = internal["transactionLogStats"]["managedLedgerInternalStats"]
+    ml = _call(lambda: log_stats(admin.coordinator_internal_stats(tc_id), "transactionLogStats",
+                                 f"coordinator {tc_id}'s internal stats"))["managedLedgerInternalStats"]
     if [i for i in ids if i <= last] == [ids[-1]]:
         status.kind = KIND_NOT_ROLLED
         status.reason = f"the open ledger {ids[-1]} has not rolled over yet"
@@ -829,10 +833,11 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                             "while batching was on", RERECORD_HINT, kind=KIND_UNRECORDED)
                   for name in sorted(listing) if is_pending_ack_store(name)
                   and name not in state["pendingAckStores"]]
-    unrecorded += [LogStatus("coordinator", transaction_log_local_name(c["id"]), None, None, False, "created since "
-                             "recording (coordinators scaled up)", RERECORD_HINT, extra={"coordinatorId": int(c["id"])},
+    unrecorded += [LogStatus("coordinator", transaction_log_local_name(i), None, None, False, "created since "
+                             "recording (coordinators scaled up)", RERECORD_HINT, extra={"coordinatorId": i},
                              kind=KIND_UNRECORDED)
-                   for c in _call(admin.list_coordinators) if str(c["id"]) not in state["coordinators"]]
+                   for i in _call(lambda: coordinator_ids(admin.list_coordinators()))
+                   if str(i) not in state["coordinators"]]
 
     def one(job) -> tuple[LogStatus, Optional[int]]:
         log, rec = job

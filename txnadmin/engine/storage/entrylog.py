@@ -132,6 +132,8 @@ def decode_ledgers_map(data: bytes) -> dict[int, int]:
         size, ledger_id, entry_id, count = _MAP_HEAD.unpack_from(data, pos)
         if ledger_id != LEDGERS_MAP_LEDGER_ID or entry_id != LEDGERS_MAP_ENTRY_ID:
             raise ValueError(f"ledgers map record at byte {pos} has ids ({ledger_id}, {entry_id})")
+        if count < 0:  # a negative count fits a negative size, which would step back before the record
+            raise ValueError(f"ledgers map record at byte {pos} has a negative ledger count {count}")
         if size != LEDGERS_MAP_HEADER_SIZE - 4 + LEDGERS_MAP_ENTRY_SIZE * count or pos + 4 + size > len(data):
             raise ValueError(f"ledgers map record at byte {pos} has a bad size {size}")
         for i in range(count):

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 
 from ...admin.batchlog import recorded_change
 from ...admin.cluster import RECORD, ClusterView, PendingAckStore
+from ...admin.endpoints import JUDGED_COORDINATORS, JUDGED_LOG, judged
 from ...admin.protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin,
 )
@@ -222,7 +223,9 @@ def _fix_needs_versions(s: Survey, need: set[str]) -> bool:
 
 
 def _coordinators(view: ClusterView, s: Survey, concurrency: int) -> None:
-    coordinators, error = view.attempt("coordinators", view.admin.list_coordinators)
+    # judged here: every check after this one reads coordinators by id, and a reply without ids is unknown, said once
+    coordinators, error = view.attempt(
+        "coordinators", lambda: judged(view.admin.list_coordinators(), JUDGED_COORDINATORS, "coordinators"))
     if error is not None:
         if error.status == 503:
             s.tc_disabled = error.reason
@@ -340,7 +343,9 @@ def _batch_log(view: ClusterView, s: Survey, concurrency: int) -> None:
         if s.tc_disabled is None and s.coordinators:
             ids = sorted(int(c["id"]) for c in s.coordinators)
             for tc_id, (stats, error) in zip(ids, pool.map(
-                    lambda i: view.attempt(f"coordinator internal stats {i}", view.admin.coordinator_internal_stats, i),
+                    lambda i: view.attempt(f"coordinator internal stats {i}", lambda: judged(
+                        view.admin.coordinator_internal_stats(i), ("obj", {"transactionLogStats": JUDGED_LOG}),
+                        f"coordinator {i}'s internal stats")),
                     ids), strict=True):
                 if stats is not None:
                     s.coordinator_internals[tc_id] = stats
