@@ -17,7 +17,7 @@ target=(-u "local:$dir/engine")
 "$TXNADMIN" "${target[@]}" transactions find-hanging --max-transaction-timeout 10 -o json > /dev/null
 
 # doctor: every check but `versions` must find nothing wrong (`versions` judges the Pulsar release the engine
-# reports, its engineBrokerVersion: 4.1.2 unless set, and a fix found missing from that release later must not fail
+# reports, its engineBrokerVersion: 5.0.0 unless set, and a fix found missing from that release later must not fail
 # a smoke check of txnadmin); exit 1 would mean a warning or critical finding — or, with --strict, a check that could
 # not run (a CI gate must not pass on what was never checked) —, 3 an unreadable target.
 "$TXNADMIN" "${target[@]}" doctor -o json --strict \

@@ -680,12 +680,18 @@ def test_engine_healthy_after_traffic_is_exit_0(served):
 
 
 def test_a_fresh_engine_with_its_defaults_is_healthy_and_its_claimed_release_judged_as_any_other(tmp_path):
-    """What an operator sees first: `engine init`, then `doctor` on it. Every check but `versions` is clean. The
-    engine claims a Pulsar release (4.1.2 by default), and doctor judges that claim as it judges a broker's: no 4.1.x
-    release carries the 2026 transaction fixes (4.0.14, 4.2.5, 5.0.0), so those are named, and nothing else."""
+    """What an operator sees first: `engine init`, then `doctor` on it: healthy. The engine claims the current Pulsar
+    release by default (5.0.0, which carries every fix doctor knows). Claiming 4.1.2 instead, doctor judges it as it
+    judges a broker's: no 4.1.x release carries the 2026 transaction fixes (4.0.14, 4.2.5, 5.0.0), so those are
+    named, and nothing else."""
     env = {"TXNADMIN_HOME": str(tmp_path)}
     engine_dir = tmp_path / "eng"
     assert runner.invoke(app, ["engine", "init", str(engine_dir)], env=env).exit_code == 0
+    fresh = runner.invoke(app, ["-u", f"local:{engine_dir}", "doctor", "-o", "json"], env=env)
+    assert fresh.exit_code == 0, fresh.output
+    assert [f for f in json.loads(fresh.stdout)["findings"] if f["severity"] in ("warning", "critical")] == []
+    assert runner.invoke(app, ["engine", "init", str(engine_dir), "--exist-ok", "--set",
+                                "engineBrokerVersion=4.1.2"], env=env).exit_code == 0
     result = runner.invoke(app, ["-u", f"local:{engine_dir}", "doctor", "-o", "json"], env=env)
     out = json.loads(result.stdout)
     assert [f for f in out["findings"] if f["severity"] in ("warning", "critical") and f["check"] != "versions"] == []

@@ -78,10 +78,10 @@ class EngineConfig:
     engineDefaultTransactionTimeoutMillis: int = 60_000
     engineTimeoutCheckIntervalMillis: int = 100
     engineBrokerServiceUrl: str = "pulsar://127.0.0.1:6650"
-    # The Pulsar release whose behaviour the engine reproduces: pending-ack store names carry the subscription as it
-    # is (4.2 and 5.0 URL-encode it, PR #25727) and the fixes doctor checks versions for are in, so a fresh engine
-    # is healthy under `doctor`; tests that need an old broker set an older version.
-    engineBrokerVersion: str = "4.1.2"
+    # The Pulsar release whose behaviour the engine reproduces, by default the current one (5.0.0: pending-ack store
+    # names URL-encode the subscription, PR #25727, and every fix doctor checks versions for is in, so a fresh engine
+    # is healthy under `doctor`); tests and rehearsals of an older broker set an older version.
+    engineBrokerVersion: str = "5.0.0"
     engineTransactionMetaPersistMaxTotal: int = 100_000  # PIP-255 memory bound across all clients of one TC
     engineTransactionBufferSegmentsOnDemand: bool = True  # segmented snapshots: load segments when needed, not all at recovery
     engineTransactionBufferSegmentCacheSize: int = 4  # sealed segments kept in memory per topic (on-demand loading)
