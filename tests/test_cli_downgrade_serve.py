@@ -187,9 +187,11 @@ def test_ctrl_c_during_wait_through_serve_keeps_the_checklist_and_exits_130(tmp_
         waiter = subprocess.Popen(TXNADMIN + ["-u", url, "--auth-params", f"token:{TOKEN}", "downgrade", "wait",
                                               "--state", str(state), "--interval", "30", "--timeout", "600"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(4)
+        assert waiter.stderr is not None
+        first = waiter.stderr.readline()  # its first poll shown: Python is up and the wait under way
         waiter.send_signal(signal.SIGINT)
-        out, err = waiter.communicate(timeout=60)
+        out, rest = waiter.communicate(timeout=60)
+        err = first + rest
     assert waiter.returncode == 130, err
     assert "downgrade wait" in err and "Traceback" not in err  # how to resume
     after = json.loads(state.read_text())
