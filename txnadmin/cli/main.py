@@ -20,6 +20,7 @@ from .. import __version__
 from . import doctor as doctor_cli
 from . import downgrade
 from . import engine as engine_cli
+from . import exporter as exporter_cli
 from . import inspect
 from . import metrics as metrics_cli
 from . import rehearse as rehearse_cli
@@ -33,8 +34,8 @@ from ._common import debug_requested
 PULSAR_STYLE = ("transactions", "txn")
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for `… | head`
 # Top-level commands in the order operators reach for them; anything not named keeps its place after these.
-ORDER = ("transactions", "downgrade", "upgrade", "scan", "target", "doctor", "rehearse", "serve", "engine", "inspect",
-         "metrics")
+ORDER = ("transactions", "downgrade", "upgrade", "scan", "target", "doctor", "exporter", "rehearse", "serve", "engine",
+         "inspect", "metrics")
 EXIT_INTERRUPTED = 130
 
 
@@ -167,6 +168,7 @@ app.command("target")(target_cli.target)
 app.command("upgrade")(upgrade_cli.upgrade)
 app.command("metrics")(metrics_cli.metrics)
 app.command("doctor")(doctor_cli.doctor)
+app.command("exporter")(exporter_cli.exporter)
 app.add_typer(transactions.app, name="transactions")
 app.add_typer(transactions.app, name="txn", hidden=True)
 
