@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -57,7 +58,7 @@ def exporter(
         typer.echo(f"exporting {target.label} on {url} every {interval:g} s")
 
     try:
-        proc.run(exp, host, port, ready)
+        proc.run(exp, host, port, ready, _EXIT_HARD.set)
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_UNREADABLE)
 
@@ -66,3 +67,11 @@ def _say(line: str) -> None:
     from ..admin.auth import mask
 
     typer.echo(mask(line), err=True)
+
+
+_EXIT_HARD = threading.Event()  # a poll was still waiting on the target when the exporter stopped
+
+
+def exit_hard_requested() -> bool:
+    """main() then exits without joining that poll's threads (they would hold the exit up to a request timeout)."""
+    return _EXIT_HARD.is_set()

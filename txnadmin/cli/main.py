@@ -204,8 +204,9 @@ def main() -> None:
         pulsar_style = any(arg in PULSAR_STYLE for arg in sys.argv[1:])
         sys.exit(1 if pulsar_style else exc.exit_code)
     code = code if isinstance(code, int) else 0
-    if downgrade.exit_hard_requested():
-        # `downgrade wait` left a hung request behind at its deadline: exit without joining that thread.
+    if downgrade.exit_hard_requested() or exporter_cli.exit_hard_requested():
+        # `downgrade wait` (at its deadline) or the exporter (when stopped) left a hung request behind: exit without
+        # joining that thread.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

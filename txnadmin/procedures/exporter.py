@@ -6,8 +6,8 @@ and doctor's checks on that same survey; it turns the answers into an immutable 
 swaps the snapshot in with one assignment, and the collector serves whatever snapshot is current: a scrape never
 waits on the cluster. Nothing here judges anything itself: each number is counted from what a procedure said.
 
-A poll that fails (the target unreachable, a checklist of another cluster) leaves the last snapshot in place, so its
-values go on being served with their age (``txnadmin_poll_age_seconds``), and counts one error. A poll that read the
+A poll that fails (the target unreachable, or lost mid-poll) leaves the last snapshot in place, so its values go on
+being served with their age (``txnadmin_poll_age_seconds``), and counts one error. A poll that read the
 target but not all of it publishes what it read, leaves out the series it could not prove (never a false 0), counts
 an error and says what was missing.
 """
@@ -136,8 +136,8 @@ def poll(admin: TransactionsAdmin, target: str, options: Options) -> Snapshot:
         raise PollError(str(exc)) from None
     if not s.answered and s.lost is None:
         raise PollError("cannot read the target: no admin call answered as a Pulsar broker does")
-    if s.lost is not None:
-        out.lack(f"the target stopped answering mid-poll ({s.lost})")
+    if s.lost is not None:  # half a cluster would replace whole values: the last poll's stay, with their age
+        raise PollError(f"the target stopped answering mid-poll: {s.lost}")
     _transactions(s, options, out)
     _buffers(s, options, out)
     _hanging(admin, s, options, out)
@@ -301,6 +301,8 @@ def _checklist(admin: TransactionsAdmin, target: str, options: Options, out: _Va
     try:
         report = downgrade_status(admin, options.checklist, options.concurrency, target=target, save=False)
     except (DowngradeError, StateError) as exc:
+        if isinstance(exc, DowngradeError) and exc.transient:  # the target went away mid-poll (see survey above)
+            raise PollError(f"downgrade status: {exc}") from None
         # exit 1 here is batching switched back on (batching_enabled shows where); anything else could not be read
         if not (isinstance(exc, DowngradeError) and exc.exit_code == 1):
             out.lack(f"downgrade status: {exc}")
@@ -349,11 +351,13 @@ class Exporter:
         self._thread.start()
         return self
 
-    def stop(self, timeout_s: float = 2.0) -> None:
-        """Ask the poller to stop; a poll still waiting on the target is left to the process's exit (its thread is
-        a daemon) rather than holding up Ctrl-C for a request timeout."""
+    def stop(self, timeout_s: float = 2.0) -> bool:
+        """Ask the poller to stop; False when a poll is still waiting on the target after ``timeout_s``: the
+        caller then leaves without joining its threads rather than hold up Ctrl-C for a request timeout."""
         self.stop_event.set()
-        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()
 
     def poll_once(self) -> None:
         t = time.monotonic()
@@ -438,9 +442,11 @@ def listen(exporter: Exporter, host: str, port: int):
     return server
 
 
-def run(exporter: Exporter, host: str, port: int, on_ready: Callable[[str], None]) -> None:
-    """Listen, poll until SIGTERM (returns) or Ctrl-C (KeyboardInterrupt goes on to the caller), then stop both.
-    OSError when ``host:port`` cannot be bound."""
+def run(exporter: Exporter, host: str, port: int, on_ready: Callable[[str], None],
+        on_hung_poll: Callable[[], None]) -> None:
+    """Listen, poll until SIGTERM (returns) or Ctrl-C (KeyboardInterrupt goes on to the caller), then stop both;
+    ``on_hung_poll`` is called when a poll was still waiting on the target. OSError when ``host:port`` cannot be
+    bound."""
     import signal
 
     server = listen(exporter, host, port)
@@ -453,6 +459,7 @@ def run(exporter: Exporter, host: str, port: int, on_ready: Callable[[str], None
             pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-        exporter.stop()
+        if not exporter.stop():
+            on_hung_poll()
         server.shutdown()
         server.server_close()
