@@ -200,6 +200,7 @@ def test_checklist_and_doctor_values_equal_what_the_commands_say_and_a_lost_targ
         assert "failed" in err and "Traceback" not in err and TOKEN not in err, err[-2000:]
 
 
+@pytest.mark.slow  # several failed polls, each after a refused connection and its retries
 def test_an_unreachable_target_keeps_it_up_counting_errors_with_a_rising_poll_age(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

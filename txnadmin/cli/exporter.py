@@ -40,7 +40,6 @@ def exporter(
     txnadmin_poll_errors_total say how fresh that is. A failed poll is said on stderr and retried; the exporter stays
     up. Exit 2 usage (no target named), 3 when /metrics cannot listen. See docs/observability.md.
     """
-    from ..admin.target import open_admin
     from ..procedures import doctor as doctor_proc
     from ..procedures import exporter as proc
 
@@ -52,7 +51,8 @@ def exporter(
     target = resolve_for(ctx, admin_url, conf, require_named="exporter")
     options = proc.Options(top=top, checklist=checklist, doctor=with_doctor, thresholds=thresholds,
                            max_transaction_timeout_minutes=max_transaction_timeout, concurrency=concurrency)
-    exp = proc.Exporter(lambda: open_admin(target), target.url, options, interval, say=_say)
+    poller = proc.ChildPoller(target, options)
+    exp = proc.Exporter(poller, target.url, interval, say=_say, close=poller.close)
 
     def ready(url: str) -> None:
         typer.echo(f"exporting {target.label} on {url} every {interval:g} s")

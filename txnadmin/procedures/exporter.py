@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from ..admin.cluster import BATCH_FLAGS, ClusterView, flag_is_on
 from ..admin.hanging import find_hanging
@@ -34,6 +34,12 @@ from .downgrade import (
     KIND_STILL_FLUSHING, KIND_TRIMMING, KIND_UNRECORDED, DowngradeError, status as downgrade_status,
 )
 from .state import StateError, load_state
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+    from ..admin.target import Target
 
 log = logging.getLogger(__name__)
 
@@ -253,21 +259,36 @@ def _buffers(s: "doctor.Survey", options: Options, out: _Values) -> None:
 
 
 def _hanging(admin: TransactionsAdmin, s: "doctor.Survey", options: Options, out: _Values) -> None:
-    """`find-hanging`'s rule, judged on the target's clock as the survey read it."""
-    if s.tc_disabled is not None or s.coordinators is None:
-        return
-    if s.now_ms is None:
-        return  # said once already by _transactions
-    try:
-        rows = find_hanging(admin, options.max_transaction_timeout_minutes, now_ms=s.now_ms)
-    except TargetUnreachableError:
-        raise
-    except AdminError as exc:
-        out.lack(f"find-hanging: {problem(exc)}")
-        return
-    counts = {int(c["id"]): 0 for c in s.coordinators if int(c["id"]) not in s.txn_errors}
-    for row in rows:
-        counts[int(row["coordinatorId"])] = counts.get(int(row["coordinatorId"]), 0) + 1
+    """`find-hanging`'s rule, judged on the target's clock as the survey read it. Pulsar fails the listing of every
+    coordinator when one cannot answer: then each coordinator the survey read is asked on its own."""
+    if s.tc_disabled is not None or s.coordinators is None or s.now_ms is None:
+        return  # the missing clock or coordinators were said by _transactions
+    read = sorted(int(c["id"]) for c in s.coordinators if int(c["id"]) not in s.txn_errors)
+    counts = dict.fromkeys(read, 0)
+
+    def rows(coordinator_id: Optional[int]) -> Optional[list[dict]]:
+        try:
+            return find_hanging(admin, options.max_transaction_timeout_minutes, coordinator_id, now_ms=s.now_ms)
+        except TargetUnreachableError:
+            raise
+        except AdminError as exc:
+            if coordinator_id is not None:
+                out.lack(f"find-hanging on coordinator {coordinator_id}: {problem(exc)}")
+            return None  # all coordinators at once: asked again one by one below
+
+    found = rows(None) if not s.txn_errors else None
+    if found is None:
+        found = []
+        for tc_id in read:
+            one = rows(tc_id)
+            if one is None:
+                counts.pop(tc_id)
+            else:
+                found += one
+    for row in found:
+        tc_id = int(row["coordinatorId"])
+        if tc_id in counts:
+            counts[tc_id] += 1
     for tc_id, n in sorted(counts.items()):
         out.add("transactions_hanging", n, coordinator=tc_id)
 
@@ -327,19 +348,116 @@ def _doctor(s: "doctor.Survey", target: str, names: list[str], options: Options,
         out.add("doctor_findings", n, check=check, severity=sev)
 
 
-class Exporter:
-    """The poller and what the collector serves. ``open_admin`` gives a fresh admin for each poll (a local engine's
-    lock is held only while a poll reads it; a restarted engine's server is found again)."""
+class Stopped(Exception):
+    """The exporter is stopping: the poll in progress was abandoned."""
 
-    def __init__(self, open_admin: Callable[[], TransactionsAdmin], target: str, options: Options,
-                 interval_s: float = DEFAULT_INTERVAL_S, say: Optional[Say] = None):
-        self.open_admin = open_admin
+
+class ChildPoller:
+    """Polls in a child process, one poll at a time: the poll's threads (up to --concurrency of them parsing
+    replies) never hold the interpreter lock that the process serving /metrics needs, so a scrape is answered at
+    once whatever the poll is doing. The child is started when first needed and again after it dies; it opens a
+    fresh admin for each poll (a local engine's lock is held only while a poll reads it; a restarted engine's
+    server is found again)."""
+
+    def __init__(self, target: "Target", options: Options):
+        import multiprocessing
+
         self.target = target
         self.options = options
+        self._context = multiprocessing.get_context("spawn")  # a fork would copy the parent's server thread
+        self._process: Optional[BaseProcess] = None
+        self._conn: Optional[Connection] = None
+
+    def __call__(self, stop: threading.Event) -> Snapshot:
+        if self._process is None or not self._process.is_alive():
+            self.close()
+            parent, child = self._context.Pipe()
+            self._process = self._context.Process(target=poll_worker, args=(child, self.target, self.options),
+                                                  name="txnadmin-exporter-poll", daemon=True)
+            self._process.start()
+            child.close()
+            self._conn = parent
+        assert self._conn is not None
+        self._conn.send(True)
+        while not self._conn.poll(0.2):
+            if stop.is_set():
+                self.close()  # the poll is abandoned with its process
+                raise Stopped()
+            if not self._process.is_alive():
+                code = self._process.exitcode
+                self.close()
+                raise PollError(f"the poll's process ended unexpectedly (exit code {code})")
+        try:
+            kind, value = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            self.close()
+            raise PollError(f"the poll's process ended unexpectedly ({type(exc).__name__})") from None
+        if kind != "snapshot":
+            raise PollError(value)
+        return value
+
+    def close(self) -> None:
+        """End the child: asked to, else terminated (a poll waiting on the target is not waited for)."""
+        process, conn = self._process, self._conn
+        self._process, self._conn = None, None
+        if conn is not None:
+            try:
+                conn.send(False)
+            except OSError:
+                pass  # already gone: nothing to ask
+            conn.close()
+        if process is not None:
+            process.join(0.5)
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+
+
+def poll_worker(conn: "Connection", target: "Target", options: Options) -> None:
+    """The child's loop: a poll for each True received, its Snapshot (or ("error", one line)) sent back; ends on
+    False or when the parent is gone."""
+    import signal
+
+    from ..admin.auth import mask
+    from ..admin.target import open_admin
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent ends this
+    while True:
+        try:
+            if not conn.recv():
+                return
+        except (EOFError, OSError):
+            return
+        result: tuple[str, object]
+        try:
+            with open_admin(target) as admin:
+                result = ("snapshot", poll(admin, target.url, options))
+        except (PollError, TargetUnreachableError, AdminError) as exc:
+            result = ("error", mask(exc.reason if isinstance(exc, AdminError) else str(exc)))
+        except MALFORMED as exc:  # an answer shaped as no broker's: this poll proves nothing
+            result = ("error", mask(f"an answer the exporter cannot read: {malformed(exc)}"))
+        except Exception as exc:  # a poll must not end the exporter: said and counted, then retried
+            log.debug("poll failed", exc_info=True)
+            result = ("error", mask(f"unexpected {type(exc).__name__}: {exc}"))
+        try:
+            conn.send(result)
+        except OSError:
+            return  # the parent is gone
+
+
+class Exporter:
+    """The poll loop and what the collector serves. ``poller`` makes one poll (PollError when it fails, Stopped
+    when the exporter stops meanwhile); the snapshot it returns is swapped in whole."""
+
+    def __init__(self, poller: Callable[[threading.Event], Snapshot], target: str, interval_s: float = DEFAULT_INTERVAL_S,
+                 say: Optional[Say] = None, close: Callable[[], None] = lambda: None):
+        self.poller = poller
+        self.target = target
         self.interval_s = interval_s
         self.say: Say = say or (lambda line: log.warning("%s", line))
+        self.close = close
         self.started = time.monotonic()
-        self.snapshot: Optional[Snapshot] = None  # replaced whole by the poller; read once per scrape
+        self.snapshot: Optional[Snapshot] = None  # replaced whole by the poll loop; read once per scrape
         self.errors = 0
         self.last_duration: Optional[float] = None
         self.last_success: Optional[float] = None  # wall clock
@@ -351,9 +469,9 @@ class Exporter:
         self._thread.start()
         return self
 
-    def stop(self, timeout_s: float = 2.0) -> bool:
-        """Ask the poller to stop; False when a poll is still waiting on the target after ``timeout_s``: the
-        caller then leaves without joining its threads rather than hold up Ctrl-C for a request timeout."""
+    def stop(self, timeout_s: float = 5.0) -> bool:
+        """Stop the poll loop (a poll in progress is abandoned); False if it is somehow still running after
+        ``timeout_s``, for the caller to leave without joining it."""
         self.stop_event.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
@@ -362,17 +480,11 @@ class Exporter:
     def poll_once(self) -> None:
         t = time.monotonic()
         try:
-            with self.open_admin() as admin:
-                snapshot = poll(admin, self.target, self.options)
-        except (PollError, TargetUnreachableError, AdminError) as exc:
-            self._failed(t, exc.reason if isinstance(exc, AdminError) else str(exc))
+            snapshot = self.poller(self.stop_event)
+        except Stopped:
             return
-        except MALFORMED as exc:  # an answer shaped as no broker's: this poll proves nothing
-            self._failed(t, f"an answer the exporter cannot read: {malformed(exc)}")
-            return
-        except Exception as exc:  # a poll must not end the exporter: said and counted, then retried
-            log.debug("poll failed", exc_info=True)
-            self._failed(t, f"unexpected {type(exc).__name__}: {exc}")
+        except PollError as exc:
+            self._failed(t, str(exc))
             return
         self.snapshot = snapshot  # the one swap: a scrape sees the old snapshot or this one, whole
         self.last_duration = time.monotonic() - t
@@ -391,10 +503,13 @@ class Exporter:
         self.say(f"poll of {self.target} failed ({age}): {reason}")
 
     def _run(self) -> None:
-        while not self.stop_event.is_set():
-            began = time.monotonic()
-            self.poll_once()
-            self.stop_event.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
+        try:
+            while not self.stop_event.is_set():
+                began = time.monotonic()
+                self.poll_once()
+                self.stop_event.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
+        finally:
+            self.close()
 
     # -- what a scrape serves --------------------------------------------------------------------
     def families(self) -> Iterator[tuple[str, str, str, tuple[tuple[Labels, float], ...]]]:
