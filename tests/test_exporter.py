@@ -229,6 +229,8 @@ def test_a_scrape_is_answered_while_the_poll_waits_on_a_target_that_never_replie
                           what="saw the age rise")
             assert total(later, "poll_errors_total") == 0 and "txnadmin_poll_duration_seconds" not in families
             assert proc.poll() is None
+    # SIGTERM with the poll still waiting on the silent target: the poll is abandoned and the exporter exits 0
+    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
 
 
 def test_usage_errors_and_a_port_in_use(tmp_path):
