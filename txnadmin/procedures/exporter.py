@@ -28,7 +28,7 @@ from . import doctor
 from .doctor.checks.common import txn_times
 from .doctor.checks.recovery import recovering
 from .doctor.knowledge import ENDING_STATES
-from .doctor.survey import MALFORMED, NO_CLOCK, malformed, problem
+from .doctor.survey import BUFFERS, MALFORMED, NO_CLOCK, malformed, problem
 from .downgrade import (
     KIND_COUNTERS, KIND_NOT_ACKING, KIND_NOT_LOADED, KIND_NOT_REOPENED, KIND_NOT_ROLLED, KIND_PINNED, KIND_REOPENED,
     KIND_STILL_FLUSHING, KIND_TRIMMING, KIND_UNRECORDED, DowngradeError, status as downgrade_status,
@@ -135,9 +135,10 @@ class _Values:
 def poll(admin: TransactionsAdmin, target: str, options: Options) -> Snapshot:
     """Read the target once and count what the procedures say. PollError when nothing could be published."""
     out = _Values()
-    names = doctor.select_checks(None) if options.doctor else ["stuck-transactions", "recovery"]
+    names = doctor.select_checks(None) if options.doctor else ["stuck-transactions"]
     try:
-        s = doctor.survey(admin, target, set(names), options.concurrency)
+        # without --doctor, the buffers but not the pending-ack stores: no metric here judges a store
+        s = doctor.survey(admin, target, set(names) | {BUFFERS}, options.concurrency)
     except doctor.DoctorError as exc:
         raise PollError(str(exc)) from None
     if not s.answered and s.lost is None:
