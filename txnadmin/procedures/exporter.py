@@ -15,6 +15,7 @@ an error and says what was missing.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ PREFIX = "txnadmin_"
 DEFAULT_PORT = 9721
 DEFAULT_INTERVAL_S = 15.0
 DEFAULT_TOP = 20
+POLL_NICENESS = 10  # the poll process's CPU priority below the /metrics server's
 # States a coordinator holds a transaction in until it ends: reported per coordinator even at 0, so a rule can
 # compare against a series that exists.
 LIVE_STATES = ("OPEN",) + ENDING_STATES
@@ -423,6 +425,10 @@ def poll_worker(conn: "Connection", target: "Target", options: Options) -> None:
     from ..admin.target import open_admin
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent ends this
+    try:
+        os.nice(POLL_NICENESS)  # on a busy host the poll waits for the CPU, not the scrape
+    except OSError as exc:
+        log.warning("the poll process keeps its CPU priority: %s", exc)
     while True:
         try:
             if not conn.recv():
