@@ -51,16 +51,14 @@ def exporter(
     target = resolve_for(ctx, admin_url, conf, require_named="exporter")
     options = proc.Options(top=top, checklist=checklist, doctor=with_doctor, thresholds=thresholds,
                            max_transaction_timeout_minutes=max_transaction_timeout, concurrency=concurrency)
-    poller = proc.ChildPoller(target, options)
-    exp = proc.Exporter(poller, target.url, interval, say=_say, close=poller.close)
 
     def ready(url: str) -> None:
         typer.echo(f"exporting {target.label} on {url} every {interval:g} s")
 
     try:
-        proc.run(exp, host, port, ready, _EXIT_HARD.set)
-    except OSError as exc:
-        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_UNREADABLE)
+        proc.export(target, options, interval, host, port, ready, _say, _EXIT_HARD.set)
+    except proc.ListenError as exc:
+        fail(str(exc), EXIT_UNREADABLE)
 
 
 def _say(line: str) -> None:

@@ -564,14 +564,30 @@ def listen(exporter: Exporter, host: str, port: int):
     return server
 
 
+class ListenError(Exception):
+    """``/metrics`` cannot listen where it was asked to (the address in use, not ours, a port it may not bind)."""
+
+
+def export(target: "Target", options: Options, interval_s: float, host: str, port: int,
+           on_ready: Callable[[str], None], say: Say, on_hung_poll: Callable[[], None]) -> None:
+    """`txnadmin exporter`: poll ``target`` in a child process every ``interval_s`` and serve /metrics on
+    ``host:port`` until SIGTERM (returns) or Ctrl-C (KeyboardInterrupt goes on to the caller). ListenError when
+    the address cannot be bound."""
+    poller = ChildPoller(target, options)
+    run(Exporter(poller, target.url, interval_s, say=say, close=poller.close), host, port, on_ready, on_hung_poll)
+
+
 def run(exporter: Exporter, host: str, port: int, on_ready: Callable[[str], None],
         on_hung_poll: Callable[[], None]) -> None:
     """Listen, poll until SIGTERM (returns) or Ctrl-C (KeyboardInterrupt goes on to the caller), then stop both;
-    ``on_hung_poll`` is called when a poll was still waiting on the target. OSError when ``host:port`` cannot be
-    bound."""
+    ``on_hung_poll`` is called when a poll was still waiting on the target. ListenError when ``host:port`` cannot
+    be bound."""
     import signal
 
-    server = listen(exporter, host, port)
+    try:
+        server = listen(exporter, host, port)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: exporter.stop_event.set())
     try:
