@@ -437,7 +437,7 @@ def poll_worker(conn: "Connection", target: "Target", options: Options) -> None:
             return
         result: tuple[str, object]
         try:
-            with open_admin(target) as admin:
+            with open_admin(target, running_only=True) as admin:
                 result = ("snapshot", poll(admin, target.url, options))
         except (PollError, TargetUnreachableError, AdminError) as exc:
             result = ("error", mask(exc.reason if isinstance(exc, AdminError) else str(exc)))
