@@ -186,6 +186,14 @@ class BrokerStandIn:
             stats = s["coordinators"][cid]
             return (stats["status"], {"reason": stats["reason"]}) if "status" in stats else (200, stats)
         m = re.fullmatch(r"/slowTransactions/(\d+)", path)
+        if m and "coordinatorId" not in params:  # every coordinator's, as a broker lists them (find-hanging asks so)
+            listed: dict = {}
+            for cid in sorted(s["coordinators"]):
+                status, body = self._v3(method, path, dict(params, coordinatorId=str(cid)))
+                if status != 200:
+                    return status, body
+                listed.update(body)
+            return 200, listed
         if m:
             cid = int(params["coordinatorId"])
             stats = s["coordinators"].get(cid, {})

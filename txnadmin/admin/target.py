@@ -299,8 +299,11 @@ def _normalize(url: str) -> str:
     raise TargetUnreachableError(f"admin URL {url!r}: use http(s)://host:port or local:PATH")
 
 
-def open_admin(target: Target) -> TransactionsAdmin:
-    """An admin for the target; for a local engine held by a running server, go through that server."""
+def open_admin(target: Target, running_only: bool = False) -> TransactionsAdmin:
+    """An admin for the target; for a local engine held by a running server, go through that server.
+
+    ``running_only`` (the exporter): a local engine that no process serves is not opened (its read-only view would
+    keep an engine from starting meanwhile) but unreachable, as a stopped broker is."""
     if target.is_local:
         if target.source == EMBEDDED_DEFAULT and not (target.engine_dir / "metadata.db").exists():
             raise TargetUnreachableError(
@@ -308,6 +311,10 @@ def open_admin(target: Target) -> TransactionsAdmin:
                 f"--conf client.conf, ${ENV_CONF} or --context NAME; or create the engine with "
                 f"`txnadmin engine init {target.engine_dir}`")
         server = _running_server(target.engine_dir)
+        if server is None and running_only:
+            raise TargetUnreachableError(
+                f"{target.engine_dir}: the engine is not running (no server.json): start it with `txnadmin engine "
+                "run` or `txnadmin serve`")
         if server is None:
             from .local import LocalAdmin
 

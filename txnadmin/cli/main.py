@@ -21,6 +21,7 @@ from . import context as context_cli
 from . import doctor as doctor_cli
 from . import downgrade
 from . import engine as engine_cli
+from . import exporter as exporter_cli
 from . import inspect
 from . import metrics as metrics_cli
 from . import rehearse as rehearse_cli
@@ -36,8 +37,8 @@ from ._target import TargetOptionsAfter, pull_target_options, take_late_options
 PULSAR_STYLE = ("transactions", "txn")
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for `… | head`
 # Top-level commands in the order operators reach for them; anything not named keeps its place after these.
-ORDER = ("transactions", "downgrade", "upgrade", "scan", "target", "context", "doctor", "rehearse", "serve", "engine",
-         "inspect", "metrics")
+ORDER = ("transactions", "downgrade", "upgrade", "scan", "target", "context", "doctor", "exporter", "rehearse", "serve",
+         "engine", "inspect", "metrics")
 EXIT_INTERRUPTED = 130
 # Commands taking --context after their name too (their own -u/--conf are declared; `transactions` takes all three)
 CONTEXT_AFTER = ("downgrade", "upgrade", "doctor", "target")
@@ -204,6 +205,7 @@ app.add_typer(context_cli.app, name="context")
 app.command("upgrade")(upgrade_cli.upgrade)
 app.command("metrics")(metrics_cli.metrics)
 app.command("doctor")(doctor_cli.doctor)
+app.command("exporter")(exporter_cli.exporter)
 TRANSACTIONS_HELP = ("Operations on transactions (pulsar-admin transactions). The target options -u/--admin-url, --conf "
                      "and --context may also come after `transactions` or after its subcommand.")
 app.add_typer(transactions.app, name="transactions", cls=TargetOptionsAfter, help=TRANSACTIONS_HELP)
@@ -246,8 +248,9 @@ def main() -> None:
         exc.show()
         sys.exit(1 if _pulsar_style(sys.argv[1:]) else exc.exit_code)
     code = code if isinstance(code, int) else 0
-    if downgrade.exit_hard_requested():
-        # `downgrade wait` left a hung request behind at its deadline: exit without joining that thread.
+    if downgrade.exit_hard_requested() or exporter_cli.exit_hard_requested():
+        # `downgrade wait` (at its deadline) or the exporter (when stopped) left a hung request behind: exit without
+        # joining that thread.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -27,7 +27,7 @@ from .survey import MALFORMED, Progress, Survey, malformed, problem, survey
 __all__ = [
     "CHECKS", "CHECK_HELP", "EXIT_HEALTHY", "EXIT_UNHEALTHY", "EXIT_UNREADABLE", "SEVERITIES", "THRESHOLDS",
     "DoctorError", "Finding", "Report", "Survey", "apply_fix", "exit_code", "fix_plan", "parse_duration_ms",
-    "parse_thresholds", "run", "select_checks",
+    "judge", "parse_thresholds", "run", "select_checks", "survey",
 ]
 
 
@@ -50,7 +50,12 @@ def run(admin: TransactionsAdmin, target: str, only: Optional[list[str]] = None,
     """Survey the target once and run the selected checks on it. DoctorError when it cannot be read at all."""
     names = select_checks(only, bookie_dir)
     t = parse_thresholds([]) if thresholds is None else thresholds
-    s = survey(admin, target, set(names), concurrency, progress, bookie_dir)
+    return judge(survey(admin, target, set(names), concurrency, progress, bookie_dir), target, names, t)
+
+
+def judge(s: Survey, target: str, names: list[str], t: dict[str, float]) -> Report:
+    """The selected checks on one survey (the exporter judges the survey its metrics come from, so both agree).
+    DoctorError when nothing in the survey answered as a broker does."""
     if not s.answered and s.lost is None:
         # Nothing answered as a broker does (another web server on that port, a login page, a 500 everywhere): a
         # report of "unknown" findings would exit 0 and pass for healthy. The target cannot be read at all.

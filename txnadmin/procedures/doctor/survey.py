@@ -38,7 +38,10 @@ Progress = Optional[Callable[[int, int], None]]
 MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 NO_CLOCK = "the target's answers carry no Date header, so ages cannot be judged on its clock"
 # Checks that judge the buffers and stores (coverage says what of them could not be read).
-TOPIC_SURVEY = {"max-read-position", "recovery", "snapshots", "leftovers", "batched-log", "coverage"}
+# Not a check: what the exporter asks for when it needs the transaction buffers but not the pending-ack stores.
+BUFFERS = "transaction-buffers"
+TOPIC_SURVEY = {"max-read-position", "recovery", "snapshots", "leftovers", "batched-log", "coverage", BUFFERS}
+STORE_SURVEY = {"recovery", "leftovers", "batched-log", "coverage"}  # the checks that judge pending-ack stores
 
 
 def malformed(exc: Exception) -> str:
@@ -158,7 +161,7 @@ def _read_target(view: ClusterView, s: Survey, need: set[str], concurrency: int,
         notes["coordinators"] = f"an answer doctor cannot read: {malformed(exc)}"
     if need & TOPIC_SURVEY:
         try:
-            _topics(view, s, concurrency, progress)
+            _topics(view, s, concurrency, progress, stores=bool(need & STORE_SURVEY))
         except MALFORMED as exc:
             s.buffers, s.stores = {}, []
             notes["namespaces"] = f"an answer doctor cannot read: {malformed(exc)}"
@@ -261,10 +264,10 @@ def is_system(topic: str) -> bool:
         ("persistent://pulsar/system/", "pulsar/system/"))
 
 
-def _topics(view: ClusterView, s: Survey, concurrency: int, progress: Progress) -> None:
+def _topics(view: ClusterView, s: Survey, concurrency: int, progress: Progress, stores: bool = True) -> None:
     s.topics.update((ns, set(topics)) for ns, topics in view.topic_listing(concurrency).items())
     plain = sorted(t for topics in s.topics.values() for t in topics if not is_system(t))
-    found = sorted(view.pending_ack_stores(concurrency).values(), key=lambda store: store.name)
+    found = sorted(view.pending_ack_stores(concurrency).values(), key=lambda store: store.name) if stores else []
     total = len(plain) + len(found)
     done = 0
 
