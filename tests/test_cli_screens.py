@@ -189,8 +189,11 @@ def test_no_table_cuts_an_identifier(recorded, columns):
     assert "persistent://" not in status.stdout and "__transaction_pending_ack" not in status.stdout
     for tc in ("__transaction_log_0", "__transaction_log_1"):
         assert any(line.startswith(tc + " ") for line in _lines(status))
-    reasons = [line for line in _lines(status) if line.startswith("    ")]
+    notes = [line for line in _lines(status) if line.startswith("    ")]
+    commands = [line.strip() for line in notes if line.lstrip().startswith("txnadmin ")]  # on lines of their own
+    reasons = [line for line in notes if not line.lstrip().startswith("txnadmin ")]
     assert reasons and all(len(line) <= 160 for line in reasons)  # a reason wraps over 2 lines at 80 columns at most
+    assert commands and all(f"--state {state}" in c for c in commands if " downgrade " in c), notes
     status_wide = runner.invoke(app, [*target, "downgrade", "status", "--state", state, "-o", "wide"], env=env)
     assert all(name in status_wide.stdout for name in stores)  # the full store names, with -o wide
     as_json = runner.invoke(app, [*target, "downgrade", "status", "--state", state, "-o", "json"])

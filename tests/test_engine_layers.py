@@ -8,7 +8,8 @@ from pathlib import Path
 ENGINE = Path(__file__).resolve().parent.parent / "txnadmin" / "engine"
 
 LAYERS = [
-    {"position", "ackset", "config", "writer_metrics", "snapshot_metrics", "pending_ack_metrics", "completion", "ops", "storage"},
+    {"position", "ackset", "config", "writer_metrics", "snapshot_metrics", "pending_ack_metrics", "coordinator_metrics",
+     "tb_client_metrics", "completion", "ops", "storage"},
     {"managed_ledger", "cursor"},  # one layer: a cursor belongs to its managed ledger
     {"buffered_writer", "keyed_log", "aborted_txn_processor"},  # the processor contract needs positions only
     {"transaction_log", "pending_ack", "tb_snapshot", "preserver", "topic"},

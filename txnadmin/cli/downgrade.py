@@ -157,6 +157,20 @@ def start(
         typer.echo(_hinted("  or: txnadmin downgrade status"))
 
 
+def _commands_out(reason: str) -> tuple[str, list[str]]:
+    """A reason with the commands it names (`txnadmin …`, carrying the target and checklist, so often long) moved to
+    lines of their own: the prose stays short enough to read at 80 columns, and each command pastes whole."""
+    import re
+
+    commands: list[str] = []
+
+    def take(match: "re.Match[str]") -> str:
+        commands.append(match.group(1))
+        return "the command below" if len(commands) == 1 else f"command {len(commands)} below"
+
+    return re.sub(r"`(txnadmin [^`]+)`", take, reason), commands
+
+
 def _render_report(report, output: str, target=None) -> None:
     if output == "json":
         data = report.to_json()
@@ -174,7 +188,9 @@ def _render_report(report, output: str, target=None) -> None:
         topic, subscription = _store_names(log)
         rows.append([topic, subscription, _number(log.last_batched_ledger_id), _number(log.oldest_ledger_id),
                      "-" if log.done else log.kind, log.component, log.name])
-        notes.append([log.reason] + ([f"→ {log.suggestion}"] if log.suggestion else []))
+        reason, commands = _commands_out(log.reason)
+        advice, more = _commands_out(log.suggestion or "")
+        notes.append([reason] + ([f"→ {advice}"] if advice else []) + [f"  {c}" for c in commands + more])
     print_rows(["TOPIC / LOG", "SUBSCRIPTION", "LAST BATCHED", "OLDEST", "WAITING FOR", "COMPONENT", "STORE"], rows,
                notes, "PIP-160 downgrade: " + ("SAFE" if report.safe else "waiting"), extra=2)
     if len(report.waiting) > len(shown):

@@ -386,17 +386,10 @@ class _TopicFilter:
     def require_known(self, admin: Any, matched: int) -> None:
         """No transaction touches it and the target has no such topic: Pulsar's 404 "Topic not found", not "0 open".
         (A topic deleted under open transactions is still matched by them: find-hanging looks for exactly those.)"""
-        from ..admin.protocol import NotFoundError
-        from ..names import namespace_of
+        from ..procedures.bulk_abort import require_topic_known
 
-        if matched:
-            return
-        try:
-            topics = admin.list_topics(namespace_of(self.topic))
-        except NotFoundError:  # no such namespace (or tenant): no such topic either
-            topics = []
-        if self.topic not in topics and not any(t.startswith(self.topic + "-partition-") for t in topics):
-            raise NotFoundError(f"Topic not found {self.topic}")
+        if not matched:
+            require_topic_known(admin, self.topic)
 
 
 def _topic_filter(topic: Optional[str]) -> Optional[_TopicFilter]:

@@ -309,3 +309,17 @@ def summary(results: list[dict]) -> dict[str, int]:
 def all_done(results: list[dict]) -> bool:
     """True when every planned transaction is proven ended: aborted by us or ended by itself."""
     return all(r["outcome"] in ("ABORTED", "ENDED") for r in results)
+
+
+def require_topic_known(admin: TransactionsAdmin, topic: str) -> None:
+    """Pulsar's 404 "Topic not found" for a topic (or partitioned topic) the target does not have: what pulsar-admin
+    answers, where a filter alone would say "0 open transactions". The listing comes through the cluster view."""
+    from ..admin.cluster import ClusterView
+    from ..names import namespace_of
+
+    try:
+        topics = ClusterView(admin).topics(namespace_of(topic)) or []
+    except NotFoundError:  # no such namespace (or tenant): no such topic either
+        topics = []
+    if topic not in topics and not any(t.startswith(topic + "-partition-") for t in topics):
+        raise NotFoundError(f"Topic not found {topic}")
