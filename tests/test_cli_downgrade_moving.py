@@ -180,11 +180,12 @@ _READERS: dict[int, threading.Thread] = {}
 
 
 def _finish(proc: subprocess.Popen, lines: list[str], timeout=400) -> dict:
-    out, _ = proc.communicate(timeout=timeout)
+    # communicate() reads stderr too, racing the pump for the last lines: keep what each of them got
+    out, rest = proc.communicate(timeout=timeout)
     reader = _READERS.pop(proc.pid, None)
     if reader is not None:
         reader.join(timeout=30)  # every stderr line, up to the last one the wait printed
-    err = "".join(lines)
+    err = "".join(lines) + (rest or "")
     assert "Traceback" not in err, err
     if not out.strip() and proc.returncode in (1, 3) and err.strip().splitlines()[-1].startswith("error: "):
         return {"safe": None, "_stderr": err, "_code": proc.returncode}  # stopped with a one-line error, no report

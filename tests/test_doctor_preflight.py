@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from broker_standin import BrokerStandIn, open_transaction
 from txnadmin.cli.main import app
 from txnadmin.procedures import doctor
+from engine_helpers import wait_served
 
 runner = CliRunner()
 TOPIC = "persistent://public/default/orders"
@@ -246,6 +247,8 @@ def test_engine_run_with_an_old_java_client_version_is_found_by_doctor(tmp_path)
                             "--txn-timeout-ms", "600000", "--client-version", "Pulsar-Java-v4.0.13", "-o", "json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
+        # Doctor only once `engine run` serves: before that, `local:` would open the directory itself and hold it.
+        wait_served(engine)
         deadline = time.monotonic() + 120  # a loaded machine: each doctor run over `local:` takes seconds
         while True:
             result = runner.invoke(app, ["-u", f"local:{engine}", "doctor", "-o", "json", "--only", "client-versions"],
