@@ -45,6 +45,16 @@ def register_secret(value: Optional[str]) -> None:
             _secrets.add(value)
 
 
+def register_params(params: Optional[str]) -> None:
+    """Auth params as given on the command line are secret before any plugin parses them: an error raised before
+    (or instead of) the parsing must not print them either. A ``file:`` reference is a path, not a secret."""
+    if not params or params.startswith("file:"):
+        return
+    register_secret(params)
+    if params.startswith("token:"):
+        register_secret(params[len("token:"):])
+
+
 def mask(text: str) -> str:
     """``text`` with every registered secret replaced by ``****`` (longest first, so a token inside
     ``Bearer <token>`` and a base64 Basic credential are both caught)."""

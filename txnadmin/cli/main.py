@@ -165,6 +165,9 @@ def root(
                                  param_hint="'--request-timeout'")
     if token is not None:
         auth_plugin, auth_params = _token_auth(token, auth_plugin, auth_params)
+    from ..admin.auth import register_params
+
+    register_params(auth_params)  # masked in every line printed from here on, whatever fails first
     ctx.obj = {"admin_url": admin_url, "conf": conf, "context": context, "auth_plugin": auth_plugin,
                "auth_params": auth_params,
                "tls": {"tlsAllowInsecureConnection": _bool_text(tls_allow_insecure),
