@@ -10,6 +10,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
+from pty_helpers import run_on_terminal
 
 runner = CliRunner()
 WIDTHS = ("60", "80", "200")
@@ -208,37 +209,13 @@ def test_no_table_cuts_an_identifier(recorded, columns):
 @pytest.mark.slow
 def test_on_a_real_60_column_terminal_help_and_tables_cut_nothing(hostile_engine):
     """The width comes from the terminal itself (TIOCSWINSZ), not from $COLUMNS."""
-    import fcntl
     import os
-    import pty
-    import select
-    import struct
-    import subprocess
     import sys
-    import termios
 
     def on_terminal(args: list[str]) -> str:
-        leader, follower = pty.openpty()
-        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 60, 0, 0))
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TERMINAL_WIDTH")}
-        process = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", *args], stdin=follower,
-                                   stdout=follower, stderr=follower, env=dict(env, TERM="xterm"))
-        os.close(follower)
-        out = b""
-        while True:
-            ready, _, _ = select.select([leader], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(leader, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            elif process.poll() is not None:
-                break
-        os.close(leader)
-        process.wait(timeout=60)
+        _, out = run_on_terminal([sys.executable, "-m", "txnadmin.cli.main", *args], dict(env, TERM="xterm"),
+                                 size=(40, 60), wait_s=60)
         return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode("utf-8", "replace")).replace("\r", "")
 
     helped = on_terminal(["--help"])

@@ -4,18 +4,16 @@ whole --interval). Checked in a pseudo-terminal: two distinct clock values withi
 from __future__ import annotations
 
 import os
-import pty
 import re
-import select
 import subprocess
 import sys
-import time
 
 import pytest
 from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
 from engine_helpers import wait_served
+from pty_helpers import run_on_terminal
 
 pytestmark = pytest.mark.slow  # a running engine, a recorded downgrade and seconds of waiting in a pty
 
@@ -23,27 +21,8 @@ TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
 
 
 def _read_pty(command: list[str], env: dict, seconds: float) -> tuple[int, str]:
-    leader, follower = pty.openpty()
-    process = subprocess.Popen(command, stdin=follower, stdout=follower, stderr=follower, env=env)
-    os.close(follower)
-    out = b""
-    deadline = time.monotonic() + seconds
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(leader, 65536)
-                except OSError:  # the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            elif process.poll() is not None:
-                break
-    finally:
-        os.close(leader)
-    return process.wait(timeout=60), out.decode("utf-8", "replace")
+    code, out = run_on_terminal(command, env, seconds, wait_s=60)
+    return code, out.decode("utf-8", "replace")
 
 
 def test_the_wait_clock_ticks_between_polls_on_a_terminal(tmp_path):

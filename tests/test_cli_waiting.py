@@ -5,8 +5,6 @@ start's plan). Piped, nothing extra is printed."""
 from __future__ import annotations
 
 import os
-import pty
-import select
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from test_http_faults import Misbehaving
+from pty_helpers import run_on_terminal
 
 pytestmark = pytest.mark.slow  # each case waits on a hung server for seconds on purpose
 
@@ -29,24 +28,8 @@ def _run(args: list[str], terminal: bool) -> tuple[int, str]:
             done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env,
                                   stdin=subprocess.DEVNULL)
             return done.returncode, done.stdout + done.stderr
-        master, slave = pty.openpty()
-        process = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, env=env)
-        os.close(slave)
-        out = b""
-        while True:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            elif process.poll() is not None:
-                break
-        os.close(master)
-        return process.wait(timeout=30), out.decode("utf-8", "replace")
+        code, out = run_on_terminal(command, env, wait_s=30)
+        return code, out.decode("utf-8", "replace")
     finally:
         server.close()
 

@@ -456,25 +456,12 @@ def test_downgrade_verify_takes_the_fixes_the_scan_names(tmp_path):
 
 def _run_on_a_terminal(args: list[str]) -> tuple[int, bytes]:
     import os
-    import pty
-    import subprocess
     import sys
 
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", *args], stdout=follower, stderr=follower,
-                            env=dict(os.environ, COLUMNS="120", TERM="xterm"))
-    os.close(follower)
-    out = bytearray()
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(leader)
-    return proc.wait(timeout=240), bytes(out)
+    from pty_helpers import run_on_terminal
+
+    return run_on_terminal([sys.executable, "-m", "txnadmin.cli.main", *args],
+                           dict(os.environ, COLUMNS="120", TERM="xterm"))
 
 
 def test_progress_bar_on_a_terminal_quiet_when_piped(tmp_path):
