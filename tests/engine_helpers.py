@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator, Optional
 
 from txnadmin.engine.config import EngineConfig
 from txnadmin.engine.engine import Engine
@@ -104,3 +106,23 @@ def wait_served(directory: Path, timeout_s: float = 120.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"the engine in {directory} did not announce its server within {timeout_s:.0f} s")
         time.sleep(0.05)
+
+
+@contextmanager
+def served_engine(home: Path, version: str, coordinators: Optional[int] = None) -> Iterator[tuple[Engine, str, Path]]:
+    """An engine of broker ``version`` under ``home``/engine with no maintenance thread (nothing aborts timed-out
+    transactions behind a test's back), served over HTTP in this process: ``(engine, url, home)``."""
+    from txnadmin.server.run import BackgroundServer
+
+    config = EngineConfig()
+    config.engineBrokerVersion = version
+    if coordinators is not None:
+        config.transactionCoordinatorCount = coordinators
+    config.save(home / "engine")
+    engine = Engine(home / "engine", EngineConfig.load(home / "engine"), maintenance=False)
+    server = BackgroundServer(engine).start()
+    try:
+        yield engine, server.url, home
+    finally:
+        server.stop()
+        engine.close()

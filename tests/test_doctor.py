@@ -14,7 +14,7 @@ from broker_standin import NOW, BrokerStandIn, open_transaction
 from txnadmin.admin.protocol import TxnId
 from txnadmin.cli.main import app
 from txnadmin.procedures import doctor
-from engine_helpers import wait_served
+from engine_helpers import served_engine, wait_served
 
 runner = CliRunner()
 TOPIC = "persistent://public/default/orders"
@@ -630,21 +630,8 @@ def test_pulsar_5_scalable_topic_transactions_are_info_not_healthy_claims():
 def served(tmp_path):
     """An engine without its timeout thread (the #19200 condition: nothing aborts timed-out transactions),
     served over HTTP in this process, so tests can drive it and doctor reads it as a user would."""
-    from txnadmin.engine.config import EngineConfig
-    from txnadmin.engine.engine import Engine
-    from txnadmin.server.run import BackgroundServer
-
-    config = EngineConfig()
-    config.transactionCoordinatorCount = 2
-    config.engineBrokerVersion = "4.2.5"
-    config.save(tmp_path / "engine")
-    engine = Engine(tmp_path / "engine", EngineConfig.load(tmp_path / "engine"), maintenance=False)
-    server = BackgroundServer(engine).start()
-    try:
-        yield engine, server.url, tmp_path
-    finally:
-        server.stop()
-        engine.close()
+    with served_engine(tmp_path, "4.2.5", coordinators=2) as found:
+        yield found
 
 
 def doctor_json(url, home, *args):

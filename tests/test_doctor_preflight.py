@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from broker_standin import BrokerStandIn, open_transaction
 from txnadmin.cli.main import app
 from txnadmin.procedures import doctor
-from engine_helpers import wait_served
+from engine_helpers import served_engine, wait_served
 
 runner = CliRunner()
 TOPIC = "persistent://public/default/orders"
@@ -170,20 +170,8 @@ def test_upgrade_preflight_cannot_tell_is_exit_3_and_usage_is_checked(monkeypatc
 
 @pytest.fixture
 def served(tmp_path):
-    from txnadmin.engine.config import EngineConfig
-    from txnadmin.engine.engine import Engine
-    from txnadmin.server.run import BackgroundServer
-
-    config = EngineConfig()
-    config.engineBrokerVersion = "4.2.5"
-    config.save(tmp_path / "engine")
-    engine = Engine(tmp_path / "engine", EngineConfig.load(tmp_path / "engine"), maintenance=False)
-    server = BackgroundServer(engine).start()
-    try:
-        yield engine, server.url, tmp_path
-    finally:
-        server.stop()
-        engine.close()
+    with served_engine(tmp_path, "4.2.5") as found:
+        yield found
 
 
 def client_findings(url, home):

@@ -138,3 +138,71 @@ def test_a_reply_that_is_not_http_says_what_was_wrong_in_one_line(serve, garbage
             admin.list_coordinators()
     message = str(err.value)
     assert message.startswith(f"{server.url}: connection failed (") and said in message and "\n" not in message
+
+
+def test_a_post_on_a_connection_the_server_closed_is_never_sent_twice(serve):
+    """A GET may be sent again when its reused connection turns out closed; anything else is checked before it is
+    sent, so the server sees the POST exactly once."""
+    server = serve(lambda n: (ok() if n == 1 else b"HTTP/1.1 204 No Content\r\n\r\n", True))
+    with HttpAdmin(server.url, token=SECRET) as admin:
+        assert admin.list_coordinators() == []
+        admin.scale_coordinators(3)
+    assert [r.split(" ", 1)[0] for r in server.requests] == ["GET", "POST"]
+
+
+def test_a_server_that_closes_without_replying_is_an_error_after_the_retries_not_a_loop(serve):
+    server = serve(lambda n: (b"", True))  # reads the request, closes without a byte
+    with HttpAdmin(server.url, token=SECRET, retry_backoff=0.01) as admin:
+        with pytest.raises(AdminError) as err:
+            admin.list_coordinators()
+    assert "Remote end closed connection without response" in str(err.value) and "\n" not in str(err.value)
+    assert len(server.requests) == 3  # the retry policy's three attempts, each on a fresh connection
+
+
+def test_a_header_that_would_split_the_request_is_refused_before_sending(serve):
+    server = serve(lambda n: (ok(), False))
+    with HttpAdmin(server.url, token="abc\r\nX-Injected: yes") as admin:
+        with pytest.raises(AdminError) as err:
+            admin.list_coordinators()
+    assert "Invalid header value for 'Authorization'" in str(err.value) and "X-Injected" not in str(err.value)
+    assert server.requests == []
+
+
+def test_bytes_after_a_whole_reply_keep_the_reply_and_drop_the_connection(serve):
+    server = serve(lambda n: (ok('["a"]') + b"GARBAGE" if n == 1 else ok('["b"]'), False))
+    with HttpAdmin(server.url, token=SECRET) as admin:
+        assert admin.list_clusters() == ["a"]
+        assert admin.list_clusters() == ["b"]
+    assert server.connections == 2
+
+
+def test_a_reply_without_a_length_runs_until_the_close_and_an_interim_reply_is_skipped(serve):
+    replies = [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n[\"a\"]",
+               b"HTTP/1.1 100 Continue\r\n\r\n" + ok('["b"]')]
+    server = serve(lambda n: (replies[n - 1], n == 1))
+    with HttpAdmin(server.url, token=SECRET) as admin:
+        assert admin.list_clusters() == ["a"]
+        assert admin.list_clusters() == ["b"]
+    assert server.connections == 2
+
+
+def test_too_many_headers_is_a_one_line_error(serve):
+    head = b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(150)) + b"Content-Length: 2\r\n\r\n[]"
+    server = serve(lambda n: (head, True))
+    with HttpAdmin(server.url, token=SECRET, retry_backoff=0.01) as admin:
+        with pytest.raises(AdminError) as err:
+            admin.list_coordinators()
+    assert "got more than 100 headers" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_reply_that_never_comes_times_out_within_the_request_timeout():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)  # accepted by the kernel, never answered
+    try:
+        with HttpAdmin(f"http://127.0.0.1:{listener.getsockname()[1]}", token=SECRET, timeout=0.6) as admin:
+            with pytest.raises(AdminError) as err:
+                admin.list_coordinators()
+    finally:
+        listener.close()
+    assert "no answer within --request-timeout 0.6 s" in str(err.value)  # the deadline ended it, not a default

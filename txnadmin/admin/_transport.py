@@ -8,13 +8,16 @@ uses which transport, and everything above one exchange (retries, redirects, rep
 
 from __future__ import annotations
 
-import http.client
+import re
 import select
+import socket
 import ssl
+import struct
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
+import httptools
 import httpx
 
 from .auth import AuthError
@@ -62,135 +65,288 @@ def tls_context(trust_certs: Optional[str], allow_insecure: bool, hostname_verif
 
 
 class KeepAliveTransport(httpx.BaseTransport):
-    """One thread's keep-alive connection for plain-http calls, on the standard library's ``http.client``.
+    """One thread's keep-alive connection for plain-http calls: a blocking socket, the request written in one send,
+    the reply read by httptools' parser (llhttp, in C).
 
-    Why not httpx's own transport here: httpcore's pool, tracing and h11's event machinery were half of the
-    client's CPU per call, and a 10,000-store ``downgrade status`` makes up to two calls per store, so the poll
-    was bounded by the client's interpreter, not by the server. With ``http.client`` doing the same HTTP/1.1
-    exchange a whole call costs 0.15 instead of 0.21 ms of client CPU in one thread (0.28 instead of 0.41 ms
-    with 16 threads contending), measured in ``bench/downgrade_status.py``. Everything above the transport (one
-    deadline, retries, redirects and their credential rules, auth, reply checks) is HttpAdmin's and unchanged;
-    failures are raised as the same httpx exceptions httpx's transport raises, so HttpAdmin words them the same.
-    Any other scheme (https, also after a redirect) goes to httpx's transport (``fallback``), so TLS keeps
-    httpx's handling.
+    Why not httpx's own transport, nor ``http.client``: a 10,000-store ``downgrade status`` makes up to two calls per
+    store and is bounded by the client's CPU. httpcore's pool, tracing and h11's event machinery were half of a
+    call's client CPU; ``http.client`` then parsed every reply's headers through the ``email`` package (40 % of the
+    client's interpreter time in a worst-case poll, measured with ``py-spy --gil``) and, with a timeout set, polled
+    the socket before every send and receive and switched its blocking mode on every call. Here a call is one send
+    and (for a reply of a few KB) one receive: the timeout is the kernel's (``SO_RCVTIMEO``/``SO_SNDTIMEO``), set only
+    when the time left moves by more than ``TIMEOUT_SLACK``, and a connection is reused without first polling it: a
+    GET whose reused connection turns out closed (no byte of a reply) is sent again once on a new one, as a browser
+    would; any other method polls first, since it must not be sent twice. Numbers in ``docs/benchmarks.md``.
+    Everything above the transport (one deadline, retries, redirects and their credential rules, auth, reply checks)
+    is HttpAdmin's; failures are raised as the httpx exceptions httpx's transport raises, so HttpAdmin words them
+    the same. Any other scheme (https, also after a redirect), and HEAD, go to httpx's transport (``fallback``).
     """
 
     def __init__(self, fallback: Callable[[], httpx.BaseTransport]):
         self._make_fallback = fallback
         self._fallback: Optional[httpx.BaseTransport] = None
-        self._conn: Optional[http.client.HTTPConnection] = None
+        self._sock: Optional[socket.socket] = None
         self._where: Optional[tuple[str, int]] = None
+        self._kernel_timeout: Optional[float] = None  # what SO_RCVTIMEO/SO_SNDTIMEO hold; None: not set (yet)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        if url.scheme != "http":
+        if url.scheme != "http" or request.method == "HEAD":
             if self._fallback is None:
                 self._fallback = self._make_fallback()
             return self._fallback.handle_request(request)
-        timeout = request.extensions.get("timeout", {}).get("read")
+        timeout = request.extensions.get("timeout", {}).get("read") or 30.0
         where = (url.host, url.port or 80)
-        conn = self._conn
-        if conn is not None and (where != self._where or not _reusable(conn)):
-            conn.close()
-            conn = None
-        if conn is None:
-            conn = self._conn = http.client.HTTPConnection(where[0], where[1], timeout=timeout)
-            self._where = where
-        if conn.sock is None:  # new, or closed after a reply that said `Connection: close`
-            conn.timeout = timeout
+        head = _request_head(request)
+        if self._sock is not None and (where != self._where or (request.method != "GET" and not self._idle_open())):
+            self.close()
+        for _ in range(2):
+            reused = self._sock is not None
+            sock = self._sock if reused and self._sock is not None else self._connect(where, timeout, request)
+            self._set_timeout(sock, timeout)
             try:
-                conn.connect()
-            except TimeoutError as exc:
+                sock.sendall(head)
+                reply = _Reply(self, sock, request)
+                reply.read_head()
+            except _StaleConnection:
                 self.close()
-                raise httpx.ConnectTimeout(str(exc) or "timed out", request=request) from None
+                if reused and request.method == "GET":
+                    continue  # the server closed it while idle: nothing was processed, send again on a new one
+                raise httpx.RemoteProtocolError("Remote end closed connection without response",
+                                                request=request) from None
+            except (TimeoutError, BlockingIOError) as exc:  # BlockingIOError: the kernel's SO_RCVTIMEO ran out
+                self.close()
+                raise httpx.ReadTimeout(str(exc) or "timed out", request=request) from None
             except OSError as exc:
                 self.close()
-                raise httpx.ConnectError(str(exc), request=request) from None
-        else:
-            conn.sock.settimeout(timeout)
+                if reused and request.method == "GET" and isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+                    continue  # as above: the server dropped the idle connection under the request
+                raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__, request=request) from None
+            except httpx.HTTPError:
+                self.close()
+                raise
+            return httpx.Response(reply.status, headers=reply.headers, stream=reply,
+                                  extensions={"http_version": b"HTTP/1.1", "reason_phrase": reply.reason})
+        raise httpx.RemoteProtocolError("Remote end closed connection without response", request=request)
+
+    def _connect(self, where: tuple[str, int], timeout: float, request: httpx.Request) -> socket.socket:
         try:
-            conn.putrequest(request.method, url.raw_path.decode("ascii"), skip_host=True, skip_accept_encoding=True)
-            for name, value in request.headers.raw:
-                conn.putheader(name, value)
-            conn.endheaders(request.content or None)
-            reply = conn.getresponse()
+            sock = socket.create_connection(where, timeout=timeout)
         except TimeoutError as exc:
+            raise httpx.ConnectTimeout(str(exc) or "timed out", request=request) from None
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc), request=request) from None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # the request is one write: send it now
+        except OSError:
+            pass  # not every platform has it; the request still goes, a little later
+        self._sock, self._where, self._kernel_timeout = sock, where, None
+        return sock
+
+    def _set_timeout(self, sock: socket.socket, seconds: float) -> None:
+        """Bound each send and receive by ``seconds`` (HttpAdmin also checks its deadline between body chunks).
+
+        The kernel's timeouts on a blocking socket, because Python's own timeout mode polls before every send and
+        receive; each setting is a system call, so it is set again only when it moved by more than TIMEOUT_SLACK."""
+        seconds = max(seconds, 0.001)  # a kernel timeout of 0 would mean none at all
+        current = self._kernel_timeout
+        if current is not None and abs(current - seconds) <= TIMEOUT_SLACK:
+            return
+        packed = struct.pack("ll", int(seconds), int((seconds % 1) * 1_000_000))
+        try:
+            if sock.gettimeout() is not None:
+                sock.settimeout(None)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, packed)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, packed)
+        except (OSError, struct.error):
+            sock.settimeout(seconds)  # no kernel timeouts here: Python's own mode (a poll before each call)
+            self._kernel_timeout = None
+            return
+        self._kernel_timeout = seconds
+
+    def _idle_open(self) -> bool:
+        """An idle keep-alive socket with something to read has been closed by the server (or holds garbage)."""
+        sock = self._sock
+        if sock is None:
+            return True
+        try:
+            if hasattr(select, "poll"):  # select() cannot take a descriptor above FD_SETSIZE (1024)
+                poller = select.poll()
+                poller.register(sock, select.POLLIN)
+                return not poller.poll(0)
+            return not select.select([sock], [], [], 0)[0]
+        except (OSError, ValueError):
+            return False
+
+    def done_with(self, sock: socket.socket, reusable: bool) -> None:
+        """A reply was read to its end (or abandoned): its connection carries the next call only if it can."""
+        if not reusable and self._sock is sock:
             self.close()
-            raise httpx.ReadTimeout(str(exc) or "timed out", request=request) from None
-        except ValueError as exc:  # a header value http.client refuses to send (h11 refuses the same)
-            self.close()
-            raise httpx.LocalProtocolError(str(exc), request=request) from None
-        except (http.client.HTTPException, OSError) as exc:
-            self.close()
-            raise httpx.RemoteProtocolError(_protocol_error(exc), request=request) from None
-        return httpx.Response(reply.status, headers=reply.getheaders(), stream=_ReplyBody(self, reply, request),
-                              extensions={"http_version": b"HTTP/1.1", "reason_phrase": reply.reason.encode(
-                                  "ascii", "replace")})
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
         if self._fallback is not None:
             self._fallback.close()
             self._fallback = None
 
 
-def _protocol_error(exc: BaseException) -> str:
-    """What was wrong with a reply, in words: a status line that is not HTTP is quoted as such (http.client's own
-    text is the bare line, which read as if the server had said it), as h11 says "illegal status line"."""
-    if isinstance(exc, http.client.BadStatusLine) and not isinstance(exc, http.client.RemoteDisconnected):
-        return f"illegal status line: {str(exc.args[0] if exc.args else '').strip()[:80]!r}"
-    return str(exc) or type(exc).__name__
+TIMEOUT_SLACK = 0.05  # seconds a socket's timeout may differ from the time left before it is set again (a syscall)
+MAX_HEAD = 65536  # bytes of status line and headers, as http.client's line limit
+MAX_HEADERS = 100  # as http.client
+_UNSAFE = re.compile(rb"[\r\n\0]")
 
 
-def _reusable(conn: http.client.HTTPConnection) -> bool:
-    """An idle keep-alive socket with something to read has been closed by the server (or holds garbage)."""
-    if conn.sock is None:
-        return True
-    try:
-        if hasattr(select, "poll"):  # select() cannot take a descriptor above FD_SETSIZE (1024)
-            poller = select.poll()
-            poller.register(conn.sock, select.POLLIN)
-            return not poller.poll(0)
-        return not select.select([conn.sock], [], [], 0)[0]
-    except (OSError, ValueError):
-        return False
+def _request_head(request: httpx.Request) -> bytes:
+    """The request line and headers, then the body: the bytes to send. A header that would split the request (CR,
+    LF or NUL in it) is refused, as http.client and h11 refuse it."""
+    lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), request.url.raw_path)]
+    for name, value in request.headers.raw:
+        if _UNSAFE.search(name) or _UNSAFE.search(value):
+            raise httpx.LocalProtocolError(f"Invalid header value for {name.decode('latin-1')!r}", request=request)
+        lines.append(b"%s: %s" % (name, value))
+    lines.append(b"\r\n")
+    return b"\r\n".join(lines) + (request.content or b"")
 
 
-class _ReplyBody(httpx.SyncByteStream):
-    """A reply's body in chunks, read errors worded as httpx's; a body not read to its end closes the connection
-    (it cannot carry the next request)."""
+class _StaleConnection(Exception):
+    """The connection ended before any byte of a reply."""
 
-    def __init__(self, owner: KeepAliveTransport, reply: http.client.HTTPResponse, request: httpx.Request):
-        self._owner, self._reply, self._request = owner, reply, request
+
+class _HeadError(Exception):
+    """A reply's head is beyond what an admin answer needs (too many headers)."""
+
+
+class _Reply(httpx.SyncByteStream):
+    """One reply, read by httptools: ``read_head`` reads up to the end of the headers (and whatever of the body came
+    with them); iterating reads the rest, chunk by chunk, so HttpAdmin checks its deadline in between."""
+
+    def __init__(self, owner: KeepAliveTransport, sock: socket.socket, request: httpx.Request):
+        self._owner, self._sock, self._request = owner, sock, request
+        self._parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self._chunks: list[bytes] = []
+        self._head_size = 0  # bytes of headers parsed
+        self._read = 0  # bytes received before the head was complete
+        self._head_done = False
+        self._complete = False
+        self._keep_alive = False
+        self._trailing = False
+        self._received = b""  # the first bytes, quoted when they are not HTTP
+        self._closed = False
+
+    # -- httptools' callbacks
+    def on_status(self, status: bytes) -> None:
+        self.reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+        self._head_size += len(name) + len(value) + 4
+        if len(self.headers) > MAX_HEADERS:
+            raise _HeadError(f"got more than {MAX_HEADERS} headers")
+        if self._head_size > MAX_HEAD:
+            raise _HeadError(f"got more than {MAX_HEAD} bytes when reading header line")
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # an interim reply (100 Continue): the real one follows on the same connection
+            self.reason, self.headers = b"", []
+            return
+        self.status, self._head_done = status, True
+        self._keep_alive = self._parser.should_keep_alive()  # read here: the parser forgets it after the message
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+
+    def on_message_begin(self) -> None:
+        if self._complete:
+            self._trailing = True  # bytes after the reply: the connection cannot carry another
+
+    def on_message_complete(self) -> None:
+        if self._head_done:
+            self._complete = True
+            self._keep_alive = self._keep_alive and self._parser.should_keep_alive()
+
+    # -- reading
+    def _feed(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__ or exc.__cause__
+            if isinstance(cause, _HeadError):
+                raise httpx.RemoteProtocolError(str(cause), request=self._request) from None
+            raise httpx.RemoteProtocolError(f"invalid reply ({exc})", request=self._request) from None
+        except httptools.HttpParserError as exc:
+            if self._complete:
+                self._trailing = True  # garbage after a whole reply: the reply stands, the connection goes
+                return
+            if not self._head_done and not self._received.startswith(b"HTTP/"):
+                line = self._received.split(b"\n", 1)[0].strip().decode("latin-1")
+                raise httpx.RemoteProtocolError(f"illegal status line: {line[:80]!r}", request=self._request) from None
+            raise httpx.RemoteProtocolError(f"invalid reply ({exc})", request=self._request) from None
+
+    def _eof(self) -> None:
+        """The server closed the connection: a reply that runs until the close ends here; any other is cut short."""
+        if not self._received:
+            raise _StaleConnection()
+        if not self._head_done:
+            raise httpx.RemoteProtocolError("Remote end closed connection without a complete reply head",
+                                            request=self._request)
+        if any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self.headers):
+            raise httpx.RemoteProtocolError("peer closed connection without sending complete message body",
+                                            request=self._request)
+        self._complete, self._keep_alive = True, False
+
+    def read_head(self) -> None:
+        while not self._head_done:
+            data = self._sock.recv(65536)
+            if not data:
+                self._eof()
+                return
+            if len(self._received) < 200:
+                self._received += data[:200]
+            self._read += len(data)
+            self._feed(data)
+            if not self._head_done and self._read > MAX_HEAD:  # a head that never ends is not buffered for ever
+                raise httpx.RemoteProtocolError(f"got more than {MAX_HEAD} bytes when reading header line",
+                                                request=self._request)
 
     def __iter__(self):
-        reply = self._reply
         try:
             while True:
-                if reply.length == 0:  # a sized body read to its end (or none): the connection stays usable
-                    reply.close()
+                if self._chunks:
+                    chunks, self._chunks = self._chunks, []
+                    yield b"".join(chunks)
+                if self._complete:
+                    self._finish(self._keep_alive and not self._trailing)
                     return
-                chunk = reply.read1(65536)  # what has arrived, so the caller's deadline is checked in between
-                if not chunk:
-                    if reply.length:  # the server closed before the Content-Length it promised
-                        raise http.client.IncompleteRead(b"", reply.length)
-                    return
-                yield chunk
-        except TimeoutError as exc:
-            raise httpx.ReadTimeout(str(exc) or "timed out", request=self._request) from None
-        except http.client.IncompleteRead:
-            self._owner.close()
-            raise httpx.RemoteProtocolError("peer closed connection without sending complete message body",
-                                            request=self._request) from None
-        except (http.client.HTTPException, OSError) as exc:
-            raise httpx.ReadError(str(exc) or type(exc).__name__, request=self._request) from None
+                try:
+                    data = self._sock.recv(65536)
+                except (TimeoutError, BlockingIOError) as exc:
+                    raise httpx.ReadTimeout(str(exc) or "timed out", request=self._request) from None
+                except OSError as exc:
+                    raise httpx.ReadError(str(exc) or type(exc).__name__, request=self._request) from None
+                if data:
+                    self._feed(data)
+                else:
+                    self._eof()
+        except BaseException:
+            self._finish(False)
+            raise
+
+    def _finish(self, reusable: bool) -> None:
+        if not self._closed:
+            self._closed = True
+            self._owner.done_with(self._sock, reusable)
 
     def close(self) -> None:
-        if not self._reply.isclosed():
-            self._reply.close()
-            self._owner.close()
+        self._finish(self._complete and self._keep_alive and not self._trailing)
 
 
 def exchange(transport: httpx.BaseTransport, method: str, url: httpx.URL, headers: dict, content: Optional[bytes],
