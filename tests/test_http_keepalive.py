@@ -206,3 +206,31 @@ def test_a_reply_that_never_comes_times_out_within_the_request_timeout():
     finally:
         listener.close()
     assert "no answer within --request-timeout 0.6 s" in str(err.value)  # the deadline ended it, not a default
+
+
+def test_a_base_url_with_a_path_keeps_it_and_the_host_header_names_the_target(serve):
+    server = serve(lambda n: (ok(), False))
+    with HttpAdmin(f"{server.url}/pulsar-admin/", token=SECRET) as admin:
+        assert admin.list_coordinators() == []
+        admin.metrics_text()
+    first, second = server.requests
+    assert first.startswith("GET /pulsar-admin/admin/v3/transactions/coordinators HTTP/1.1\r\n")
+    assert second.startswith("GET /pulsar-admin/metrics/ HTTP/1.1\r\n")
+    assert f"\r\nHost: {server.url.removeprefix('http://')}\r\n" in first
+
+
+def test_a_redirect_from_the_first_hop_is_followed_with_the_same_rules(serve):
+    target = serve(lambda n: (ok('["moved"]'), False))
+    front = serve(lambda n: (f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {target.url}/admin/v2/clusters\r\n"
+                             "Content-Length: 0\r\n\r\n".encode(), False))
+    with HttpAdmin(front.url, token=SECRET) as admin:
+        assert admin.list_clusters() == ["moved"]
+    assert f"Authorization: Bearer {SECRET}" in target.requests[0]  # same host: credentials go along
+
+
+def test_a_text_reply_is_decoded_by_its_charset(serve):
+    body = "# HELP x caf\u00e9\n".encode("latin-1")
+    server = serve(lambda n: (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=ISO-8859-1\r\n"
+                              b"Content-Length: %d\r\n\r\n" % len(body) + body, False))
+    with HttpAdmin(server.url, token=SECRET) as admin:
+        assert admin.metrics_text() == "# HELP x caf\u00e9\n"

@@ -22,18 +22,20 @@ from typing import Any, Optional
 
 import httpx
 
+from ._transport import Reply
 from .auth import mask
 from .protocol import AdminError, BadReplyError, NotAuthorizedError, NotFoundError
 
+AnyReply = httpx.Response | Reply  # httpx's, or the direct path's (same names for what is read here)
 MAX_DEPTH = 64  # Pulsar's admin JSON nests a handful of levels; far deeper is garbage (and would exhaust the stack)
 VERSION = re.compile(r"\d+\.\d+(\.\d+)?([.+-][0-9A-Za-z.+-]*)?$")  # a broker's version, as /brokers/version sends it
 
 
-def result(response: httpx.Response, shape: Any = None) -> Any:
+def result(response: AnyReply, shape: Any = None) -> Any:
     """The reply's JSON checked against ``shape`` (None: any JSON, or None for an empty reply), or the error the
     status stands for."""
     status = response.status_code
-    where = str(response.request.url).partition("?")[0]  # copy_with(query=None) re-parses: 2x the cost
+    where = str(response.url).partition("?")[0]  # copy_with(query=None) re-parses: 2x the cost
     if 200 <= status < 300:
         if shape is None:
             return None if status == 204 or not response.content else decode(response, where)
@@ -48,7 +50,7 @@ def result(response: httpx.Response, shape: Any = None) -> Any:
     raise error(response, where)
 
 
-def error(response: httpx.Response, where: str) -> AdminError:
+def error(response: AnyReply, where: str) -> AdminError:
     """The protocol's error for a reply that is not a success."""
     status = response.status_code
     reason = mask(_reason(response))
@@ -63,7 +65,7 @@ def error(response: httpx.Response, where: str) -> AdminError:
     return AdminError(reason or f"HTTP {status}", status)
 
 
-def decode(response: httpx.Response, where: str) -> Any:
+def decode(response: AnyReply, where: str) -> Any:
     raw = response.content
     if raw.lstrip()[:1] == b"<":
         raise BadReplyError(f"malformed JSON from {where}: an HTML page, not JSON (a login page from a proxy?)")
@@ -151,7 +153,7 @@ def depth_ok(raw: bytes) -> bool:
     return True
 
 
-def retry_after(response: httpx.Response) -> Optional[float]:
+def retry_after(response: AnyReply) -> Optional[float]:
     """Seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date); None when absent or garbage."""
     value = response.headers.get("retry-after")
     if not value:
@@ -166,7 +168,7 @@ def retry_after(response: httpx.Response) -> Optional[float]:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _has_json_reason(response: httpx.Response) -> bool:
+def _has_json_reason(response: AnyReply) -> bool:
     raw = response.content
     if not raw.lstrip().startswith(b"{") or not depth_ok(raw):
         return False
@@ -177,7 +179,7 @@ def _has_json_reason(response: httpx.Response) -> bool:
     return isinstance(data, dict) and bool(data.get("reason"))
 
 
-def _reason(response: httpx.Response) -> str:
+def _reason(response: AnyReply) -> str:
     """Pulsar's ``{"reason": …}`` or a short plain-text body, on one line; HTML pages give the status phrase."""
     raw = response.content
     text = ""

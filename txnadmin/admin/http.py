@@ -36,7 +36,8 @@ import httpx
 from . import _replies
 from ._redirects import MAX_REDIRECTS, REDIRECTS, add_broker_hosts, follow, in_cluster
 from ._replies import VERSION, retry_after
-from ._transport import KeepAliveTransport, environment_proxy, exchange, tls_context
+from ._transport import (SAFE_TARGET, DirectRoute, KeepAliveTransport, Reply, direct_route, environment_proxy,
+                         exchange, exchange_direct, tls_context)
 from .auth import Auth, AuthError, TokenAuth, auth_from, mask, register_secret, token_from_params
 from .endpoints import ENDPOINTS
 from .protocol import AdminError, BadReplyError, Json, NotFoundError, TargetUnreachableError, TxnId
@@ -115,6 +116,7 @@ class HttpAdmin:
         # A local engine's server may come back on another port with another token (`engine run` picks both
         # afresh): ``rediscover`` reads where it is now, so a long `downgrade wait` follows the restart.
         self._rediscover = rediscover
+        self._route: Optional[tuple[str, Optional[DirectRoute]]] = None  # base_url taken apart for the direct path
 
     @property
     def retry_backoff(self) -> float:
@@ -196,7 +198,7 @@ class HttpAdmin:
         path, params = row.target(args)
         return _replies.result(self._call(row.method, path, params, row.content(args)), row.shape)
 
-    def _reply(self, call: str) -> httpx.Response:
+    def _reply(self, call: str) -> httpx.Response | Reply:
         """A row's raw reply, for the calls that read it other than as JSON; an error status raises as usual."""
         row = ENDPOINTS[call]
         path, params = row.target(())
@@ -205,7 +207,7 @@ class HttpAdmin:
             _replies.result(response)
         return response
 
-    def _call(self, method: str, path: str, params: dict, content: Optional[bytes]) -> httpx.Response:
+    def _call(self, method: str, path: str, params: dict, content: Optional[bytes]) -> httpx.Response | Reply:
         deadline = time.monotonic() + self.timeout
         self.in_flight = f"{method} {path}"  # named by the CLI's "waiting for …" spinner
         policy = self.retry
@@ -265,14 +267,25 @@ class HttpAdmin:
         return True
 
     def _send(self, method: str, path: str, params: dict, content: Optional[bytes],
-              deadline: Optional[float] = None) -> httpx.Response:
+              deadline: Optional[float] = None) -> httpx.Response | Reply:
         deadline = deadline if deadline is not None else time.monotonic() + self.timeout
         query = f"?{urlencode(params, quote_via=quote)}" if params else ""
+        text = f"{self.base_url}{path}{query}"
+        hops = MAX_REDIRECTS + 1
+        direct = self._direct(method, path + query, text, content, deadline)
+        if direct is not None:
+            if direct.status_code not in REDIRECTS or "location" not in direct.headers:
+                return direct
+            hops -= 1
         try:
-            url = httpx.URL(f"{self.base_url}{path}{query}")
+            url = httpx.URL(text)
         except httpx.InvalidURL as exc:
             raise AdminError(f"{self.base_url}{path}: not a valid URL ({exc})", 400) from None
-        for _ in range(MAX_REDIRECTS + 1):
+        if direct is not None:  # the first hop went the direct way and was redirected: follow it as below
+            url = follow(url, direct.headers["location"], self._in_cluster)
+            if direct.status_code == 303:
+                method, content = "GET", None
+        for _ in range(hops):
             headers = self._headers(deadline)
             if content is not None:
                 headers["Content-Type"] = "application/json"
@@ -284,6 +297,26 @@ class HttpAdmin:
                 continue
             return response
         raise BadReplyError(f"{self.base_url}{path}: too many redirects")
+
+    def _direct(self, method: str, path: str, url: str, content: Optional[bytes],
+                deadline: float) -> Optional[Reply]:
+        """The first hop on the keep-alive path without httpx's objects (``exchange_direct``), when it applies: plain
+        http, no proxy, no test transport, a request target with nothing to encode. None otherwise."""
+        if self._shared_transport is not None or self._proxy:
+            return None
+        route = self._route
+        if route is None or route[0] != self.base_url:
+            route = self._route = (self.base_url, direct_route(self.base_url))
+        target = f"{route[1].prefix}{path}" if route[1] is not None else ""
+        if route[1] is None or not SAFE_TARGET.fullmatch(target):
+            return None
+        transport = self._transport()
+        if not isinstance(transport, KeepAliveTransport):
+            return None
+        headers = self._headers(deadline)
+        if content is not None:
+            headers["Content-Type"] = "application/json"
+        return exchange_direct(transport, route[1], method, url, target, headers, content, deadline, self.timeout)
 
     def _in_cluster(self, target: httpx.URL) -> bool:
         return in_cluster(target, self._host, self._active_brokers)
@@ -392,7 +425,7 @@ class HttpAdmin:
     def broker_versions(self) -> dict[str, str]:
         """The answering broker's version; Pulsar sends it as a bare string, quoted or not."""
         response = self._reply("broker_versions")
-        where = str(response.request.url)
+        where = str(response.url)
         text = response.content.decode("utf-8", "replace").strip().strip('"')
         if not VERSION.match(text):
             shown = "an HTML page (a login page from a proxy?)" if text.startswith("<") else repr(mask(text)[:60])
