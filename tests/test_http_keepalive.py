@@ -7,6 +7,8 @@ import socket
 import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from txnadmin.admin.http import HttpAdmin
 from txnadmin.admin.protocol import AdminError
@@ -234,3 +236,25 @@ def test_a_text_reply_is_decoded_by_its_charset(serve):
                               b"Content-Length: %d\r\n\r\n" % len(body) + body, False))
     with HttpAdmin(server.url, token=SECRET) as admin:
         assert admin.metrics_text() == "# HELP x caf\u00e9\n"
+
+
+_HEADS = st.sampled_from([b"HTTP/1.1 200 OK\r\n", b"HTTP/1.1 404 Not Found\r\n", b"HTTP/1.0 200 OK\r\n",
+                          b"HTTP/1.1 307 Temporary Redirect\r\n", b"HTTP/1.1 100 Continue\r\n\r\n", b""])
+_FIELDS = st.lists(st.sampled_from([b"Content-Length: 2\r\n", b"Content-Length: -1\r\n", b"Content-Length: 99\r\n",
+                                    b"Transfer-Encoding: chunked\r\n", b"Connection: close\r\n",
+                                    b"Location: http://elsewhere.invalid/x\r\n", b"Content-Type: application/json\r\n",
+                                    b"X: \x00\xff\r\n"]), max_size=4)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(head=_HEADS, fields=_FIELDS, tail=st.sampled_from([b"\r\n", b"", b"\r\n\r\n"]), body=st.binary(max_size=40),
+       close=st.booleans())
+def test_any_reply_is_a_value_or_one_line_error(serve, head, fields, tail, body, close):
+    """Whatever bytes come back, a call returns the checked value or raises the protocol's one-line error."""
+    payload = head + b"".join(fields) + tail + body
+    server = serve(lambda n: (payload, close))
+    with HttpAdmin(server.url, token=SECRET, timeout=0.25, retry_backoff=0.01) as admin:  # a short body waits it out
+        try:
+            assert isinstance(admin.list_coordinators(), list)
+        except AdminError as exc:
+            assert "\n" not in str(exc) and SECRET not in str(exc)

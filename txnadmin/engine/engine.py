@@ -732,13 +732,11 @@ class Engine:
                 # Topics (and the subscriptions' lazily applied commits) are flushed by now: each store's log may
                 # drop what its subscription's persisted mark-delete covers, as Pulsar's clearUselessLogData does.
                 for store, topic, subscription in stores:
-                    cursor = topic.ledger.cursors().get(subscription) if topic is not None else None
+                    cursor = topic.ledger.cursor_named(subscription) if topic is not None else None
                     if cursor is not None:
                         store.clear_useless_log_data(cursor.persisted_mark_delete_position)
                 continue
-            ml.flush_cursors()
-            ml.maybe_rollover()
-            if ml.trim():
+            if ml.sweep():
                 trimmed.add(ml.name)
         with self._lock:
             topics = [t for t in self.topics.values() if t.ledger.name in trimmed]
