@@ -15,6 +15,35 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 
+def _build_txnadmin_commands_once() -> None:
+    """Typer's CliRunner rebuilds the whole click command tree from the Typer app on every invoke (about 80 ms for
+    txnadmin's, most of an in-process test's time). txnadmin's apps are complete once imported and never change
+    afterwards, so each is built once per test process; any other Typer (a test's own probe app) is built as before."""
+    import typer.testing
+
+    build = typer.testing._get_command
+    built: dict[int, tuple[object, object]] = {}
+
+    def get_command(app):
+        if not _is_txnadmin_app(app):
+            return build(app)
+        key = id(app)
+        if key not in built:
+            built[key] = (app, build(app))  # the app is kept alive with its command, so its id is never reused
+        return built[key][1]
+
+    typer.testing._get_command = get_command
+
+
+def _is_txnadmin_app(app) -> bool:
+    """One of the Typer apps a txnadmin.cli module defines at import (the root `app` or a group's)."""
+    return any(getattr(module, "app", None) is app for name, module in list(sys.modules.items())
+               if name.startswith("txnadmin.cli"))
+
+
+_build_txnadmin_commands_once()
+
+
 @pytest.fixture(scope="session")
 def spark_session():
     from txnadmin.scan.spark import spark_session
