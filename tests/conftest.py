@@ -9,10 +9,21 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# Compiled modules cached outside the source tree when the environment forbids writing them (PYTHONDONTWRITEBYTECODE):
+# otherwise every CLI subprocess compiles txnadmin again (~0.2 s each) and every worker re-rewrites every test module's
+# asserts (~10 s each). The prefix keeps __pycache__ out of the worktree, which is what that setting is for.
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+    _prefix = os.path.join(tempfile.gettempdir(), f"txnadmin-pycache-{os.getuid()}")
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = _prefix
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = _prefix
 
 # tmp_path on a memory file system where there is one: the engine fsyncs every commit and log append as it must, and
 # on the disk those waits were a third of an engine test's time. What a test can observe is unchanged (no test can
