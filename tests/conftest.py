@@ -9,10 +9,56 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# Compiled modules cached outside the source tree when the environment forbids writing them (PYTHONDONTWRITEBYTECODE):
+# otherwise every CLI subprocess compiles txnadmin again (~0.2 s each) and every worker re-rewrites every test module's
+# asserts (~10 s each). The prefix keeps __pycache__ out of the worktree, which is what that setting is for.
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+    _prefix = os.path.join(tempfile.gettempdir(), f"txnadmin-pycache-{os.getuid()}")
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    os.environ["PYTHONPYCACHEPREFIX"] = _prefix
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = _prefix
+
+# tmp_path on a memory file system where there is one: the engine fsyncs every commit and log append as it must, and
+# on the disk those waits were a third of an engine test's time. What a test can observe is unchanged (no test can
+# see a power cut); a given PYTEST_DEBUG_TEMPROOT (pytest's own setting) or --basetemp still decides.
+if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", "/dev/shm")
+
+
+def _build_txnadmin_commands_once() -> None:
+    """Typer's CliRunner rebuilds the whole click command tree from the Typer app on every invoke (about 80 ms for
+    txnadmin's, most of an in-process test's time). txnadmin's apps are complete once imported and never change
+    afterwards, so each is built once per test process; any other Typer (a test's own probe app) is built as before."""
+    import typer.testing
+
+    build = typer.testing._get_command
+    built: dict[int, tuple[object, object]] = {}
+
+    def get_command(app):
+        if not _is_txnadmin_app(app):
+            return build(app)
+        key = id(app)
+        if key not in built:
+            built[key] = (app, build(app))  # the app is kept alive with its command, so its id is never reused
+        return built[key][1]
+
+    typer.testing._get_command = get_command
+
+
+def _is_txnadmin_app(app) -> bool:
+    """One of the Typer apps a txnadmin.cli module defines at import (the root `app` or a group's)."""
+    return any(getattr(module, "app", None) is app for name, module in list(sys.modules.items())
+               if name.startswith("txnadmin.cli"))
+
+
+_build_txnadmin_commands_once()
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,8 @@ the engine must open again in this same process."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from typer.testing import CliRunner
 
@@ -14,11 +16,19 @@ from txnadmin.engine.engine import Engine
 runner = CliRunner()
 
 
-@pytest.fixture
-def engine_dir(tmp_path):
-    d = tmp_path / "e"
+@pytest.fixture(scope="module")
+def built_engine(tmp_path_factory):
+    """An engine after a short workload, built once; each test runs its command on a copy of it."""
+    d = tmp_path_factory.mktemp("built") / "e"
     assert runner.invoke(app, ["engine", "init", str(d), "-c", "2"]).exit_code == 0
     assert runner.invoke(app, ["engine", "run", str(d), "--duration", "0.5", "-o", "json"]).exit_code == 0
+    return d
+
+
+@pytest.fixture
+def engine_dir(built_engine, tmp_path):
+    d = tmp_path / "e"
+    shutil.copytree(built_engine, d)
     return d
 
 

@@ -649,7 +649,7 @@ def doctor_until(url, home, wanted, *args, deadline=20.0):
         code, out = doctor_json(url, home, *args)
         if wanted(out["findings"]) or time.monotonic() > end:
             return code, out
-        time.sleep(0.5)
+        time.sleep(0.2)
 
 
 def test_engine_healthy_after_traffic_is_exit_0(served):

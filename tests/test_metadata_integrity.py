@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sqlite3
 
 import pytest
@@ -15,15 +16,27 @@ from txnadmin.cli.main import app
 runner = CliRunner()
 
 
+@pytest.fixture(scope="module")
+def built_engine(tmp_path_factory):
+    """One engine with a workload's data and two open transactions, built once (the workload runs 1.5 s); each test
+    damages its own copy."""
+    directory = tmp_path_factory.mktemp("built") / "engine"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TXNADMIN_HOME", str(directory.parent / "home"))
+        assert runner.invoke(app, ["engine", "init", str(directory), "-c", "2"]).exit_code == 0
+        run = runner.invoke(app, ["engine", "run", str(directory), "--duration", "1.5", "--rate", "300", "-o", "json"])
+        assert run.exit_code == 0, run.output
+        for produce in ("t1=a", "t2=b"):
+            begin = runner.invoke(app, ["engine", "txn", "begin", "--dir", str(directory), "--produce", produce])
+            assert begin.exit_code == 0, begin.output
+    return directory
+
+
 @pytest.fixture
-def engine(tmp_path, monkeypatch):
+def engine(built_engine, tmp_path, monkeypatch):
     directory = tmp_path / "engine"
     monkeypatch.setenv("TXNADMIN_HOME", str(tmp_path / "home"))
-    assert runner.invoke(app, ["engine", "init", str(directory), "-c", "2"]).exit_code == 0
-    run = runner.invoke(app, ["engine", "run", str(directory), "--duration", "1.5", "--rate", "300", "-o", "json"])
-    assert run.exit_code == 0, run.output
-    for produce in ("t1=a", "t2=b"):
-        assert runner.invoke(app, ["engine", "txn", "begin", "--dir", str(directory), "--produce", produce]).exit_code == 0
+    shutil.copytree(built_engine, directory)
     return directory
 
 

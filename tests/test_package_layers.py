@@ -12,6 +12,7 @@ two modules import each other, directly or round a longer loop.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "txnadmin"
@@ -81,6 +82,11 @@ def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     return {name: _imports(name, path, modules) for name, path in modules.items()}
 
 
+@functools.cache  # the four checks below read the same graph of txnadmin: parse it once
+def _our_graph() -> dict[str, set[str]]:
+    return _graph()
+
+
 def _unit(module: str) -> str:
     """The layer unit of a module: its top-level package, or the module itself (``names``, ``_fs``, ``__init__``)."""
     parts = module.split(".")
@@ -112,20 +118,20 @@ def _cycles(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_every_package_and_module_has_a_layer():
-    units = {_unit(m) for m in _graph()}
+    units = {_unit(m) for m in _our_graph()}
     assert units <= set(RANK), f"give these a layer: {sorted(units - set(RANK))}"
 
 
 def test_imports_only_go_down():
-    assert not _upward(_graph())
+    assert not _upward(_our_graph())
 
 
 def test_names_imports_nothing_of_ours():
-    assert _graph()["txnadmin.names"] == set()
+    assert _our_graph()["txnadmin.names"] == set()
 
 
 def test_no_import_cycles():
-    assert not _cycles(_graph())
+    assert not _cycles(_our_graph())
 
 
 def test_the_checker_finds_what_it_must_refuse(tmp_path):

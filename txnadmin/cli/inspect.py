@@ -9,7 +9,6 @@ from typing import Optional
 
 import typer
 
-from ..codec import EntryDecodeError, decode_entry
 from ._common import EXIT_FAILURE, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
 
 app = typer.Typer(help="Decode transaction-log and pending-ack entries.", no_args_is_help=True)
@@ -32,6 +31,8 @@ def entry(
     if kind not in ("auto", "txn-log", "pending-ack"):
         fail(f"--kind {kind!r}: use txn-log, pending-ack or auto", EXIT_USAGE)
     data = _read_input(file, hex_, base64_)
+    from ..codec import EntryDecodeError, decode_entry  # protobuf: only this command needs it at start-up
+
     try:
         decoded = decode_entry(data, kind)
     except EntryDecodeError as exc:
