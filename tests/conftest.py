@@ -28,7 +28,16 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCAC
 # tmp_path on a memory file system where there is one: the engine fsyncs every commit and log append as it must, and
 # on the disk those waits were a third of an engine test's time. What a test can observe is unchanged (no test can
 # see a power cut); a given PYTEST_DEBUG_TEMPROOT (pytest's own setting) or --basetemp still decides.
-if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
+def _roomy_memory_fs(path: str = "/dev/shm", needed: int = 4 << 30) -> bool:
+    """A writable memory file system with room for a suite's temp files (a container's /dev/shm may be 64 MB)."""
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return False
+    return os.access(path, os.W_OK | os.X_OK) and stat.f_bavail * stat.f_frsize >= needed
+
+
+if _roomy_memory_fs():
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", "/dev/shm")
 
 
@@ -38,7 +47,9 @@ def _build_txnadmin_commands_once() -> None:
     afterwards, so each is built once per test process; any other Typer (a test's own probe app) is built as before."""
     import typer.testing
 
-    build = typer.testing._get_command
+    build = getattr(typer.testing, "_get_command", None)
+    if build is None:  # a typer without this (private) step: every invoke builds its tree, as typer does
+        return
     built: dict[int, tuple[object, object]] = {}
 
     def get_command(app):

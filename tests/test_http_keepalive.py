@@ -27,6 +27,7 @@ class KeepAliveServer:
         self.sock.listen(16)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.connections = 0
+        self.closed = threading.Semaphore(0)  # released as each connection is closed by the server
         self.requests: list[str] = []
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -40,6 +41,12 @@ class KeepAliveServer:
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _handle(self, conn):
+        try:
+            self._exchange(conn)
+        finally:
+            self.closed.release()
+
+    def _exchange(self, conn):
         data = b""
         with conn:
             while True:
@@ -148,6 +155,8 @@ def test_a_post_on_a_connection_the_server_closed_is_never_sent_twice(serve):
     server = serve(lambda n: (ok() if n == 1 else b"HTTP/1.1 204 No Content\r\n\r\n", True))
     with HttpAdmin(server.url, token=SECRET) as admin:
         assert admin.list_coordinators() == []
+        # Closed before the POST, not while it is sent (that race no client can win without sending it twice).
+        assert server.closed.acquire(timeout=10)
         admin.scale_coordinators(3)
     assert [r.split(" ", 1)[0] for r in server.requests] == ["GET", "POST"]
 
