@@ -262,7 +262,7 @@ def test_any_reply_is_a_value_or_one_line_error(serve, head, fields, tail, body,
     """Whatever bytes come back, a call returns the checked value or raises the protocol's one-line error."""
     payload = head + b"".join(fields) + tail + body
     server = serve(lambda n: (payload, close))
-    with HttpAdmin(server.url, token=SECRET, timeout=0.25, retry_backoff=0.01) as admin:  # a short body waits it out
+    with HttpAdmin(server.url, token=SECRET, timeout=0.1, retry_backoff=0.01) as admin:  # a short body waits it out
         try:
             assert isinstance(admin.list_coordinators(), list)
         except AdminError as exc:
