@@ -10,7 +10,8 @@ over (stores already seen done: one call each), and the worst case, every log ro
 seen done yet (two calls each: ledgers, then recoverStartTime). ``--worst-case`` times only the
 usual poll and the worst case at 16, three times each, alternating (a short run that still compares
 the two in the same run), each also with the client before #14's keep-alive path (httpx's transport for
-every call), against the same server: a before/after measured under the same load.
+every call), against the same server: a before/after measured under the same load; then the same two polls through
+`wait`'s session (its watch running), and through the CLI as an operator runs it (a fresh process each time).
 """
 
 from __future__ import annotations
@@ -76,6 +77,20 @@ class HttpxTransportAdmin:
         return Before(url, token=token)
 
 
+def cli_status(url: str, token: str, state: Path, rows: list, label: str) -> None:
+    """Time the CLI itself (`-o json`: no table to draw); exit 1 (not yet) is the expected answer here."""
+    import json
+    import subprocess
+
+    t = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "txnadmin", "--token", token, "-u", url, "downgrade", "status",
+                           "--state", str(state), "-o", "json"], capture_output=True, text=True)
+    took = time.perf_counter() - t
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"downgrade status exited {done.returncode}: {done.stderr.strip()[:300]}")
+    rows.append((label, took, int(json.loads(done.stdout)["logs"])))
+
+
 ROLLED = "16, every log rolled, seen done before (1 call each)"
 WORST = "16, worst case: every log rolled, none seen done yet (2 calls each)"
 
@@ -98,7 +113,7 @@ def main() -> None:
             admin = HttpAdmin(url, token=token)
             state = Path(tmp) / "state.json"
             t = time.perf_counter()
-            recorded = start(admin, state, concurrency=16)
+            recorded = start(admin, state, target=url, concurrency=16)  # as the CLI records it
             started = time.perf_counter() - t
             status(admin, state, concurrency=16)  # untimed warm-up, so the first timed row is not also the coldest
             rows = []
@@ -129,6 +144,13 @@ def main() -> None:
                         timed("16, worst case, wait with its watch", session=session)
                 finally:
                     session.close()
+                # What an operator runs: `txnadmin downgrade status` as a fresh process (start-up, checklist load
+                # and a fresh heap included), after the rows above so it is not timed right behind `start`.
+                for _ in range(3):
+                    cli_status(url, token, state, rows, "16, usual poll, `txnadmin downgrade status` process")
+                    forget_confirmed(state, proven=True)
+                    cli_status(url, token, state, rows, "16, worst case, `txnadmin downgrade status` process")
+                    status(admin, state, concurrency=16)  # untimed: `status` saves nothing, so prove the logs again
                 before.close()
                 admin.close()
                 return report_rows(rows, args, built, opened, started, recorded)
