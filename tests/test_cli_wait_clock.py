@@ -50,3 +50,31 @@ def test_the_wait_clock_ticks_between_polls_on_a_terminal(tmp_path):
     assert "logs done" in shown, shown
     clocks = set(re.findall(r"\[(\d+:\d\d:\d\d)\] \d+/\d+ logs done", shown))
     assert len(clocks) >= 3, shown
+
+
+def test_the_live_panel_names_the_target_in_the_commands_its_reasons_suggest(tmp_path):
+    """On a terminal `wait` lists why logs wait; a command named there must paste onto the same target and checklist,
+    as in `status` (the report's own reasons stay bare: the procedure reads them again at the next poll)."""
+    import time
+
+    import click
+    import typer
+
+    from txnadmin.admin.target import Target
+    from txnadmin.cli import downgrade
+    from txnadmin.cli._target import TARGET_META
+    from txnadmin.procedures.downgrade import LogStatus, Report
+
+    ctx = typer.Context(click.Command("wait"))
+    ctx.meta[TARGET_META] = Target("http://prod-broker:8080", "--admin-url", again=["-u", "http://prod-broker:8080"])
+    downgrade._suggest(ctx, tmp_path / "prod.json")
+    bare = "reopened since recording: run `txnadmin downgrade wait --rerecord` to re-record it"
+    log = LogStatus("pending-ack", "persistent://t/ns/orders-billing__transaction_pending_ack", 7, 5, False, bare,
+                    kind="reopened since recording", extra={"topic": "persistent://t/ns/orders",
+                                                            "subscription": "billing"})
+    view = downgrade._LiveView(time.monotonic())
+    view.poll(Report(safe=False, flags_disabled=True, logs=[log], verification=None))
+    shown = "\n".join(view.detail)
+    prod = tmp_path / "prod.json"
+    assert f"`txnadmin -u http://prod-broker:8080 downgrade wait --state {prod} --rerecord`" in shown
+    assert log.reason == bare

@@ -338,7 +338,8 @@ class _LiveView:
             detail.append(f"  {kind} ({len(logs)}):")
             for log in logs[:3]:
                 topic, subscription = _store_names(log)
-                detail.append(f"    {topic}{'' if subscription == '-' else ' ' + subscription}: {log.reason}")
+                # hinted here, not in the report: the procedure reads its own reasons again at the next poll
+                detail.append(f"    {topic}{'' if subscription == '-' else ' ' + subscription}: {_hinted(log.reason)}")
             if len(logs) > 3:
                 detail.append(f"    … and {len(logs) - 3} more")
         self._emit(summary, detail)
