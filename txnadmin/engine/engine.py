@@ -736,7 +736,9 @@ class Engine:
                     if cursor is not None:
                         store.clear_useless_log_data(cursor.persisted_mark_delete_position)
                 continue
-            if ml.sweep():
+            ml.flush_cursors()
+            ml.maybe_rollover()
+            if ml.trim():
                 trimmed.add(ml.name)
         with self._lock:
             topics = [t for t in self.topics.values() if t.ledger.name in trimmed]

@@ -392,28 +392,7 @@ class ManagedLedger:
             if self._cursors.pop(name, None) is not None:
                 self.storage.meta_delete(f"{self._key()}/cursors/{name}")
 
-    def sweep(self) -> list[int]:
-        """One maintenance visit (``Engine.sweep_ledgers``, about once a second): persist lazily moved cursors, roll a
-        full ledger over, trim what every cursor consumed; the deleted ledgers. Done as ``flush_cursors``,
-        ``maybe_rollover`` and ``trim`` would, in one pass reading the clock once, because the sweep visits every
-        managed ledger and a big engine holds tens of thousands (it was a fifth of a served engine's CPU)."""
-        if self.read_only:
-            return []
-        with self._lock:
-            if self._closed:
-                return []
-            cursors = list(self._cursors.values())
-        for cursor in cursors:
-            cursor.flush()
-        now = self.config.clock()
-        with self._lock:  # closed meanwhile (a reload): the reopened instance owns the metadata now
-            if not self._closed and self._full(now):
-                self.rollover()
-            if self._closed or len(self._ledgers) <= 1:
-                return []  # the open ledger is never trimmed
-        return self.trim(now)
-
-    def trim(self, now: Optional[float] = None) -> list[int]:
+    def trim(self) -> list[int]:
         """Delete closed ledgers wholly before the slowest cursor's mark-delete; never the open ledger."""
         with self._lock:
             if self._closed or self.read_only:
@@ -423,7 +402,7 @@ class ManagedLedger:
             else:
                 slowest = self.last_confirmed_entry
             deleted = []
-            now = self.config.clock() if now is None else now
+            now = self.config.clock()
             total_size = sum(l.size for l in self._ledgers)
             size_to_delete = 0
             while len(self._ledgers) > 1:
