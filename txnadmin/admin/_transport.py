@@ -109,7 +109,7 @@ class KeepAliveTransport(httpx.BaseTransport):
             self.close()
         for _ in range(2):
             reused = self._sock is not None
-            sock = self._sock if reused and self._sock is not None else self._connect(where, timeout, request)
+            sock = self._sock if self._sock is not None else self._connect(where, timeout, request)
             self._set_timeout(sock, timeout)
             try:
                 sock.sendall(head)
@@ -206,19 +206,24 @@ TIMEOUT_SLACK = 0.05  # seconds a socket's timeout may differ from the time left
 MAX_HEAD = 65536  # bytes of status line and headers, as http.client's line limit
 MAX_HEADERS = 100  # as http.client
 _UNSAFE = re.compile(rb"[\r\n\0]")
-_UNSAFE_TEXT = re.compile("[\r\n\0]")
 
 
 def _request_head(request: httpx.Request) -> bytes:
-    """The request line and headers, then the body: the bytes to send. A header that would split the request (CR,
-    LF or NUL in it) is refused, as http.client and h11 refuse it."""
-    lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), request.url.raw_path)]
-    for name, value in request.headers.raw:
+    """An httpx request as the bytes to send (see ``_head``)."""
+    line = b"%s %s HTTP/1.1" % (request.method.encode("ascii"), request.url.raw_path)
+    return _head(line, request.headers.raw, request.content or None)
+
+
+def _head(request_line: bytes, fields, content: Optional[bytes]) -> bytes:
+    """The request line and header ``fields`` (name, value pairs), then the body: the bytes to send. A header that
+    would split the request (CR, LF or NUL in it) is refused, as http.client and h11 refuse it."""
+    lines = [request_line]
+    for name, value in fields:
         if _UNSAFE.search(name) or _UNSAFE.search(value):
-            raise httpx.LocalProtocolError(f"Invalid header value for {name.decode('latin-1')!r}", request=request)
+            raise httpx.LocalProtocolError(f"Invalid header value for {name.decode('latin-1')!r}")
         lines.append(b"%s: %s" % (name, value))
     lines.append(b"\r\n")
-    return b"\r\n".join(lines) + (request.content or b"")
+    return b"\r\n".join(lines) + (content or b"")
 
 
 class _StaleConnection(Exception):
@@ -433,17 +438,18 @@ def exchange_direct(transport: KeepAliveTransport, route: DirectRoute, method: s
     query, ``route`` its origin taken apart. Same deadline, limits and errors as ``exchange``."""
     where = route.origin
     remaining = _time_left(deadline, where, timeout)
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {route.host_header}"]
-    for name, value in headers.items():
-        if _UNSAFE_TEXT.search(name) or _UNSAFE_TEXT.search(value) or not (name + value).isascii():
-            raise _unreachable(httpx.LocalProtocolError(f"Invalid header value for {name!r}"), where, timeout, False)
-        lines.append(f"{name}: {value}")
-    if content is not None:
-        lines.append(f"Content-Length: {len(content)}")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
     sent = False
     try:
-        reply = transport.open(method, route.address, head + (content or b""), remaining)
+        sending = [(b"Host", route.host_header.encode("ascii"))]
+        for name, value in headers.items():
+            try:
+                sending.append((name.encode("ascii"), value.encode("ascii")))
+            except UnicodeEncodeError:
+                raise httpx.LocalProtocolError(f"Invalid header value for {name!r}") from None
+        if content is not None:
+            sending.append((b"Content-Length", b"%d" % len(content)))
+        head = _head(f"{method} {target} HTTP/1.1".encode("ascii"), sending, content)
+        reply = transport.open(method, route.address, head, remaining)
         sent = True
         try:
             body = _body(reply, where, deadline)
