@@ -267,3 +267,17 @@ def test_any_reply_is_a_value_or_one_line_error(serve, head, fields, tail, body,
             assert isinstance(admin.list_coordinators(), list)
         except AdminError as exc:
             assert "\n" not in str(exc) and SECRET not in str(exc)
+
+
+def test_a_first_hop_redirect_to_a_host_outside_the_cluster_is_refused_and_gets_nothing(serve):
+    """The direct first hop hands its redirect to the same rules: another host that is not an active broker is
+    refused, and no byte (let alone the token) goes there."""
+    elsewhere = serve(lambda n: (ok('["stolen"]'), False))
+    port = elsewhere.url.rsplit(":", 1)[1]
+    front = serve(lambda n: (f"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://localhost:{port}/admin/v2/clusters"
+                             "\r\nContent-Length: 0\r\n\r\n".encode(), False))
+    with HttpAdmin(front.url, token=SECRET) as admin:
+        with pytest.raises(AdminError) as err:
+            admin.list_clusters()
+    assert "refusing a redirect to http://localhost:" in str(err.value) and SECRET not in str(err.value)
+    assert elsewhere.requests == []
