@@ -4,12 +4,15 @@ connections open, closes them behind the client's back, cuts bodies short and se
 from __future__ import annotations
 
 import socket
+import struct
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from txnadmin.admin import _transport
 from txnadmin.admin.http import HttpAdmin
 from txnadmin.admin.protocol import AdminError
 
@@ -159,6 +162,52 @@ def test_a_post_on_a_connection_the_server_closed_is_never_sent_twice(serve):
         assert server.closed.acquire(timeout=10)
         admin.scale_coordinators(3)
     assert [r.split(" ", 1)[0] for r in server.requests] == ["GET", "POST"]
+
+
+class ResetsSecondRequest(KeepAliveServer):
+    """Answers the first request on each connection and resets (RST, no reply) any further one: a server whose
+    idle timer fired just as the next request arrived, the race a poll before sending cannot see."""
+
+    def _exchange(self, conn):
+        data = b""
+        with conn:
+            served = 0
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    data += chunk
+                head, data = data.split(b"\r\n\r\n", 1)
+                self.requests.append(head.decode())
+                if served:
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    return
+                served += 1
+                conn.sendall(ok() if head.startswith(b"GET") else b"HTTP/1.1 204 No Content\r\n\r\n")
+
+
+def test_a_post_after_an_idle_pause_goes_on_a_new_connection(monkeypatch):
+    """CI once failed here: a POST sent 5 s after the last call met uvicorn's keep-alive timer and was reset,
+    leaving no way to tell whether it was applied. After WRITE_REUSE_IDLE a write does not reuse the connection."""
+    monkeypatch.setattr(_transport, "WRITE_REUSE_IDLE", 0.05)
+    server = ResetsSecondRequest(lambda n: (b"", True))
+    try:
+        with HttpAdmin(server.url, token=SECRET) as admin:
+            assert admin.list_coordinators() == []
+            time.sleep(0.2)
+            admin.scale_coordinators(3)
+        assert [r.split(" ", 1)[0] for r in server.requests] == ["GET", "POST"] and server.connections == 2
+    finally:
+        server.close()
+
+
+def test_writes_in_a_burst_share_the_connection(serve):
+    server = serve(lambda n: (b"HTTP/1.1 204 No Content\r\n\r\n", False))
+    with HttpAdmin(server.url, token=SECRET) as admin:
+        for _ in range(3):
+            admin.scale_coordinators(3)
+    assert len(server.requests) == 3 and server.connections == 1
 
 
 def test_a_server_that_closes_without_replying_is_an_error_after_the_retries_not_a_loop(serve):

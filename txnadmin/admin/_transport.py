@@ -25,6 +25,11 @@ from .auth import AuthError
 from .protocol import BadReplyError, TargetUnreachableError
 
 MAX_BODY = 256 * 1024 * 1024  # a reply larger than this is not an admin answer
+# A request that must not be sent twice (anything but GET) reuses a keep-alive connection only if its last reply
+# ended less than this long ago. A server drops an idle connection when its own timer fires (uvicorn after 5 s,
+# Jetty after 30 s), and a request written in that instant is reset with nothing to say whether it was processed:
+# no client can win that race by polling first, only by not standing in it.
+WRITE_REUSE_IDLE = 1.0
 
 
 def environment_proxy(base_url: str) -> Optional[str]:
@@ -77,7 +82,8 @@ class KeepAliveTransport(httpx.BaseTransport):
     and (for a reply of a few KB) one receive: the timeout is the kernel's (``SO_RCVTIMEO``/``SO_SNDTIMEO``), set only
     when the time left moves by more than ``TIMEOUT_SLACK``, and a connection is reused without first polling it: a
     GET whose reused connection turns out closed (no byte of a reply) is sent again once on a new one, as a browser
-    would; any other method polls first, since it must not be sent twice. Numbers in ``docs/benchmarks.md``.
+    would; any other method must not be sent twice, so it goes on a new connection unless the idle one carried a
+    reply moments ago (``WRITE_REUSE_IDLE``) and a poll shows it still open. Numbers in ``docs/benchmarks.md``.
     Everything above the transport (one deadline, retries, redirects and their credential rules, auth, reply checks)
     is HttpAdmin's; failures are raised as the httpx exceptions httpx's transport raises, so HttpAdmin words them
     the same. Any other scheme (https, also after a redirect), and HEAD, go to httpx's transport (``fallback``).
@@ -89,6 +95,7 @@ class KeepAliveTransport(httpx.BaseTransport):
         self._sock: Optional[socket.socket] = None
         self._where: Optional[tuple[str, int]] = None
         self._kernel_timeout: Optional[float] = None  # what SO_RCVTIMEO/SO_SNDTIMEO hold; None: not set (yet)
+        self._idle_since = 0.0  # monotonic time the last reply on _sock ended
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -105,7 +112,7 @@ class KeepAliveTransport(httpx.BaseTransport):
              request: Optional[httpx.Request] = None) -> "_Reply":
         """Send ``head`` (request line, headers and body) to ``where`` and read the reply up to its body; the body is
         read by iterating the returned reply. ``request`` only goes into the httpx exceptions raised."""
-        if self._sock is not None and (where != self._where or (method != "GET" and not self._idle_open())):
+        if self._sock is not None and (where != self._where or (method != "GET" and not self._fresh_enough())):
             self.close()
         for _ in range(2):
             reused = self._sock is not None
@@ -171,6 +178,11 @@ class KeepAliveTransport(httpx.BaseTransport):
             return
         self._kernel_timeout = seconds
 
+    def _fresh_enough(self) -> bool:
+        """Whether a request that must not be sent twice may go on the idle connection: idle for moments only
+        (see WRITE_REUSE_IDLE) and not closed by the server meanwhile."""
+        return time.monotonic() - self._idle_since < WRITE_REUSE_IDLE and self._idle_open()
+
     def _idle_open(self) -> bool:
         """An idle keep-alive socket with something to read has been closed by the server (or holds garbage)."""
         sock = self._sock
@@ -189,6 +201,8 @@ class KeepAliveTransport(httpx.BaseTransport):
         """A reply was read to its end (or abandoned): its connection carries the next call only if it can."""
         if not reusable and self._sock is sock:
             self.close()
+        else:
+            self._idle_since = time.monotonic()
 
     def close(self) -> None:
         if self._sock is not None:
