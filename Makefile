@@ -58,9 +58,10 @@ run: $(VENV)/.installed check-java
 
 # Lint and type checks first: a clean clone (.ci/run) fails on a finding as it fails on a test. Two workers: most of
 # the suite's time is spent waiting on servers, polls and timeouts, so two overlap well on two cores; each file stays
-# whole on one worker and every Spark test shares one worker's session (tests/conftest.py).
+# whole on one worker and every Spark test shares one worker's session (tests/conftest.py). The slowest tests are
+# listed at the end, so a run that creeps toward the 15-minute budget shows where the time went.
 test: $(VENV)/.installed-test check-java check-prometheus check
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15 --durations-min=5
 
 # The inner loop while editing: no lint, no Spark, no slow rehearsals (markers in pyproject.toml), one worker per core
 # with each file kept on one worker (some files order their tests). `make test` stays the gate and runs everything.
