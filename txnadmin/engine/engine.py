@@ -547,17 +547,24 @@ class Engine:
             started = time.perf_counter_ns()
             self.tb_client_metrics.sent()
             try:
-                t = self.topic(topic)
-                if sub is None:
-                    waits.append((topic, None, None, started, t.end_transaction_async(txn, commit)))
-                else:
-                    waits.append((topic, t, sub, started, self.store(topic, sub).end_async(txn, commit,
-                                                                                             t.subscription(sub))))
+                with self._lock:  # a delete of the topic or subscription comes wholly before or after the queueing
+                    t = self._end_destination(topic, sub)
+                    if t is not None and sub is None:
+                        waits.append((topic, None, None, started, t.end_transaction_async(txn, commit)))
+                    elif t is not None and sub is not None:
+                        waits.append((topic, t, sub, started, self.store(t.name, sub).end_async(
+                            txn, commit, t.subscription(sub))))
             except Exception:
                 self.tb_client_metrics.answered(topic, commit, False, time.perf_counter_ns() - started)
                 for _ in waits:  # sent, but nobody will wait for their answers now
                     self.tb_client_metrics.unwatched()
                 raise
+            if t is None:
+                # Pulsar's broker answers an end on a topic or subscription that no longer exists with success and
+                # touches nothing (PR #11304): the end is done there, and what was deleted stays deleted.
+                log.info("transaction %s: %s no longer exists, nothing to end there", txn,
+                         topic if sub is None else f"subscription {sub} of {topic}")
+                self.tb_client_metrics.answered(topic, commit, True, time.perf_counter_ns() - started)
         for topic, t, sub, started, finish in waits:
             try:
                 yield finish
@@ -578,6 +585,14 @@ class Engine:
             raise failure
         yield from tc.update_status_async(meta.seq, COMMITTED if commit else ABORTED,
                                           COMMITTING if commit else ABORTING)
+
+    def _end_destination(self, topic: str, sub: str | None) -> Topic | None:
+        """The open topic an end of ``topic`` (or of its subscription ``sub``) goes to, or None when the topic or
+        the subscription no longer exists (deleted after the transaction used it). Under the engine lock."""
+        t = self.topics.get(normalize_topic(topic))
+        if t is None or (sub is not None and t.ledger.cursor_named(sub) is None):
+            return None
+        return t
 
     # -- operator actions --------------------------------------------------------------------
     def reload_coordinator(self, tc_id: int) -> None:
