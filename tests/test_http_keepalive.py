@@ -49,17 +49,22 @@ class KeepAliveServer:
         finally:
             self.closed.release()
 
-    def _exchange(self, conn):
+    def _heads(self, conn):
+        """Each request head read from ``conn`` (recorded in ``requests``), until the client closes."""
         data = b""
+        while True:
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            head, data = data.split(b"\r\n\r\n", 1)
+            self.requests.append(head.decode())
+            yield head
+
+    def _exchange(self, conn):
         with conn:
-            while True:
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        return
-                    data += chunk
-                head, data = data.split(b"\r\n\r\n", 1)
-                self.requests.append(head.decode())
+            for _ in self._heads(conn):
                 payload, close = self.reply(len(self.requests))
                 conn.sendall(payload)
                 if close:
@@ -169,21 +174,11 @@ class ResetsSecondRequest(KeepAliveServer):
     idle timer fired just as the next request arrived, the race a poll before sending cannot see."""
 
     def _exchange(self, conn):
-        data = b""
         with conn:
-            served = 0
-            while True:
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        return
-                    data += chunk
-                head, data = data.split(b"\r\n\r\n", 1)
-                self.requests.append(head.decode())
+            for served, head in enumerate(self._heads(conn)):
                 if served:
                     conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     return
-                served += 1
                 conn.sendall(ok() if head.startswith(b"GET") else b"HTTP/1.1 204 No Content\r\n\r\n")
 
 
