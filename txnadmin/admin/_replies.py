@@ -192,6 +192,19 @@ def _reason(response: AnyReply) -> str:
             pass
     if not text:
         body = raw.decode("utf-8", "replace").strip()
-        text = body if body and not body.startswith("<") else response.reason_phrase
+        text = _unexpected_error(body) or (body if body and not body.startswith("<") else response.reason_phrase)
     return " ".join(text.split())[:300]
+
+
+UNEXPECTED = "--- An unexpected error occurred in the server ---"  # Pulsar's RestException for an unmapped exception
+
+
+def _unexpected_error(body: str) -> str:
+    """Pulsar's plain-text 500 for an exception no handler mapped (a NullPointerException, say): its ``Message:``
+    without the stack trace that follows; "" for any other body."""
+    if not body.startswith(UNEXPECTED):
+        return ""
+    message = body[len(UNEXPECTED):].partition("Stacktrace:")[0].strip()
+    message = message.removeprefix("Message:").strip()
+    return f"an unexpected error occurred in the server: {message or 'no message'}"
 
