@@ -21,6 +21,8 @@ target the operator meant. The evidence, per log (a coordinator's transaction lo
    back), so later polls read only its ``recoverStartTime`` (pending-ack-stats), not its ledgers.
 4. **The batched ledgers are gone.** Done when the oldest live ledger is newer than LastBatched. A store answers
    "deleted" only when it is gone from the topic listing; a 404 while listed means "not loaded" and keeps waiting.
+   A broker answers pending-ack-stats of a deleted subscription with 500 (an unchecked lookup) and only the internal
+   stats with 404: a 500 there with a 404 here is a gone subscription, which the listing judges the same way.
 5. **The same target.** The checklist records the admin URL, the cluster name, the metadata/BookKeeper URIs and
    each coordinator log's ledger history; a checklist from another target is refused.
 
