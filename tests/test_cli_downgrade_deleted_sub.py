@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import pytest
 
 from txnadmin.admin.http import HttpAdmin
@@ -183,6 +184,13 @@ def test_a_500_for_pending_ack_stats_while_the_store_is_listed_is_never_safe(tmp
 def test_transactions_pending_ack_stats_on_a_deleted_subscription_prints_one_line(tmp_path):
     with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
         engine.delete_subscription(U, "s")
+        # The served engine answers as a broker: a plain-text 500 (RestException's form) here, a JSON 404 there.
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        raw = httpx.get(f"{url}/admin/v3/transactions/pendingAckStats/public/default/u/s", headers=auth)
+        assert raw.status_code == 500 and raw.headers["content-type"].startswith("text/plain"), raw.text
+        assert raw.text.lstrip().startswith("--- An unexpected error occurred in the server ---\n\nMessage: "), raw.text
+        raw = httpx.get(f"{url}/admin/v3/transactions/pendingAckInternalStats/public/default/u/s", headers=auth)
+        assert raw.status_code == 404 and raw.json()["reason"], raw.text
         served = cli(url, "transactions", "pending-ack-stats", "-t", U, "-s", "s")
         assert served.returncode == 1 and served.stdout == "", served.stdout
         # pulsar-admin's form: the reason, a blank line, "Reason: " and the reason again
