@@ -592,14 +592,14 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
     def status(kind: str, reason: str, suggestion: Optional[str] = None, done: bool = False, oldest=None):
         return LogStatus(log.component, name, last, oldest, done, reason, suggestion, dict(extra), kind)
 
-    def missing(exc: NotFoundError) -> LogStatus:
+    def missing(exc: NotFoundError, stats_read: bool = True) -> LogStatus:
         if log.component == "coordinator":
             raise DowngradeError(f"coordinator {log.key} not found on the target (404): coordinators are never "
                                  "deleted, so this is not the cluster the checklist was recorded on, or it is "
                                  "not serving transactions", 3)
         if listed is not None and log.key not in listed:
             return status(KIND_DONE, "store deleted (gone from the topic listing)", done=True)
-        if not isinstance(exc, _SubscriptionGone):
+        if not stats_read:
             try:  # its internal stats answered 404: a topic not loaded, or (the stats' 500 says) a subscription gone
                 log.recover_start()
             except _SubscriptionGone as gone:
@@ -647,7 +647,7 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
     try:
         ids = log.ledgers()
     except NotFoundError as exc:
-        return missing(exc), None, None
+        return missing(exc, stats_read=False), None, None
     if log.component == "coordinator":
         _ledger_history_fits(state, log.key, ids, state_path)
     newest = max(ids) if ids else None
@@ -915,7 +915,8 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         if result.kind == KIND_REOPENED and not rec.get("unproven"):
             result, confirmed, decided = _reopen(session, poll, key, job, result, confirmed, one)
             changed |= decided
-        elif session is not None and poll is not None and result.kind not in (KIND_NOT_LOADED, KIND_SUBSCRIPTION_GONE) and not (
+        elif session is not None and poll is not None and result.kind not in (KIND_NOT_LOADED,
+                                                                              KIND_SUBSCRIPTION_GONE) and not (
                 result.done and "deleted" in result.reason):
             session.seen_unchanged[key] = poll.number  # read, and not reopened since recording
         if rec.get("acceptedReopens"):
