@@ -173,12 +173,18 @@ def test_a_500_for_pending_ack_stats_while_the_store_is_listed_is_never_safe(tmp
         text = cli(door.url, "downgrade", "status", "--state", str(state))
         assert text.returncode == 1 and "Traceback" not in text.stderr
         assert [line for line in text.stdout.splitlines() if "HTTP 500" in line], text.stdout
+        # start again records around it (nothing of it to reload) and leaves the verdict to status: still not done
+        again = cli(door.url, "downgrade", "start", "--yes", "--state", str(state), "-o", "json")
+        assert again.returncode == 0, again.stderr
+        polled = cli(door.url, "downgrade", "status", "--state", str(state), "-o", "json")
+        assert polled.returncode == 1 and _components(polled)[U_STORE]["waitingFor"] == (
+            "subscription gone, store still listed")
         # The internal stats answer too (a broker failing, not a subscription gone): start cannot record, exit 3,
         # one line naming the store and the status.
         door.intercepts[:] = [lambda m, p: _pulsar_answers_for_u(m, p, internal=False)]
-        again = cli(door.url, "downgrade", "start", "--yes", "--state", str(state))
-        assert again.returncode == 3, again.stderr
-        _one_line_naming(again.stderr, U_STORE, "HTTP 500", "an unexpected error occurred in the server")
+        failed = cli(door.url, "downgrade", "start", "--yes", "--state", str(state))
+        assert failed.returncode == 3, failed.stderr
+        _one_line_naming(failed.stderr, U_STORE, "HTTP 500", "an unexpected error occurred in the server")
 
 
 def test_transactions_pending_ack_stats_on_a_deleted_subscription_prints_one_line(tmp_path):
