@@ -14,6 +14,16 @@ import httpx
 
 V3 = "/admin/v3/transactions"
 NOW = 1_790_000_000_000  # the broker's clock in these tests (ms)
+NPE_PENDING_ACK_STATS = ('Cannot invoke "org.apache.pulsar.broker.service.persistent.PersistentSubscription.'
+                         'getTransactionPendingAckStats(boolean)" because the return value of '
+                         '"java.util.Map.get(Object)" is null')
+
+
+def unexpected_error(message: str) -> str:
+    """A broker's body for an exception no REST handler maps (RestException): plain text, message and stack trace."""
+    return (f"\n --- An unexpected error occurred in the server ---\n\nMessage: {message}\n\nStacktrace:\n\n"
+            f"java.lang.NullPointerException: {message}\n\tat org.apache.pulsar.broker.service.persistent."
+            "PersistentTopic.getTransactionPendingAckStats(PersistentTopic.java:4321)\n")
 
 
 def healthy_cluster(now_ms: int = NOW) -> dict:
@@ -210,14 +220,16 @@ class BrokerStandIn:
             topic = s["topics"][self._topic(*m.groups()[:3])]
             sub = unquote(m.group(4))
             if sub not in topic["subscriptions"]:
-                return 404, {"reason": "Subscription not found"}
+                # PersistentTopic.getTransactionPendingAckStats dereferences the missing subscription: an NPE,
+                # which the REST layer answers as a plain-text 500 with the message and the stack trace
+                return 500, unexpected_error(NPE_PENDING_ACK_STATS)
             return 200, topic["subscriptions"][sub]
         m = re.fullmatch(r"/pendingAckInternalStats/([^/]+)/([^/]+)/([^/]+)/([^/]+)", path)
         if m:
             topic_name = self._topic(*m.groups()[:3])
             sub = unquote(m.group(4))
             if sub not in s["topics"][topic_name]["subscriptions"]:
-                return 404, {"reason": "Subscription not found"}
+                return 404, {"reason": f"{topic_name} not found subscription : {sub}"}  # SubscriptionNotFoundException
             stats = s["topics"][topic_name]["subscriptions"][sub]
             return 200, {"pendingAckLogStats": {
                 "managedLedgerName": f"{topic_name.split('://')[1]}-{sub}__transaction_pending_ack",

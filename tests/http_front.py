@@ -13,8 +13,9 @@ from typing import Callable, Optional
 
 import httpx
 
-# (method, path) → None to forward, or (status, JSON body) to answer instead
-Intercept = Callable[[str, str], Optional[tuple[int, str]]]
+# (method, path) → None to forward, or (status, JSON body) to answer instead; (status, body, content type) for
+# another body than JSON (Pulsar's plain-text 500s)
+Intercept = Callable[[str, str], Optional[tuple]]
 
 
 class Front:
@@ -46,7 +47,8 @@ def front(backend: str, token: str):
             for intercept in state.intercepts:
                 answer = intercept(method, path)
                 if answer is not None:
-                    return self._reply(answer[0], answer[1].encode(), "application/json")
+                    status, payload, *kind = answer
+                    return self._reply(status, payload.encode(), kind[0] if kind else "application/json")
             for hook in state.before_forward:
                 hook(method, path)
             headers = {k: v for k, v in self.headers.items()

@@ -10,7 +10,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from broker_standin import NOW, BrokerStandIn, open_transaction
+from broker_standin import NOW, V3, BrokerStandIn, open_transaction, unexpected_error
 from txnadmin.admin.protocol import TxnId
 from txnadmin.cli.main import app
 from txnadmin.procedures import doctor
@@ -571,6 +571,33 @@ def test_pending_ack_stores_that_cannot_be_read_are_unknown_for_the_recovery_che
     assert finding["evidence"]["examples"] == [f"{TOPIC}-billing__transaction_pending_ack"]
     standin._route = original
     assert run_cli(monkeypatch, standin, "--only", "recovery", "--strict").exit_code == 0
+
+
+
+@pytest.mark.parametrize("only", ["leftovers", "recovery"])
+def test_a_stores_500_is_a_leftover_only_when_the_topic_lacks_its_subscription(monkeypatch, only):
+    """A broker answers pendingAckStats of a subscription missing from its loaded topic with a NullPointerException
+    (a plain-text 500): that is a leftover store, not an unreadable one; a 500 while the subscription exists is a
+    broker failing, which coverage must report as unknown and leftovers must not call a leftover."""
+    standin = BrokerStandIn()
+    leftover = f"{TOPIC}-old-reader__transaction_pending_ack"
+    standin.state["extra_system_topics"] = [leftover]
+    out = json.loads(run_cli(monkeypatch, standin, "--only", only, "-o", "json").stdout)["findings"]
+    assert not [f for f in out if f["severity"] == "unknown"], out
+    assert [f["subject"] for f in out if f["check"] == "leftovers"] == ([leftover] if only == "leftovers" else [])
+    original = standin._route
+
+    def failing(method, path, params):  # the same 500 for the store whose subscription exists
+        if path == f"{V3}/pendingAckStats/public/default/orders/billing":
+            return 500, unexpected_error("Cannot invoke \"...\" because \"handle\" is null")
+        return original(method, path, params)
+
+    standin._route = failing
+    out = json.loads(run_cli(monkeypatch, standin, "--only", only, "-o", "json").stdout)["findings"]
+    (unknown,) = [f for f in out if f["severity"] == "unknown"]
+    assert unknown["evidence"]["examples"] == [f"{TOPIC}-billing__transaction_pending_ack"], unknown
+    assert unknown["evidence"]["status"] == 500 and "Stacktrace" not in unknown["evidence"]["reason"], unknown
+    assert f"{TOPIC}-billing__transaction_pending_ack" not in [f["subject"] for f in out if f["check"] == "leftovers"]
 
 
 # -- 8. versions ----------------------------------------------------------------------------------

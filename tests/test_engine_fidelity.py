@@ -162,8 +162,12 @@ def test_stats_of_a_subscription_whose_store_is_unused_answer_like_pulsar(tmp_pa
                   "-m", "0", "-l", "0")
     assert in_ack.exit_code == 0, in_ack.output
     assert json.loads(in_ack.stdout) == {}
+    # A subscription the loaded topic lacks: Pulsar's getTransactionPendingAckStats dereferences it unchecked (a
+    # NullPointerException, HTTP 500), while pendingAckInternalStats checks it (SubscriptionNotFoundException, 404).
     missing = _cli("-u", f"local:{d}", "transactions", "pending-ack-stats", "-t", TOPIC, "-s", "nosuch")
-    assert missing.exit_code == 1 and "not found" in missing.output.lower()
+    assert missing.exit_code == 1 and "Subscription nosuch of" in missing.output and "HTTP 500" in missing.output
+    internal = _cli("-u", f"local:{d}", "transactions", "pending-ack-internal-stats", "-t", TOPIC, "-s", "nosuch")
+    assert internal.exit_code == 1 and "not found" in internal.output.lower()
 
 
 def test_a_batch_index_past_the_batch_size_is_an_invalid_position(tmp_path):

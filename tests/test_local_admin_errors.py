@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import txnadmin.engine as engine_pkg
 from txnadmin.admin import local
 from txnadmin.admin.local import LocalAdmin, engine_error_status
-from txnadmin.admin.protocol import AdminError, NotFoundError
+from txnadmin.admin.protocol import AdminError, NotFoundError, UnexpectedServerError
 from txnadmin.cli.main import app
 from txnadmin.engine import stats
 from txnadmin.engine.config import ConfigError
@@ -50,6 +50,20 @@ def test_each_engine_error_gets_pulsars_status(admin, monkeypatch, kind, status)
         admin.pending_ack_stats(TOPIC, "sub")
     assert (err.value.status, err.value.reason) == (status, "what went wrong")
     assert isinstance(err.value, NotFoundError) == (status == 404)
+
+
+def test_a_subscription_missing_from_its_topic_answers_as_pulsars_unchecked_lookup_does(admin):
+    # pendingAckStats: PersistentTopic dereferences the missing subscription, an NPE no REST handler maps (a
+    # plain-text 500); pendingAckInternalStats checks it first (SubscriptionNotFoundException, 404).
+    admin.engine.subscribe(TOPIC, "sub")
+    with pytest.raises(UnexpectedServerError) as err:
+        admin.pending_ack_stats(TOPIC, "gone")
+    assert err.value.status == 500 and err.value.message.startswith("Subscription gone of ")
+    assert err.value.reason == f"an unexpected error occurred in the server: {err.value.message}"
+    with pytest.raises(NotFoundError):
+        admin.pending_ack_internal_stats(TOPIC, "gone")
+    with pytest.raises(NotFoundError, match="Topic not found"):  # no such topic: the topic lookup's 404 comes first
+        admin.pending_ack_stats("persistent://public/default/nowhere", "gone")
 
 
 @pytest.mark.parametrize("bug", [KeyError("coordinators"), ValueError("bad unpack"), LookupError("x"),

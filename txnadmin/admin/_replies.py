@@ -24,7 +24,9 @@ import httpx
 
 from ._transport import Reply
 from .auth import mask
-from .protocol import AdminError, BadReplyError, NotAuthorizedError, NotFoundError
+from .protocol import (
+    UNEXPECTED_ERROR_HEADER, AdminError, BadReplyError, NotAuthorizedError, NotFoundError, UnexpectedServerError,
+)
 
 AnyReply = httpx.Response | Reply  # httpx's, or the direct path's (same names for what is read here)
 MAX_DEPTH = 64  # Pulsar's admin JSON nests a handful of levels; far deeper is garbage (and would exhaust the stack)
@@ -62,6 +64,9 @@ def error(response: AnyReply, where: str) -> AdminError:
         return NotFoundError(reason or "Not Found")
     if 300 <= status < 400:
         return BadReplyError(f"{where}: HTTP {status} redirect without a Location")
+    message = _unexpected_message(response.content.decode("utf-8", "replace").strip())
+    if status == 500 and message is not None:
+        return UnexpectedServerError(mask(" ".join(message.split())[:300]))
     return AdminError(reason or f"HTTP {status}", status)
 
 
@@ -192,6 +197,19 @@ def _reason(response: AnyReply) -> str:
             pass
     if not text:
         body = raw.decode("utf-8", "replace").strip()
-        text = body if body and not body.startswith("<") else response.reason_phrase
+        message = _unexpected_message(body)
+        if message is not None:
+            text = UnexpectedServerError(message).reason
+        else:
+            text = body if body and not body.startswith("<") else response.reason_phrase
     return " ".join(text.split())[:300]
+
+
+def _unexpected_message(body: str) -> Optional[str]:
+    """Pulsar's plain-text 500 for an exception no handler mapped (a NullPointerException, say): its ``Message:``
+    without the stack trace that follows; None for any other body."""
+    if not body.startswith(UNEXPECTED_ERROR_HEADER):
+        return None
+    message = body[len(UNEXPECTED_ERROR_HEADER):].partition("Stacktrace:")[0].strip()
+    return message.removeprefix("Message:").strip()
 

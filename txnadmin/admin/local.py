@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Self
 
 from ..names import coordinator_of_assign_partition, normalize_topic
-from .protocol import AdminError, Json, NotFoundError, TargetUnreachableError, TxnId
+from .protocol import AdminError, Json, NotFoundError, TargetUnreachableError, TxnId, UnexpectedServerError
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -99,9 +99,19 @@ def _admin_errors(fn):
                 raise
             if status == 404:
                 raise NotFoundError(str(exc)) from None
+            if _unmapped_in_pulsar(exc):
+                raise UnexpectedServerError(str(exc)) from None
             raise AdminError(str(exc), status) from None
 
     return wrapper
+
+
+def _unmapped_in_pulsar(exc: BaseException) -> bool:
+    """An error Pulsar's REST layer maps to no status (its broker meets it as a NullPointerException): a
+    plain-text 500 there, UnexpectedServerError here."""
+    from ..engine.stats import SubscriptionGone
+
+    return isinstance(exc, SubscriptionGone)
 
 
 TC_DISABLED = "This Broker is not configured with transactionCoordinatorEnabled=true."

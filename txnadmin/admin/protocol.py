@@ -71,6 +71,24 @@ class TargetUnreachableError(AdminError):
         super().__init__(reason, 0)
 
 
+class UnexpectedServerError(AdminError):
+    """An exception Pulsar's REST layer maps to no status (a NullPointerException, say). The broker answers HTTP 500
+    in plain text, with the message and the stack trace (RestException), not with ``{"reason": …}``. ``message``
+    is that message alone; ``reason`` says it was unexpected, as the body's first line does."""
+
+    def __init__(self, message: str):
+        super().__init__(f"an unexpected error occurred in the server: {message or 'no message'}", 500)
+        self.message = message
+
+
+UNEXPECTED_ERROR_HEADER = "--- An unexpected error occurred in the server ---"
+
+
+def unexpected_error_body(message: str, trace: str) -> str:
+    """The plain-text body Pulsar's RestException sends for an unmapped exception (``trace``: its stack trace)."""
+    return f"\n {UNEXPECTED_ERROR_HEADER}\n\nMessage: {message}\n\nStacktrace:\n\n{trace}\n"
+
+
 class BadReplyError(AdminError):
     """The target answered with something no admin API sends (wrong JSON shape, an HTML page, a bad redirect).
 

@@ -18,8 +18,9 @@ class NotReady(EngineError):
 
 
 class SubscriptionGone(EngineError):
-    """A transaction's acked subscription deleted since: Pulsar's topic dereferences it unchecked (a
-    NullPointerException, HTTP 500), which fails the transaction's metadata and slow-transactions too."""
+    """A subscription missing from its loaded topic (deleted since, or never there), asked for its pending-ack
+    stats or a transaction's state in it: Pulsar's topic dereferences it unchecked (a NullPointerException, HTTP
+    500), which fails a transaction's metadata and slow-transactions too. Its internal stats answer 404."""
 
 
 def coordinators_list(engine: Engine) -> list[dict]:
@@ -85,12 +86,18 @@ def _store_or_none(engine: Engine, topic: str, sub: str):
     return store
 
 
-def transaction_in_pending_ack_stats(engine: Engine, txn: tuple[int, int], topic: str, sub: str) -> dict:
+def _require_subscription(engine: Engine, topic: str, sub: str, what: str) -> None:
+    """Pulsar's loaded topic looks the subscription up unchecked for these calls: a missing one is a
+    NullPointerException, HTTP 500 (an unknown topic is still 404, from the topic lookup first)."""
     t = engine.topic(topic, create=False)
     key = (t.name, sub)
     if key not in engine.stores and key not in engine.unopened_stores and sub not in t.ledger.cursors():
-        raise SubscriptionGone(f"Subscription {sub} of {t.name} does not exist: cannot read the pending-ack state of "
-                               f"transaction ({txn[0]},{txn[1]}) (Pulsar answers this with a NullPointerException, HTTP 500)")
+        raise SubscriptionGone(f"Subscription {sub} of {t.name} does not exist: cannot read {what} (Pulsar answers "
+                               "this with a NullPointerException, HTTP 500)")
+
+
+def transaction_in_pending_ack_stats(engine: Engine, txn: tuple[int, int], topic: str, sub: str) -> dict:
+    _require_subscription(engine, topic, sub, f"the pending-ack state of transaction ({txn[0]},{txn[1]})")
     store = _store_or_none(engine, topic, sub)
     pos = store.txn_cumulative_position(txn) if store is not None else None
     return {"cumulativeAckPosition": pos} if pos is not None else {}
@@ -123,6 +130,7 @@ def buffer_snapshot_internal_stats(engine: Engine, topic: str, metadata: bool = 
 
 
 def pending_ack_stats(engine: Engine, topic: str, sub: str, lwm: bool = False) -> dict:
+    _require_subscription(engine, topic, sub, "its pending-ack stats")
     store = _store_or_none(engine, topic, sub)
     lwms = low_water_marks(engine) if lwm else None
     if store is None:

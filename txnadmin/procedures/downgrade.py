@@ -21,6 +21,8 @@ target the operator meant. The evidence, per log (a coordinator's transaction lo
    back), so later polls read only its ``recoverStartTime`` (pending-ack-stats), not its ledgers.
 4. **The batched ledgers are gone.** Done when the oldest live ledger is newer than LastBatched. A store answers
    "deleted" only when it is gone from the topic listing; a 404 while listed means "not loaded" and keeps waiting.
+   A broker answers pending-ack-stats of a deleted subscription with 500 (an unchecked lookup) and only the internal
+   stats with 404: a 500 there with a 404 here is a gone subscription, which the listing judges the same way.
 5. **The same target.** The checklist records the admin URL, the cluster name, the metadata/BookKeeper URIs and
    each coordinator log's ledger history; a checklist from another target is refused.
 
@@ -41,7 +43,8 @@ from typing import Any, Callable, Optional
 from ..admin.cluster import ClusterView
 from ..admin.endpoints import JUDGED_COORDINATORS, JUDGED_LEDGERS, coordinator_ids, judged, log_stats
 from ..admin.protocol import (
-    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin, TxnId, is_transient,
+    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, BadReplyError, NotFoundError, TransactionsAdmin, TxnId,
+    is_transient,
 )
 from ..names import TC_LOG_CURSOR, coordinator_assign_partition, is_pending_ack_store, transaction_log_local_name
 from .state import ChecklistLock, load_state, new_state, save_state
@@ -59,6 +62,7 @@ KIND_TRIMMING = "not trimmed yet"
 KIND_NOT_REOPENED = "store not reopened"
 KIND_REOPENED = "reopened since recording"
 KIND_NOT_LOADED = "store not loaded"
+KIND_SUBSCRIPTION_GONE = "subscription gone, store still listed"
 KIND_UNRECORDED = "created since recording"
 KIND_STILL_FLUSHING = "batched writer still flushing"
 KIND_COUNTERS = "flush counters not confirmed"
@@ -283,9 +287,39 @@ class _Log:
         if self.component == "coordinator":
             stats = _call(self.admin.coordinator_stats, int(self.key))
         else:
-            stats = _call(self.admin.pending_ack_stats, self.info["topic"], self.info["subscription"])
+            stats = self._pending_ack_stats()
         value = stats.get("recoverStartTime")
         return int(value) if value else None  # 0: not recovered yet, no evidence
+
+    def _pending_ack_stats(self) -> dict:
+        """pendingAckStats; a server error there is _SubscriptionGone when the internal stats answer 404."""
+        topic, sub = self.info["topic"], self.info["subscription"]
+        try:
+            return self.admin.pending_ack_stats(topic, sub)
+        except NotFoundError:
+            raise
+        except AdminError as exc:
+            if exc.status < 500 or isinstance(exc, BadReplyError):
+                raise _failure(exc) from None
+            failure = exc
+        # Pulsar's loaded topic dereferences a missing subscription here unchecked (a NullPointerException, HTTP
+        # 500) but checks it for the internal stats (404): that 404 tells a deleted subscription from a failing broker.
+        try:
+            self.admin.pending_ack_internal_stats(topic, sub)
+        except NotFoundError:
+            raise _SubscriptionGone(failure) from None
+        except AdminError:
+            pass  # the internal stats fail too: say what the stats call answered
+        raise _failure(failure, f"cannot read the pending-ack stats of {self.key} (HTTP {failure.status})") from None
+
+
+class _SubscriptionGone(NotFoundError):
+    """pendingAckStats failed with a server error while pendingAckInternalStats answered 404: the subscription is
+    missing from its loaded topic. A 404 to every caller that treats the store as absent; the listing decides."""
+
+    def __init__(self, failure: AdminError):
+        super().__init__(failure.reason)
+        self.failure = failure
 
 
 def _record(log: _Log, reload: bool, previous: Optional[dict]) -> Optional[dict]:
@@ -558,13 +592,29 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
     def status(kind: str, reason: str, suggestion: Optional[str] = None, done: bool = False, oldest=None):
         return LogStatus(log.component, name, last, oldest, done, reason, suggestion, dict(extra), kind)
 
-    def missing() -> LogStatus:
+    def missing(exc: NotFoundError, stats_read: bool = True) -> LogStatus:
         if log.component == "coordinator":
             raise DowngradeError(f"coordinator {log.key} not found on the target (404): coordinators are never "
                                  "deleted, so this is not the cluster the checklist was recorded on, or it is "
                                  "not serving transactions", 3)
         if listed is not None and log.key not in listed:
             return status(KIND_DONE, "store deleted (gone from the topic listing)", done=True)
+        if not stats_read:
+            try:  # its internal stats answered 404: a topic not loaded, or (the stats' 500 says) a subscription gone
+                log.recover_start()
+            except _SubscriptionGone as gone:
+                exc = gone
+            except (NotFoundError, DowngradeError):
+                pass  # not loaded, or unreadable: either way it waits as not loaded
+        if isinstance(exc, _SubscriptionGone):
+            # Not "not loaded": its topic is loaded and lacks the subscription, yet the store's ledgers remain,
+            # and a subscription re-created under that name would replay them.
+            sub = log.info["subscription"]
+            return status(KIND_SUBSCRIPTION_GONE, f"subscription '{sub}' is missing from its loaded topic (its "
+                          f"pending-ack stats answer HTTP {exc.failure.status}, its internal stats 404) while the "
+                          "store is still listed: it cannot be judged", "if the subscription is gone for good, "
+                          f"delete its leftover store (`pulsar-admin topics delete {log.key}`): the next poll counts "
+                          "it deleted; if it is not gone, see the broker's log for that error")
         return status(KIND_NOT_LOADED, "store not loaded (listed, but its stats answer 404): it cannot be judged "
                       "until it is loaded", "load its topic (e.g. `pulsar-admin topics stats <topic>`), then run "
                       "`txnadmin downgrade start` again to record it")
@@ -574,8 +624,8 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
         # re-record ends it. Still asked, so a store deleted meanwhile counts as deleted.
         try:
             log.recover_start()
-        except NotFoundError:
-            return missing(), None, None
+        except NotFoundError as exc:
+            return missing(exc), None, None
         unproven = status(KIND_REOPENED, f"reopened since recording, not proven harmless: {rec['unproven']}",
                           RERECORD_HINT)
         unproven.extra["proof"] = rec["unproven"]
@@ -588,16 +638,16 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
         # LastBatched, once gone, never come back: it is still done. One small call instead of its ledgers.
         try:
             start_now, start_read = log.recover_start(), True
-        except NotFoundError:
-            return missing(), None, None
+        except NotFoundError as exc:
+            return missing(exc), None, None
         if start_now == rec["recoverStartTime"]:
             return (status(KIND_DONE, f"oldest live ledger {rec.get('provenOldest')} was newer than LastBatched "
                            f"{last} when last read, and the store has not reopened since (recoverStartTime "
                            "unchanged)", done=True, oldest=rec.get("provenOldest")), None, None)
     try:
         ids = log.ledgers()
-    except NotFoundError:
-        return missing(), None, None
+    except NotFoundError as exc:
+        return missing(exc, stats_read=False), None, None
     if log.component == "coordinator":
         _ledger_history_fits(state, log.key, ids, state_path)
     newest = max(ids) if ids else None
@@ -611,8 +661,8 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
         # store was read above and has reopened).
         try:
             now = start_now if start_read else log.recover_start()
-        except NotFoundError:
-            return missing(), None, None
+        except NotFoundError as exc:
+            return missing(exc), None, None
         if now != rec["recoverStartTime"]:
             seen = status(KIND_REOPENED, f"reopened since recording (recoverStartTime {rec['recoverStartTime']} "
                           f"→ {now}): it may have reopened with batching on", REOPENED_HINT,
@@ -865,7 +915,8 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         if result.kind == KIND_REOPENED and not rec.get("unproven"):
             result, confirmed, decided = _reopen(session, poll, key, job, result, confirmed, one)
             changed |= decided
-        elif session is not None and poll is not None and result.kind not in (KIND_NOT_LOADED,) and not (
+        elif session is not None and poll is not None and result.kind not in (KIND_NOT_LOADED,
+                                                                              KIND_SUBSCRIPTION_GONE) and not (
                 result.done and "deleted" in result.reason):
             session.seen_unchanged[key] = poll.number  # read, and not reopened since recording
         if rec.get("acceptedReopens"):

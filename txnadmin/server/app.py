@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from ..admin.endpoints import ENDPOINTS, LONG, NAMESPACE, TOPIC, TXN, VERSION_TEXT, Endpoint
-from ..admin.protocol import AdminError, TransactionsAdmin, TxnId
+from ..admin.protocol import AdminError, TransactionsAdmin, TxnId, UnexpectedServerError, unexpected_error_body
 
 MAX_BODY = 64 * 1024  # the only body Pulsar's transaction API takes is a number
 _LONG = re.compile(r"-?[0-9]{1,19}")
@@ -60,6 +60,9 @@ def _int(value: Any, name: str) -> int:
         shown = repr(value)[:40] + ("…" if len(repr(value)) > 40 else "")
         raise AdminError(f"{name} must be an integer, got {shown}", 400)
     return int(text)
+
+
+NO_TRACE = "(the embedded engine is not Java: no stack trace)"
 
 
 def _error(reason: str, status: int) -> JSONResponse:
@@ -186,6 +189,8 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
                 if version_text:  # Pulsar sends the answering broker's version as bare text
                     return PlainTextResponse(next(iter(result.values())))
                 return JSONResponse(result)
+            except UnexpectedServerError as exc:  # as Pulsar's RestException sends it: plain text, not JSON
+                return PlainTextResponse(unexpected_error_body(exc.message, NO_TRACE), status_code=500)
             except AdminError as exc:
                 return _error(exc.reason, exc.status or 500)
             except Exception as exc:  # a bug must not take the server's error shape away (logged below)

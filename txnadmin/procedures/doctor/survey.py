@@ -24,7 +24,8 @@ from ...admin.batchlog import recorded_change
 from ...admin.cluster import RECORD, ClusterView, PendingAckStore
 from ...admin.endpoints import JUDGED_COORDINATORS, JUDGED_LOG, judged
 from ...admin.protocol import (
-    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin,
+    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, BadReplyError, NotFoundError, TargetUnreachableError,
+    TransactionsAdmin,
 )
 from ...names import SYSTEM_NAMESPACE, is_pending_ack_store
 from ..preflight import Preflight, judge
@@ -63,6 +64,25 @@ class Store:
     error: Optional[AdminError] = None
     internal: Optional[dict] = None  # pendingAckInternalStats: read for batched-log when txnadmin recorded a change
     internal_error: Optional[AdminError] = None  # why not (404: not loaded)
+
+
+def missing_subscription(s: "Survey", store: Store) -> Optional[list[str]]:
+    """The topic's subscriptions when its internal stats prove the store's own missing, else None. Asked only of a
+    store whose stats answered 404 or a server error: a broker answers a subscription missing from its loaded topic
+    with a NullPointerException there (HTTP 500), and only for the internal stats with a 404."""
+    if store.topic is None or not _may_be_gone(store.error):
+        return None
+    internal = s.internal.get(store.topic)
+    if internal is None:
+        return None
+    cursors = internal.get("cursors") or {}
+    return None if store.subscription in cursors else sorted(cursors)
+
+
+def _may_be_gone(error: Optional[AdminError]) -> bool:
+    if isinstance(error, NotFoundError):
+        return True
+    return error is not None and error.status >= 500 and not isinstance(error, BadReplyError)
 
 
 @dataclass
@@ -323,12 +343,15 @@ def stalled_candidates(buffers: dict[str, dict]) -> list[str]:
 
 def _internal_stats(view: ClusterView, s: Survey, need: set[str], concurrency: int) -> None:
     """A topic's internal stats where a check needs them: the last entry a stalled buffer is behind
-    (max-read-position), the subscriptions of a topic whose store answered 404 (leftovers)."""
+    (max-read-position), the subscriptions of a topic whose store answered 404 or a server error (leftovers)."""
     topics: set[str] = set()
     if "max-read-position" in need:
         topics.update(stalled_candidates(s.buffers))
     if "leftovers" in need:
-        topics.update(st.topic for st in s.stores if st.topic is not None and isinstance(st.error, NotFoundError))
+        topics.update(st.topic for st in s.stores if st.topic is not None and _may_be_gone(st.error))
+    elif need & STORE_SURVEY:  # coverage tells a leftover (its stats' 500) from a failing broker only by the cursors
+        topics.update(st.topic for st in s.stores if st.topic is not None and _may_be_gone(st.error)
+                      and not isinstance(st.error, NotFoundError))
     if not topics:
         return
     with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(topics)))) as pool:

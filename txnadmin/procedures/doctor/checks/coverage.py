@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ....admin.protocol import NotFoundError
 from ..report import Finding, unknown
-from ..survey import Store, Survey, problem
+from ..survey import Store, Survey, missing_subscription, problem
 
 NAME = "coverage"
 SUMMARY = "what the survey could not read: namespaces, topics, buffers (unknown), topics not loaded (info)"
@@ -28,7 +28,8 @@ def check(s: Survey, t: dict) -> list[Finding]:
         by_status.setdefault(exc.status, []).append(topic)
     unread: dict[int, list[Store]] = {}
     for store in s.stores:
-        if store.error is not None and store.stats is None and not isinstance(store.error, NotFoundError):
+        if store.error is not None and store.stats is None and not isinstance(store.error, NotFoundError) \
+                and missing_subscription(s, store) is None:  # a leftover (the stats' 500) is `leftovers`' finding
             unread.setdefault(store.error.status, []).append(store)
     for status, stores in sorted(unread.items()):
         names = sorted(store.name for store in stores)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ....admin.protocol import NotFoundError
 from ....metrics.exposition import ExpositionError, parse_exposition, process_start_time
 from ..knowledge import ref
 from ..report import Finding
-from ..survey import Survey
+from ..survey import Survey, missing_subscription
 from .common import age_text, is_local
 
 NAME = "leftovers"
@@ -24,14 +23,13 @@ def check(s: Survey, t: dict) -> list[Finding]:
            "it shows up in every store listing, including a downgrade's")
     for store in s.stores:
         gone: Optional[dict[str, Any]] = None
+        subscriptions = missing_subscription(s, store)
         if store.topic is None:
             gone = {"store": store.name, "missing": "topic"}
-        elif isinstance(store.error, NotFoundError):
-            internal = s.internal.get(store.topic)
-            if internal is not None and store.subscription not in (internal.get("cursors") or {}):
-                gone = {"store": store.name, "topic": store.topic, "missing": "subscription",
-                        "subscriptions": sorted(internal.get("cursors") or {})}
-        # a store that answered anything but 404 is reported by `coverage`, which runs with this check
+        elif subscriptions is not None:
+            gone = {"store": store.name, "topic": store.topic, "missing": "subscription",
+                    "subscriptions": subscriptions}
+        # any other store that could not be read is reported by `coverage`, which runs with this check
         if gone:
             delete = f"`pulsar-admin topics delete {store.name}` (after checking the subscription is really gone)"
             if is_local(s):  # the engine takes it through its server: `engine run`'s, or `txnadmin serve`'s
