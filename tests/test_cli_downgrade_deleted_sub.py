@@ -187,6 +187,27 @@ def test_a_500_for_pending_ack_stats_while_the_store_is_listed_is_never_safe(tmp
         _one_line_naming(failed.stderr, U_STORE, "HTTP 500", "an unexpected error occurred in the server")
 
 
+def test_a_deleted_store_costs_a_poll_one_call_not_the_stats_500_and_its_retries(tmp_path):
+    """Gone from the listing, a store is confirmed deleted by its internal stats' 404 alone: its stats would answer
+    a 500 that HttpAdmin retries with backoff, on every poll, for every store deleted since recording."""
+    state = tmp_path / "s.json"
+    with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
+        assert cli(door.url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
+        # proven done first: later polls then ask only its recoverStartTime (pendingAckStats), not its ledgers
+        _until(lambda: _components(cli(door.url, "downgrade", "status", "--state", str(state), "-o", "json"))
+               [T_STORE]["done"], "t's store done", engine, "t")
+        cli(door.url, "downgrade", "wait", "--state", str(state), "--timeout", "2", "--interval", "0.5")
+        assert _proven_done(state, T_STORE)
+        engine.delete_subscription(T, "s")
+        door.seen.clear()
+        polled = cli(door.url, "downgrade", "status", "--state", str(state), "-o", "json")
+        t = _components(polled)[T_STORE]
+        assert t["done"] is True and t["reason"].startswith("store deleted"), t
+        asked = [path for method, path in door.seen if "/public/default/t/s" in path]
+        assert asked and all("/pendingAckInternalStats/" in path for path in asked), asked
+        assert len(asked) == 1, asked
+
+
 def test_transactions_pending_ack_stats_on_a_deleted_subscription_prints_one_line(tmp_path):
     with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
         engine.delete_subscription(U, "s")

@@ -619,6 +619,13 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
                       "until it is loaded", "load its topic (e.g. `pulsar-admin topics stats <topic>`), then run "
                       "`txnadmin downgrade start` again to record it")
 
+    if log.component == "pending-ack" and listed is not None and log.key not in listed:
+        # Gone from this poll's listing: one internal-stats call confirms it (404). Not the stats first: a broker
+        # answers those with a 500 for a deleted subscription, which costs every poll retries and their backoff.
+        try:
+            log.live_ledgers()
+        except NotFoundError as exc:
+            return missing(exc), None, None
     if rec.get("unproven"):
         # A reopen the watch could not prove harmless (or whose acceptance a moved counter revoked): only a
         # re-record ends it. Still asked, so a store deleted meanwhile counts as deleted.
