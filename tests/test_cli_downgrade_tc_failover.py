@@ -216,3 +216,20 @@ def test_the_engine_fault_shows_the_404_window_through_its_rest_server(tmp_path)
         bad = subprocess.run(TXNADMIN + ["engine", "run", str(d), "--duration", "1", "--fault", spec],
                              capture_output=True, text=True, timeout=60)
         assert bad.returncode == 3 and "Traceback" not in bad.stderr and says in bad.stderr, bad.stderr
+
+
+@pytest.mark.slow
+def test_a_recorded_coordinator_the_target_does_not_list_is_still_another_cluster(tmp_path):
+    state = tmp_path / "s.json"
+    with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
+        assert cli(door.url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
+        listed = HttpAdmin(url, token=TOKEN)
+        try:
+            others = [c for c in listed.list_coordinators() if c["id"] != 1]
+        finally:
+            listed.close()
+        door.intercepts += [_coordinator_404(1), lambda m, p: (200, json.dumps(others)) if m == "GET" and
+                            p.split("?")[0].rstrip("/") == "/admin/v3/transactions/coordinators" else None]
+        polled = _status(door.url, state)
+        assert polled.returncode == 3, (polled.stdout, polled.stderr)
+        _one_line_naming(polled.stderr, "coordinator 1", "not among the target's coordinators", "not the cluster")
