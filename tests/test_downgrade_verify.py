@@ -53,11 +53,22 @@ class NoCoordinator(LocalAdmin):
         raise NotFoundError("Transaction coordinator not found")
 
 
-def test_a_recorded_coordinator_that_answers_404_is_not_this_cluster(recorded):
+class NoCoordinatorListed(NoCoordinator):
+    def list_coordinators(self):
+        return [c for c in super().list_coordinators() if c["id"] != 0]
+
+
+def test_a_recorded_coordinator_that_answers_404_is_not_loaded_and_one_not_listed_is_not_this_cluster(recorded):
     engine, state, dump = recorded
     before = state.read_bytes()
-    with pytest.raises(DowngradeError, match="coordinator 0 not found on the target") as err:
+    # listed, but 404: failing over or replaying its log (Pulsar's window between two owners)
+    with pytest.raises(DowngradeError, match="coordinator 0 is not loaded .*failing over.*verify` again") as err:
         _verify(NoCoordinator(engine), state, dump)
+    assert err.value.exit_code == 3 and state.read_bytes() == before
+    # not even listed: coordinators are never deleted, so this is another cluster
+    with pytest.raises(DowngradeError, match="coordinator 0 is not among the target's coordinators.*not the "
+                                             "cluster") as err:
+        _verify(NoCoordinatorListed(engine), state, dump)
     assert err.value.exit_code == 3 and state.read_bytes() == before
 
 

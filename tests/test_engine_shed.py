@@ -162,7 +162,7 @@ def test_shed_with_other_faults_and_json_leaves_what_they_broke_alone(tmp_path):
     ("shed=abc", "'abc' is not a number of seconds"),
     ("shed=5s", "'5s' is not a number of seconds"),
     ("shed=1\nrm -rf", "is not a number of seconds"),
-    ("shed5", "use one of stuck-open, hold-ending, stall-buffer-recovery, shed"),
+    ("shed5", "use one of stuck-open, hold-ending, stall-buffer-recovery, stall-coordinator-recovery, shed"),
 ])
 def test_a_bad_shed_period_is_a_one_line_usage_error(tmp_path, spec, says):
     result = runner.invoke(app, ["engine", "run", str(tmp_path / "engine"), "--fault", spec])

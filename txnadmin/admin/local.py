@@ -247,7 +247,7 @@ class LocalAdmin:
     @_admin_errors
     @_needs_coordinator
     def coordinator_internal_stats(self, coordinator_id: int, metadata: bool = False) -> Json:
-        return self.engine.coordinator(coordinator_id).internal_stats(metadata)
+        return self.engine.loaded_coordinator(coordinator_id).internal_stats(metadata)
 
     @_admin_errors
     @_needs_coordinator
@@ -289,7 +289,7 @@ class LocalAdmin:
         from ..engine.coordinator import TransactionNotFound
 
         try:
-            meta = self.engine.coordinator(txn.most_bits).get(txn.least_bits)
+            meta = self.engine.loaded_coordinator(txn.most_bits).get(txn.least_bits)
         except TransactionNotFound:
             preserved = self._stats.preserved_metadata(self.engine, (txn.most_bits, txn.least_bits))
             if preserved is None:

@@ -103,6 +103,10 @@ def start(
                                    help="Do not unload coordinators and topics (you restart brokers yourself); each "
                                         "log then waits until it is seen reopened and `start` is run again."),
     concurrency: int = typer.Option(16, "--concurrency", min=1, max=256),
+    coordinator_wait: float = typer.Option(30.0, "--coordinator-wait", min=0.0,
+                                           help="Seconds a coordinator answering 404 (failing over to another "
+                                                "broker, or replaying its log after the reload) is asked again "
+                                                "before `start` gives up on it (exit 3; run `start` again)."),
     yes: bool = YesOpt,
     dry_run: bool = DryRunOpt,
     admin_url: Optional[str] = AdminUrl,
@@ -116,6 +120,10 @@ def start(
     """
     from ..procedures.downgrade import plan as do_plan, start as do_start
 
+    import math
+
+    if not math.isfinite(coordinator_wait):
+        fail(f"--coordinator-wait {coordinator_wait}: give a finite number of seconds (0 or more)", EXIT_USAGE)
     target, admin = open_target(ctx, admin_url, conf, require_named="downgrade start")  # closed when the command ends
     _suggest(ctx, state)
     try:
@@ -139,7 +147,8 @@ def start(
         import contextlib
 
         with bar or contextlib.nullcontext():
-            result = _guard(do_start, admin, state, target.url, not no_reload, concurrency, progress=progress)
+            result = _guard(do_start, admin, state, target.url, not no_reload, concurrency, progress=progress,
+                            coordinator_wait_s=coordinator_wait)
     except KeyboardInterrupt:
         _interrupted(ctx, state)
     summary = {"target": _target_json(target), "state": str(state), "phase": result["phase"],

@@ -86,7 +86,9 @@ def run(
                                     "doctor` to find (repeatable): stuck-open (3 transactions left OPEN, their "
                                     "timeouts lost, apache/pulsar#19200), hold-ending (1 transaction held in "
                                     "COMMITTING, apache/pulsar#23550), stall-buffer-recovery[=TOPIC] (a topic's "
-                                    "transaction buffer starts recovering and never finishes, apache/pulsar#17040); "
+                                    "transaction buffer starts recovering and never finishes, apache/pulsar#17040), "
+                                    "stall-coordinator-recovery[=ID] (coordinator ID, default 0, reloaded with a log "
+                                    "replay that does not finish: its stats answer 404 until it is unloaded again); "
                                     "or make it a moving cluster: shed=SECONDS (every SECONDS one topic with "
                                     "pending-ack stores or open transactions and one coordinator are unloaded, in "
                                     "turn, as bundle shedding does; what the other faults broke is left alone)."),

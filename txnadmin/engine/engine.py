@@ -116,6 +116,8 @@ class Engine:
         self.tp_metrics = PendingAckMetrics(self.registry)
         self._lock = threading.RLock()
         self.coordinators: dict[int, TransactionCoordinator] = {}
+        # coordinators whose store is still replaying its log: a broker's admin handlers do not find them yet
+        self.recovering_coordinators: set[int] = set()
         # per coordinator, what its recovery left COMMITTING/ABORTING: driven to the end once every topic and
         # pending-ack store is open too (_finish_recovered)
         self._pending_end: dict[int, list[TxnMeta]] = {}
@@ -356,6 +358,13 @@ class Engine:
         if tc is None:
             raise NotFound(f"Transaction coordinator not found! coordinator id : {tc_id}")
         return tc
+
+    def loaded_coordinator(self, tc_id: int) -> TransactionCoordinator:
+        """The coordinator as a broker's admin handlers find it: a store enters their map only once it has replayed
+        its log, so while it recovers (after a failover) its stats answer 404 like a coordinator that is not there."""
+        if tc_id in self.recovering_coordinators:
+            raise NotFound(f"Transaction coordinator not found! coordinator id : {tc_id}")
+        return self.coordinator(tc_id)
 
     def begin(self, timeout_ms: int | None = None, owner: str | None = None, tc_id: int | None = None) -> tuple[int, int]:
         return run_op(self.begin_async(timeout_ms, owner, tc_id))
@@ -599,8 +608,25 @@ class Engine:
         """Close and reopen a coordinator, as unloading its transaction_coordinator_assign partition does."""
         with self._lock:
             self.coordinator(tc_id).close()
+            self.recovering_coordinators.discard(tc_id)
             self._open_coordinator(tc_id)
             self._finish_recovered(tc_id)
+
+    def stall_coordinator_recovery(self, tc_id: int) -> None:
+        """Unload a coordinator and load it again with a log replay that has not finished (a failover onto a broker
+        replaying a long log; the `engine run --fault stall-coordinator-recovery` verb): its admin stats answer 404
+        until :meth:`finish_coordinator_recovery`, or another unload (:meth:`reload_coordinator`). Only the admin
+        view waits: the engine keeps serving its transactions."""
+        with self._lock:
+            self._writable()
+            self.reload_coordinator(tc_id)
+            self.recovering_coordinators.add(tc_id)
+
+    def finish_coordinator_recovery(self, tc_id: int) -> None:
+        """The stalled replay ends: the store enters the admin handlers' map, with the recoverStartTime of the
+        open that started the replay."""
+        with self._lock:
+            self.recovering_coordinators.discard(tc_id)
 
     def _topic_to_delete_from(self, full: str):
         """The open topic a delete acts on (under the engine lock); refuses a read-only engine and unknown topics."""

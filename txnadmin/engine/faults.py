@@ -58,13 +58,18 @@ FAULTS = {
     "stall-buffer-recovery": f"[=TOPIC] the transaction buffer of TOPIC (default {STALLED_TOPIC}, which the "
                              "workload leaves alone) starts recovering and never finishes (apache/pulsar#17040): "
                              "unloading the topic or a restart recovers it",
+    "stall-coordinator-recovery": "[=ID] coordinator ID (default 0) is unloaded and loaded again with a log replay "
+                                  "that does not finish, as after a failover onto a broker replaying a long log: its "
+                                  "admin stats answer 404 \"Transaction coordinator not found\" until it is unloaded "
+                                  "again (or the engine restarts)",
     "shed": "=SECONDS every SECONDS one topic with pending-ack stores or open transactions and one coordinator are "
             "unloaded, each in turn, as a load manager's bundle shedding does: they reopen with a new "
             "recoverStartTime and a new ledger",
 }
 
 SHED = "shed"
-_TAKES_ARGUMENT = ("stall-buffer-recovery", SHED)
+STALL_COORDINATOR = "stall-coordinator-recovery"
+_TAKES_ARGUMENT = ("stall-buffer-recovery", STALL_COORDINATOR, SHED)
 
 
 def fault_name(spec: str) -> str:
@@ -92,6 +97,16 @@ def shed_period(spec: str) -> float:
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"--fault {shown(spec)}: the period must be a finite number of seconds more than 0")
     return seconds
+
+
+def stalled_coordinator(spec: str, ids: list[int]) -> int:
+    """The ID of ``stall-coordinator-recovery[=ID]`` (0 when not given); ValueError naming what is wrong."""
+    raw = spec.partition("=")[2].strip() or "0"
+    if not raw.isdigit():
+        raise ValueError(f"--fault {shown(spec)}: {raw!r} is not a coordinator id (0, 1, ...)")
+    if int(raw) not in ids:
+        raise ValueError(f"--fault {shown(spec)}: no coordinator {int(raw)} (this engine has {len(ids)})")
+    return int(raw)
 
 
 @dataclass
@@ -227,6 +242,12 @@ def inject(engine: Engine, names: list[str], topic: str, timeout_ms: int,
             txn = stall_buffer_recovery(engine, stalled)
             said.append(f"fault stall-buffer-recovery: {normalize_topic(stalled)} (after ({txn[0]},{txn[1]}) "
                         "committed on it) reloaded with a transaction-buffer recovery that never ends")
+        elif fault_name(name) == STALL_COORDINATOR:
+            tc_id = stalled_coordinator(name, engine.coordinator_ids())
+            spared.coordinators.add(tc_id)  # shedding would end the stall: an unload is its cure
+            engine.stall_coordinator_recovery(tc_id)
+            said.append(f"fault stall-coordinator-recovery: coordinator {tc_id} reloaded with a log replay that does "
+                        "not finish: its stats answer 404 until it is unloaded again")
         else:
             raise ValueError(f"--fault {name}: use one of {', '.join(FAULTS)}")
     return said

@@ -30,7 +30,7 @@ def coordinators_list(engine: Engine) -> list[dict]:
 
 def coordinator_stats(engine: Engine, tc_id: Optional[int] = None) -> dict:
     if tc_id is not None:
-        return engine.coordinator(tc_id).stats()
+        return engine.loaded_coordinator(tc_id).stats()
     if not engine.coordinators:
         raise NotFound("Transaction coordinator not found")
     return {str(i): engine.coordinators[i].stats() for i in sorted(engine.coordinators)}
@@ -105,7 +105,7 @@ def transaction_in_pending_ack_stats(engine: Engine, txn: tuple[int, int], topic
 
 def slow_transactions(engine: Engine, timeout_ms: int, tc_id: Optional[int] = None) -> dict:
     """Pulsar's rule: every in-memory transaction whose configured timeout is greater than ``timeout_ms``."""
-    tcs = [engine.coordinator(tc_id)] if tc_id is not None else [engine.coordinators[i] for i in sorted(engine.coordinators)]
+    tcs = [engine.loaded_coordinator(tc_id)] if tc_id is not None else [engine.coordinators[i] for i in sorted(engine.coordinators)]
     out = {}
     for tc in tcs:
         for meta in sorted(tc.snapshot(), key=lambda m: m.seq):

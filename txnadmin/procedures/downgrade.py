@@ -52,6 +52,7 @@ from .watch import WATCH_PERIOD_S, Watch, baseline_of, counter_problem
 
 Progress = Optional[Callable[[int, int], None]]
 FLAG_PROPAGATION_S = 10.0  # dynamic config reaches brokers through a metadata watch: allow it this long
+COORDINATOR_LOAD_WAIT_S = 30.0  # `start` gives a coordinator failing over (or replaying its log) this long to load
 
 # Why a log still waits (LogStatus.kind); the live view groups by these.
 KIND_DONE = "done"
@@ -62,6 +63,7 @@ KIND_TRIMMING = "not trimmed yet"
 KIND_NOT_REOPENED = "store not reopened"
 KIND_REOPENED = "reopened since recording"
 KIND_NOT_LOADED = "store not loaded"
+KIND_TC_NOT_LOADED = "coordinator not loaded"
 KIND_SUBSCRIPTION_GONE = "subscription gone, store still listed"
 KIND_UNRECORDED = "created since recording"
 KIND_STILL_FLUSHING = "batched writer still flushing"
@@ -262,16 +264,40 @@ def plan(admin: TransactionsAdmin, concurrency: int = 16) -> dict[str, Any]:
 # -- per-log evidence ---------------------------------------------------------------------------
 
 class _Log:
-    """How to read one log's evidence: its ledgers and its store's recoverStartTime."""
+    """How to read one log's evidence: its ledgers and its store's recoverStartTime. ``load_wait_s``: how long a
+    coordinator answering 404 is asked again before it counts as not loaded (`start` cannot record it then)."""
 
-    def __init__(self, admin: TransactionsAdmin, component: str, key: str, info: dict):
+    def __init__(self, admin: TransactionsAdmin, component: str, key: str, info: dict, load_wait_s: float = 0.0):
         self.admin, self.component, self.key, self.info = admin, component, key, info
+        self.load_wait_s = load_wait_s
+
+    def _loaded(self, read):
+        """``read()``, asked again while a coordinator answers 404 for up to ``load_wait_s``: a broker answers 404
+        from the moment the coordinator's bundle moves until the new owner has replayed its log."""
+        if self.component != "coordinator" or self.load_wait_s <= 0:
+            return read()
+        until = None
+        while True:
+            try:
+                return read()
+            except NotFoundError:
+                now = time.monotonic()
+                until = now + self.load_wait_s if until is None else until
+                if now >= until:
+                    raise DowngradeError(coordinator_not_loaded(self.key, f"for {self.load_wait_s:g} s") + "; run "
+                                         "`txnadmin downgrade start` again once it answers (it resumes); if it does "
+                                         "not, `pulsar-admin transactions coordinators-list` names its broker, whose "
+                                         "log says why", 3) from None
+                time.sleep(min(0.5, until - now))
 
     def ledgers(self) -> list[int]:
         return [int(l["ledgerId"]) for l in self.live_ledgers()[1]]
 
     def live_ledgers(self) -> tuple[Optional[str], list[dict]]:
         """(its managed ledger's name when the target says it, its ledgers as the target lists them)."""
+        return self._loaded(self._live_ledgers)
+
+    def _live_ledgers(self) -> tuple[Optional[str], list[dict]]:
         if self.component == "coordinator":
             stats = _call(lambda: log_stats(self.admin.coordinator_internal_stats(int(self.key)),
                                             "transactionLogStats", f"coordinator {self.key}'s internal stats",
@@ -285,7 +311,7 @@ class _Log:
 
     def recover_start(self) -> Optional[int]:
         if self.component == "coordinator":
-            stats = _call(self.admin.coordinator_stats, int(self.key))
+            stats = self._loaded(lambda: _call(self.admin.coordinator_stats, int(self.key)))
         else:
             stats = self._pending_ack_stats()
         value = stats.get("recoverStartTime")
@@ -320,6 +346,13 @@ class _SubscriptionGone(NotFoundError):
     def __init__(self, failure: AdminError):
         super().__init__(failure.reason)
         self.failure = failure
+
+
+def coordinator_not_loaded(key: str, how_long: str = "") -> str:
+    """Why a coordinator answering 404 is not judged: Pulsar's admin handlers find a coordinator only once its
+    current owner has replayed its log, so a failover answers 404 for seconds (minutes for a long log)."""
+    return (f"coordinator {key} is not loaded (its stats answer 404{' ' + how_long if how_long else ''}): it is "
+            "failing over to another broker or replaying its transaction log")
 
 
 def _record(log: _Log, reload: bool, previous: Optional[dict]) -> Optional[dict]:
@@ -379,13 +412,14 @@ def _after_reload(log: _Log, before: list[int], before_start: Optional[int]) -> 
 
 def start(admin: TransactionsAdmin, state_path: Path, target: str = "", reload: bool = True,
           concurrency: int = 16, progress: Progress = None, flag_wait_s: float = FLAG_PROPAGATION_S,
-          watch_period: float = WATCH_PERIOD_S) -> dict[str, Any]:
+          watch_period: float = WATCH_PERIOD_S, coordinator_wait_s: float = COORDINATOR_LOAD_WAIT_S) -> dict[str, Any]:
     with ChecklistLock(state_path):
-        return _start(admin, state_path, target, reload, concurrency, progress, flag_wait_s, watch_period)
+        return _start(admin, state_path, target, reload, concurrency, progress, flag_wait_s, watch_period,
+                      coordinator_wait_s)
 
 
 def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool, concurrency: int,
-           progress: Progress, flag_wait_s: float, watch_period: float) -> dict[str, Any]:
+           progress: Progress, flag_wait_s: float, watch_period: float, coordinator_wait_s: float) -> dict[str, Any]:
     view = ClusterView(admin, target)
     ident = target_identity(admin, target, view)
     existing = load_state(state_path)
@@ -410,7 +444,8 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
     save_state(state_path, state)
 
     stores = _pending_ack_stores(admin, concurrency)
-    logs = [_Log(admin, "coordinator", str(c["id"]), {}) for c in coordinators]
+    # a coordinator answering 404 is failing over or replaying its log: asked again for a while, then exit 3
+    logs = [_Log(admin, "coordinator", str(c["id"]), {}, coordinator_wait_s) for c in coordinators]
     logs += [_Log(admin, "pending-ack", store, info) for store, info in stores.items()]
     recorded = _recorded(state)
 
@@ -581,9 +616,10 @@ RERECORD_HINT = ("`txnadmin downgrade wait --rerecord` reloads and re-records ex
                  "`txnadmin downgrade start` again)")
 
 
-def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path,
-              state: dict) -> tuple[Optional[LogStatus], Optional[list[int]], Optional[int]]:
-    """(a verdict already reached, or None; the ledgers; a newly confirmed newest ledger to remember)."""
+def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path, state: dict,
+              coordinators: Optional[set[int]] = None) -> tuple[Optional[LogStatus], Optional[list[int]], Optional[int]]:
+    """(a verdict already reached, or None; the ledgers; a newly confirmed newest ledger to remember).
+    ``coordinators``: the ids the target lists this poll (a recorded one missing there is another cluster)."""
     name = log.key if log.component == "pending-ack" else transaction_log_local_name(log.key)
     extra = ({"topic": log.info["topic"], "subscription": log.info["subscription"]} if log.component == "pending-ack"
              else {"coordinatorId": int(log.key)})
@@ -594,9 +630,11 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
 
     def missing(exc: NotFoundError, stats_read: bool = True) -> LogStatus:
         if log.component == "coordinator":
-            raise DowngradeError(f"coordinator {log.key} not found on the target (404): coordinators are never "
-                                 "deleted, so this is not the cluster the checklist was recorded on, or it is "
-                                 "not serving transactions", 3)
+            if coordinators is not None and int(log.key) not in coordinators:
+                raise DowngradeError(f"coordinator {log.key} is not among the target's coordinators: coordinators "
+                                     "are never deleted, so this is not the cluster the checklist was recorded on", 3)
+            # The identity was checked this poll: a coordinator it lists answering 404 is between two owners.
+            return _tc_not_loaded(log.key, rec)
         if listed is not None and log.key not in listed:
             return status(KIND_DONE, "store deleted (gone from the topic listing)", done=True)
         if not stats_read:
@@ -682,6 +720,17 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
                        "reload it (`txnadmin downgrade start` without --no-reload) or restart its broker, then run "
                        "`txnadmin downgrade start` again", oldest=min(ids, default=None)), ids, confirmed)
     return None, ids, confirmed
+
+
+TC_NOT_LOADED_HINT = ("wait: it is judged again once it answers (as reopened, when it was); if it persists, "
+                      "`pulsar-admin transactions coordinators-list` names its broker, whose log says why")
+
+
+def _tc_not_loaded(key: str, rec: dict) -> LogStatus:
+    """A recorded coordinator answering 404: never done at this poll, and not seen unchanged either."""
+    return LogStatus("coordinator", transaction_log_local_name(key), rec.get("lastBatchedLedgerId"), None, False,
+                     coordinator_not_loaded(key) + ": it cannot be judged until it is loaded", TC_NOT_LOADED_HINT,
+                     {"coordinatorId": int(key)}, KIND_TC_NOT_LOADED)
 
 
 def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: list[int]) -> LogStatus:
@@ -890,20 +939,23 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                             "while batching was on", RERECORD_HINT, kind=KIND_UNRECORDED)
                   for name in sorted(listing) if is_pending_ack_store(name)
                   and name not in state["pendingAckStores"]]
+    tc_ids = set(_call(lambda: coordinator_ids(admin.list_coordinators())))
     unrecorded += [LogStatus("coordinator", transaction_log_local_name(i), None, None, False, "created since "
                              "recording (coordinators scaled up)", RERECORD_HINT, extra={"coordinatorId": i},
                              kind=KIND_UNRECORDED)
-                   for i in _call(lambda: coordinator_ids(admin.list_coordinators()))
-                   if str(i) not in state["coordinators"]]
+                   for i in sorted(tc_ids) if str(i) not in state["coordinators"]]
 
     def one(job) -> tuple[LogStatus, Optional[int]]:
         log, rec = job
-        verdict, ids, confirmed = _evidence(log, rec, listing, state_path, state)
+        verdict, ids, confirmed = _evidence(log, rec, listing, state_path, state, tc_ids)
         if verdict is not None:
             return verdict, confirmed
         assert ids is not None  # _evidence gives the ledgers whenever it reaches no verdict
         if log.component == "coordinator":
-            return _coordinator_status(admin, log, rec, ids), confirmed
+            try:
+                return _coordinator_status(admin, log, rec, ids), confirmed
+            except NotFoundError:  # it went away between two reads of this poll
+                return _tc_not_loaded(log.key, rec), None
         return _store_status(log, rec, ids), confirmed
 
     results: list[tuple[LogStatus, Optional[int]]] = []
@@ -922,8 +974,8 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         if result.kind == KIND_REOPENED and not rec.get("unproven"):
             result, confirmed, decided = _reopen(session, poll, key, job, result, confirmed, one)
             changed |= decided
-        elif session is not None and poll is not None and result.kind not in (KIND_NOT_LOADED,
-                                                                              KIND_SUBSCRIPTION_GONE) and not (
+        elif session is not None and poll is not None and result.kind not in (
+                KIND_NOT_LOADED, KIND_TC_NOT_LOADED, KIND_SUBSCRIPTION_GONE) and not (
                 result.done and "deleted" in result.reason):
             session.seen_unchanged[key] = poll.number  # read, and not reopened since recording
         if rec.get("acceptedReopens"):
@@ -1267,9 +1319,14 @@ def _held_ledgers(admin: TransactionsAdmin, state: dict, state_path: Path, concu
                 progress(count, len(logs))
             if read is None:
                 if log.component == "coordinator":
-                    raise DowngradeError(f"coordinator {log.key} not found on the target (404): coordinators are "
-                                         "never deleted, so this is not the cluster the checklist was recorded on, "
-                                         "or it is not serving transactions", 3)
+                    if int(log.key) not in _call(lambda: coordinator_ids(admin.list_coordinators())):
+                        raise DowngradeError(f"coordinator {log.key} is not among the target's coordinators: "
+                                             "coordinators are never deleted, so this is not the cluster the "
+                                             "checklist was recorded on", 3)
+                    raise DowngradeError(coordinator_not_loaded(log.key) + ": cannot tell which of its ledgers are "
+                                         "live; run `txnadmin downgrade verify` again once it answers; if it does "
+                                         "not, `pulsar-admin transactions coordinators-list` names its broker, whose "
+                                         "log says why", 3)
                 gone.append(log.key)
                 continue
             name, ledgers = read

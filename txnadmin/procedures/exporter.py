@@ -32,7 +32,7 @@ from .doctor.knowledge import ENDING_STATES
 from .doctor.survey import BUFFERS, MALFORMED, NO_CLOCK, malformed, problem
 from .downgrade import (
     KIND_COUNTERS, KIND_NOT_ACKING, KIND_NOT_LOADED, KIND_NOT_REOPENED, KIND_NOT_ROLLED, KIND_PINNED, KIND_REOPENED,
-    KIND_STILL_FLUSHING, KIND_SUBSCRIPTION_GONE, KIND_TRIMMING, KIND_UNRECORDED, DowngradeError,
+    KIND_STILL_FLUSHING, KIND_SUBSCRIPTION_GONE, KIND_TC_NOT_LOADED, KIND_TRIMMING, KIND_UNRECORDED, DowngradeError,
     status as downgrade_status,
 )
 from .state import StateError, load_state
@@ -54,7 +54,8 @@ POLL_NICENESS = 10  # the poll process's CPU priority below the /metrics server'
 # compare against a series that exists.
 LIVE_STATES = ("OPEN",) + ENDING_STATES
 WAITING_REASONS = (KIND_NOT_ROLLED, KIND_PINNED, KIND_NOT_ACKING, KIND_TRIMMING, KIND_NOT_REOPENED, KIND_REOPENED,
-                   KIND_NOT_LOADED, KIND_SUBSCRIPTION_GONE, KIND_UNRECORDED, KIND_STILL_FLUSHING, KIND_COUNTERS)
+                   KIND_NOT_LOADED, KIND_TC_NOT_LOADED, KIND_SUBSCRIPTION_GONE, KIND_UNRECORDED, KIND_STILL_FLUSHING,
+                   KIND_COUNTERS)
 SEVERITIES = doctor.SEVERITIES
 
 # name → (type, HELP). Every series the exporter can serve is here, with its help text.
