@@ -371,7 +371,7 @@ class LocalAdmin:
         if tc_id is not None:
             self.engine.reload_coordinator(tc_id)
         else:
-            self.engine.reload_topic(full)
+            self.engine.unload_topic(full)
 
     @_admin_errors
     def broker_versions(self) -> dict[str, str]:

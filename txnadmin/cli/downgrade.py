@@ -342,6 +342,12 @@ class _LiveView:
         parts = [f"{len(v)} {k}" for k, v in sorted(groups.items())]
         summary = (f"{done}/{len(report.logs)} logs done" + (f"; waiting: {', '.join(parts)}" if parts else "")
                    + f"; {report.reopens_accepted} reopen(s) accepted")
+        if report.topic_loads:
+            topics = sorted({load["topic"] for load in report.topic_loads})
+            failed = sum(1 for load in report.topic_loads if load["result"] != "loaded")
+            summary += (f"; loaded {len(topics)} unloaded topic(s) with a stats read: {', '.join(topics[:3])}"
+                        + (f" … and {len(topics) - 3} more" if len(topics) > 3 else "")
+                        + (f" ({failed} load(s) failed)" if failed else ""))
         detail = []
         for kind, logs in sorted(groups.items()):
             detail.append(f"  {kind} ({len(logs)}):")
@@ -404,12 +410,17 @@ def wait(
     frozen = bool(getattr(admin, "frozen", False))
     if rerecord:
         steps = ["poll until safe, watching both batching flags and the flush counters on every active broker",
+                 _LOADS_STEP,
                  "when a log's reopen cannot be proven harmless (or a log was created since recording): unload its "
                  f"topic or coordinator so it reopens with batching off, and re-record it in {state} (as `start` "
                  "does; a LastBatched is never lowered)"]
         if not confirm(Plan("PIP-160 downgrade: wait, re-recording unproven reopens", target.label, steps,
                             {"state": str(state), "rerecord": True}), yes=yes, dry_run=False, output=output):
             return
+    else:
+        typer.echo("plan: poll until safe, watching both batching flags and the flush counters on every active "
+                   "broker", err=True)
+        typer.echo(f"  - {_LOADS_STEP}", err=True)
     view = _LiveView(time.monotonic())
     try:
         with view:
@@ -437,6 +448,11 @@ def wait(
     if report.abandoned:
         _hard_exit(None, code)
     raise typer.Exit(code)
+
+
+_LOADS_STEP = ("a recorded store whose topic is not loaded (listed, but its stats answer 404): load that topic with "
+               "a read of its stats (`pulsar-admin topics stats <topic>`), at most once per store per poll; the "
+               "reopen that follows is judged like any other")
 
 
 def _watch_period() -> float:

@@ -86,6 +86,8 @@ class EngineConfig:
     engineTransactionBufferSegmentsOnDemand: bool = True  # segmented snapshots: load segments when needed, not all at recovery
     engineTransactionBufferSegmentCacheSize: int = 4  # sealed segments kept in memory per topic (on-demand loading)
     engineTransactionBufferSharedSnapshotReader: bool = True  # one snapshot-log reader per namespace, not one per topic
+    # Pulsar leaves an unloaded topic closed until something looks it up; the engine reloads it at once unless this is on
+    engineUnloadLeavesTopicUnloaded: bool = False
 
     # Pulsar's ServiceConfiguration marks only the two switches dynamic; the thresholds are read from broker.conf.
     DYNAMIC_KEYS = (

@@ -134,6 +134,9 @@ class Engine:
         # Read-only: stores in the metadata whose log could not be opened. Still listed (as a broker lists a topic it
         # has not loaded) with stats answering 404, so nobody takes them for deleted.
         self.unopened_stores: set[tuple[str, str]] = set()
+        # Topics unloaded and not loaded again yet (engineUnloadLeavesTopicUnloaded): topic → the subscriptions whose
+        # pending-ack stores closed with it. Still listed, as a broker lists a topic nobody has looked up since.
+        self.unloaded_topics: dict[str, list[str]] = {}
         self._opened_at: dict[str, int] = {}  # last recoverStartTime per store (see _distinct_open)
         self._persisted_opens = {key[len(META_OPENED):]: json.loads(self.storage.meta_get(key) or b"{}")
                                  for key in self.storage.meta_list(META_OPENED)}
@@ -321,6 +324,8 @@ class Engine:
         # Under the engine lock even when open: a reload holds it, so nobody is handed the topic it is closing.
         with self._lock:
             topic = self.topics.get(full)
+            if topic is None and create and self._load_unloaded(full):
+                return self.topics[full]  # a client's lookup loads an unloaded topic (as a reconnecting client does)
             if topic is None:
                 if not create:
                     raise NotFound(f"Topic not found {full}")
@@ -333,6 +338,8 @@ class Engine:
         full = normalize_topic(topic)
         with self._lock:
             store = self.stores.get((full, subscription))
+            if store is None and create and self._load_unloaded(full):
+                store = self.stores.get((full, subscription))
             if store is None:
                 if not create:
                     raise NotFound(f"Topic not found {full}")
@@ -598,7 +605,9 @@ class Engine:
     def _end_destination(self, topic: str, sub: str | None) -> Topic | None:
         """The open topic an end of ``topic`` (or of its subscription ``sub``) goes to, or None when the topic or
         the subscription no longer exists (deleted after the transaction used it). Under the engine lock."""
-        t = self.topics.get(normalize_topic(topic))
+        full = normalize_topic(topic)
+        self._load_unloaded(full)  # the coordinator's end reaches the topic through a lookup, which loads it
+        t = self.topics.get(full)
         if t is None or (sub is not None and t.ledger.cursor_named(sub) is None):
             return None
         return t
@@ -631,6 +640,7 @@ class Engine:
     def _topic_to_delete_from(self, full: str):
         """The open topic a delete acts on (under the engine lock); refuses a read-only engine and unknown topics."""
         self._writable()
+        self._load_unloaded(full)  # Pulsar's delete looks the topic up first, which loads it
         owner = self.topics.get(full)
         if owner is None:
             raise NotFound(f"Topic not found {full}")
@@ -680,6 +690,48 @@ class Engine:
             self.topics.pop(full).close()
             self._open_topic(full)
             return len(stores)
+
+    def unload_topic(self, topic: str) -> int:
+        """An operator's unload (`topics unload`, or a bundle move): by default the topic loads again at once
+        (:meth:`reload_topic`); with ``engineUnloadLeavesTopicUnloaded`` it stays closed, as on Pulsar, until
+        something looks it up (:meth:`close_topic`). Returns how many pending-ack stores closed or reopened."""
+        if self.config.engineUnloadLeavesTopicUnloaded:
+            return self.close_topic(topic)
+        return self.reload_topic(topic)
+
+    def close_topic(self, topic: str) -> int:
+        """Unload a topic and leave it unloaded, with its pending-ack stores closed: Pulsar loads a topic again only
+        when something looks it up (a client, an end reaching it, the v2 topic stats; :meth:`load_topic`). Meanwhile
+        the transactions endpoints answer 404 "Topic not found" for it. Returns how many stores closed."""
+        full = normalize_topic(topic)
+        with self._lock:
+            self._writable()
+            if full in self.unloaded_topics:
+                return 0  # already unloaded: nothing open to close
+            if full not in self.topics:
+                raise NotFound(f"Topic not found {full}")
+            subs = [sub for name, sub in self.stores if name == full]
+            for sub in subs:
+                self.stores.pop((full, sub)).close()
+            self.topics.pop(full).close()
+            self.unloaded_topics[full] = subs
+            return len(subs)
+
+    def load_topic(self, topic: str) -> bool:
+        """Load a topic left unloaded (what Pulsar's getTopicIfExists does on its owner): it and its pending-ack
+        stores reopen, with new recoverStartTimes. False when it was not unloaded (loaded, or unknown)."""
+        with self._lock:
+            return self._load_unloaded(normalize_topic(topic))
+
+    def _load_unloaded(self, full: str) -> bool:
+        """Under the engine lock."""
+        subs = self.unloaded_topics.pop(full, None)
+        if subs is None:
+            return False
+        self._open_topic(full)
+        for sub in subs:  # after the topic: each store replays against its reloaded subscription
+            self._open_store(full, sub)
+        return True
 
     def transactional_topics(self) -> list[str]:
         """Loaded topics with a pending-ack store or an ongoing transaction, sorted: what bundle shedding moves

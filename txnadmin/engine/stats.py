@@ -163,9 +163,10 @@ def position_stats_in_pending_ack(engine: Engine, topic: str, sub: str, ledger_i
 
 def topic_names(engine: Engine, namespace: str, include_system: bool) -> list[str]:
     """Topics of a namespace as `namespaces topics` lists them (system topics only when asked)."""
-    names = [t for t in engine.topics if namespace_of(t) == namespace]
+    names = [t for t in [*engine.topics, *engine.unloaded_topics] if namespace_of(t) == namespace]
     if include_system:
         stores = [s.store_topic for s in engine.stores.values()]
+        stores += [engine.store_topic(topic, sub) for topic, subs in engine.unloaded_topics.items() for sub in subs]
         stores += [engine.store_topic(topic, sub) for topic, sub in engine.unopened_stores]
         names += [s for s in stores if namespace_of(s) == namespace]
         names += [topic_in(namespace, local) for local in SNAPSHOT_SYSTEM_TOPICS
@@ -177,7 +178,7 @@ def topic_names(engine: Engine, namespace: str, include_system: bool) -> list[st
 
 
 def namespaces(engine: Engine) -> list[str]:
-    found = {namespace_of(t) for t in engine.topics}
+    found = {namespace_of(t) for t in [*engine.topics, *engine.unloaded_topics]}
     found |= {namespace_of(s.store_topic) for s in engine.stores.values()}
     found |= {namespace_of(topic) for topic, _ in engine.unopened_stores}
     found.add(SYSTEM_NAMESPACE)
@@ -192,6 +193,8 @@ def namespace_exists(engine: Engine, namespace: str) -> None:
 
 def topic_stats(engine: Engine, topic: str) -> dict:
     """The part of Pulsar's TopicStats the engine has: its connected producers (``publishers``, each with the
-    ``clientVersion`` it reported) and its subscriptions (the engine dispatches to no long-lived consumers)."""
+    ``clientVersion`` it reported) and its subscriptions (the engine dispatches to no long-lived consumers). Like
+    Pulsar's (getTopicIfExists on the owner), it loads a topic left unloaded: its pending-ack stores reopen."""
+    engine.load_topic(topic)
     t = engine.topic(topic, create=False)
     return {"publishers": t.publisher_stats(), "subscriptions": {sub: {"consumers": []} for sub in t.subscriptions()}}

@@ -116,6 +116,7 @@ class Report:
     reopens_accepted: int = 0  # reopens the watch proved harmless, over the whole checklist
     poll: Optional[int] = None  # this poll's number (wait's polls only)
     stop: Optional[str] = None  # wait stopped before --timeout: why, and the command that goes on
+    topic_loads: list[dict] = field(default_factory=list)  # wait: topics this poll loaded (see _load_its_topic)
 
     @property
     def waiting(self) -> list[LogStatus]:
@@ -133,7 +134,8 @@ class Report:
                 "brokersChecked": self.brokers, "logs": len(self.logs), "waiting": len(self.waiting),
                 "waitingByReason": {k: len(v) for k, v in sorted(self.groups().items())},
                 "verification": self.verification, "reopensAccepted": self.reopens_accepted, "poll": self.poll,
-                "stopped": self.stop, "components": [l.to_json() for l in self.logs]}
+                "stopped": self.stop, "topicLoads": self.topic_loads,
+                "components": [l.to_json() for l in self.logs]}
 
 
 def _now_ms() -> int:
@@ -828,6 +830,7 @@ class Session:
         self.polls: dict[int, _Poll] = {}
         self.seen_unchanged: dict[tuple[str, str], int] = {}  # log → the last poll that saw it unchanged
         self.pending: dict[tuple[str, str], tuple[int, int, Optional[int]]] = {}  # log → (from, seen, to)
+        self.loads: dict[int, set[str]] = {}  # poll → the stores whose topic it loaded (at most once each)
 
     def new_poll(self, state: dict) -> "_Poll":
         """The next observation, numbered after every earlier one of this wait and of the checklist. The number
@@ -948,6 +951,8 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     def one(job) -> tuple[LogStatus, Optional[int]]:
         log, rec = job
         verdict, ids, confirmed = _evidence(log, rec, listing, state_path, state, tc_ids)
+        if verdict is not None and verdict.kind == KIND_NOT_LOADED and session is not None and poll is not None:
+            return _load_its_topic(admin, session, poll, log, verdict), confirmed
         if verdict is not None:
             return verdict, confirmed
         assert ids is not None  # _evidence gives the ledgers whenever it reaches no verdict
@@ -991,6 +996,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
             rec["provenDone"], rec["provenOldest"] = rec["recoverStartTime"], result.oldest_ledger_id
             changed = True
     logs += unrecorded
+    loads = [l.extra["topicLoad"] for l in logs if "topicLoad" in l.extra]
     # The counters again, read after every log: the poll that says safe is covered too.
     end = poll.t_end if poll is not None and poll.t_end is not None else time.monotonic()
     moved = _moved(view, brokers, baselines, session) if moved is None else moved
@@ -1013,7 +1019,40 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     safe = bool(logs) and all(l.done for l in logs) and (verification is None or verification.get("verdict") == "clean")
     return Report(safe, not on, logs, verification, target={"adminUrl": ident["adminUrl"],
                                                             "clusterName": ident.get("clusterName")}, brokers=brokers,
-                  reopens_accepted=_accepted_count(state), poll=poll.number if poll is not None else None)
+                  reopens_accepted=_accepted_count(state), poll=poll.number if poll is not None else None,
+                  topic_loads=loads)
+
+
+def _load_its_topic(admin: TransactionsAdmin, session: Session, poll: _Poll, log: _Log,
+                    verdict: LogStatus) -> LogStatus:
+    """A recorded store answering 404 while listed: its topic is not loaded (unloaded, or its bundle moved, and
+    nobody looked it up since). `wait` does what the suggestion asks of the operator, a read of the topic's v2
+    stats, which makes its owner load it (Pulsar's getTopicIfExists) and so reopens the store. The store stays
+    not done at this poll; the reopen is judged at a later one by the watch, like any other (the polls that saw
+    the 404 never count as seeing it unchanged, so they stay inside the bracket)."""
+    topic = log.info["topic"]
+    asked = session.loads.setdefault(poll.number, set())
+    if log.key in asked:  # at most once per store per poll (a re-judged log comes back here)
+        return verdict
+    asked.add(log.key)
+    tried = f"`wait` read {topic}'s stats (`pulsar-admin topics stats {topic}`) at poll {poll.number} to load it"
+    load: dict[str, Any] = {"topic": topic, "store": log.key, "poll": poll.number}
+    try:
+        admin.topic_stats(topic)
+    except AdminError as exc:
+        why = " ".join(str(exc.reason).split())[:300]  # one line, whatever the target sent
+        load["result"] = f"failed: HTTP {exc.status}: {why}" if exc.status else f"failed: {why}"
+        verdict.reason = (f"store not loaded (listed, but its stats answer 404); {tried}, which failed (HTTP "
+                          f"{exc.status}: {why}): it keeps waiting and tries again at the next poll")
+        verdict.suggestion = (f"see why {topic} does not load: `pulsar-admin topics stats {topic}` answers the same; "
+                              "its owner's broker log says why")
+    else:
+        load["result"] = "loaded"
+        verdict.reason = (f"store not loaded at this poll (listed, but its stats answered 404); {tried}: its reopen "
+                          "is judged at the next poll (accepted only if the watch proves batching stayed off)")
+        verdict.suggestion = "wait: the next poll reads the reopened store"
+    verdict.extra["topicLoad"] = load
+    return verdict
 
 
 _REJUDGE = 3  # a log seen moving again while its last move is accepted is judged again, this many times per poll
