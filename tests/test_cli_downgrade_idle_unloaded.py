@@ -185,3 +185,18 @@ def test_an_unloaded_topic_answers_404_on_the_transactions_endpoints_until_its_s
         engine.config.engineUnloadLeavesTopicUnloaded = False
         _unload_t(url)
         assert cli(url, "transactions", "pending-ack-stats", "-t", T, "-s", "s").returncode == 0
+
+
+@pytest.mark.slow
+def test_start_loads_each_topic_it_unloads_so_an_idle_store_is_recorded_reopened(tmp_path):
+    """On Pulsar `start`'s own unload leaves an idle topic closed: without a load its stores would be recorded
+    "not loaded", with no recoverStartTime to prove anything by."""
+    state = tmp_path / "s.json"
+    with _served(tmp_path) as (engine, url):
+        engine.config.engineUnloadLeavesTopicUnloaded = True
+        assert cli(url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
+        assert T in engine.topics
+        stores = json.loads(state.read_text())["pendingAckStores"]
+        for name in (T_STORE, U_STORE):
+            assert stores[name]["recoverStartTime"] and stores[name]["batchingOff"] is True, stores[name]
+            assert not stores[name].get("notLoaded"), stores[name]

@@ -387,7 +387,9 @@ def wait(
     While it polls, it watches both batching flags and the batched writers' flush counters on every active broker
     (every 2 s): a store reopened by a bundle move or failover is accepted when the watch proves the flags were
     off throughout and nothing batched. A reopen it cannot prove stops the wait (exit 1) naming the command, or,
-    with --rerecord, is reloaded and re-recorded.
+    with --rerecord, is reloaded and re-recorded. A recorded store whose topic is not loaded (unloaded, and idle
+    since) has its topic loaded by a read of its stats (`pulsar-admin topics stats`), at most once per poll; the
+    reopen is judged like any other.
 
     Exit 0 safe, 1 not yet at --timeout or stopped for a re-record, 3 target unreadable (permanent errors stop at
     once; transient ones are retried and shown), 130 interrupted (the checklist stays; run the same command to
@@ -417,12 +419,12 @@ def wait(
         if not confirm(Plan("PIP-160 downgrade: wait, re-recording unproven reopens", target.label, steps,
                             {"state": str(state), "rerecord": True}), yes=yes, dry_run=False, output=output):
             return
-    else:
-        typer.echo("plan: poll until safe, watching both batching flags and the flush counters on every active "
-                   "broker", err=True)
-        typer.echo(f"  - {_LOADS_STEP}", err=True)
     view = _LiveView(time.monotonic())
     try:
+        if not rerecord:  # (with --rerecord the confirmed plan above says it); inside the try: Ctrl-C from here resumes
+            typer.echo("plan: poll until safe, watching both batching flags and the flush counters on every active "
+                       "broker", err=True)
+            typer.echo(f"  - {_LOADS_STEP}", err=True)
         with view:
             # (an interval past the deadline: the first answer is the last; the poll itself keeps --timeout)
             report = do_wait(admin, state, timeout, timeout + 1.0 if frozen else interval, view.poll,

@@ -32,6 +32,7 @@ resumes where it was.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +51,7 @@ from ..names import TC_LOG_CURSOR, coordinator_assign_partition, is_pending_ack_
 from .state import ChecklistLock, load_state, new_state, save_state
 from .watch import WATCH_PERIOD_S, Watch, baseline_of, counter_problem
 
+logger = logging.getLogger(__name__)
 Progress = Optional[Callable[[int, int], None]]
 FLAG_PROPAGATION_S = 10.0  # dynamic config reaches brokers through a metadata watch: allow it this long
 COORDINATOR_LOAD_WAIT_S = 30.0  # `start` gives a coordinator failing over (or replaying its log) this long to load
@@ -509,6 +511,8 @@ def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state
             _call(admin.unload_topic, unit)
         except NotFoundError:
             pass
+        if members[0].component == "pending-ack":
+            _load_after_unload(admin, unit)
         out = []
         for log in members:
             start_before, ledgers_before = befores[log.key]
@@ -565,6 +569,16 @@ def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state
     finally:
         save_state(state_path, state)
     return this_run
+
+
+def _load_after_unload(admin: TransactionsAdmin, topic: str) -> None:
+    """Pulsar leaves an unloaded topic closed until something looks it up, so an idle subscription's store would not
+    reopen: read the topic's stats, which loads it on its owner. A failure is not fatal here: the store's stats then
+    answer 404 and it is recorded "not loaded" (`wait` loads it again and judges it)."""
+    try:
+        admin.topic_stats(topic)
+    except AdminError as exc:
+        logger.warning("downgrade: loading %s after its unload failed (HTTP %s): %s", topic, exc.status, exc.reason)
 
 
 def _watched_on(watch: Optional[Watch]) -> dict[str, list[str]]:
@@ -656,8 +670,9 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
                           f"delete its leftover store (`pulsar-admin topics delete {log.key}`): the next poll counts "
                           "it deleted; if it is not gone, see the broker's log for that error")
         return status(KIND_NOT_LOADED, "store not loaded (listed, but its stats answer 404): it cannot be judged "
-                      "until it is loaded", "load its topic (e.g. `pulsar-admin topics stats <topic>`), then run "
-                      "`txnadmin downgrade start` again to record it")
+                      "until it is loaded", "`txnadmin downgrade wait` loads its topic itself (a read of its stats) "
+                      f"and judges the reopen; or load it (`pulsar-admin topics stats {log.info['topic']}`) while a "
+                      "`wait` runs")
 
     if log.component == "pending-ack" and listed is not None and log.key not in listed:
         # Gone from this poll's listing: one internal-stats call confirms it (404). Not the stats first: a broker
