@@ -1056,9 +1056,10 @@ def _load_its_topic(admin: TransactionsAdmin, session: Session, poll: _Poll, log
         admin.topic_stats(topic)
     except AdminError as exc:
         why = " ".join(str(exc.reason).split())[:300]  # one line, whatever the target sent
-        load["result"] = f"failed: HTTP {exc.status}: {why}" if exc.status else f"failed: {why}"
-        verdict.reason = (f"store not loaded (listed, but its stats answer 404); {tried}, which failed (HTTP "
-                          f"{exc.status}: {why}): it keeps waiting and tries again at the next poll")
+        answer = f"HTTP {exc.status}: {why}" if exc.status else why
+        load["result"] = f"failed: {answer}"
+        verdict.reason = (f"store not loaded (listed, but its stats answer 404); {tried}, which failed ({answer}): "
+                          "it keeps waiting and tries again at the next poll")
         verdict.suggestion = (f"see why {topic} does not load: `pulsar-admin topics stats {topic}` answers the same; "
                               "its owner's broker log says why")
     else:
