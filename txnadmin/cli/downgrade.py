@@ -421,10 +421,12 @@ def wait(
             return
     view = _LiveView(time.monotonic())
     try:
-        if not rerecord:  # (with --rerecord the confirmed plan above says it); inside the try: Ctrl-C from here resumes
+        if not rerecord and output != "json":
+            # Under the target line, on stdout: stderr stays the one line an error gets. (With --rerecord the
+            # confirmed plan above says it; JSON carries the loads as topicLoads.) Inside the try: Ctrl-C resumes.
             typer.echo("plan: poll until safe, watching both batching flags and the flush counters on every active "
-                       "broker", err=True)
-            typer.echo(f"  - {_LOADS_STEP}", err=True)
+                       "broker")
+            typer.echo(f"  - {_LOADS_STEP}")
         with view:
             # (an interval past the deadline: the first answer is the last; the poll itself keeps --timeout)
             report = do_wait(admin, state, timeout, timeout + 1.0 if frozen else interval, view.poll,
