@@ -83,6 +83,18 @@ def _until(check, what: str, engine: Engine | None = None, topic: str = "", roun
     raise AssertionError(f"never: {what}")
 
 
+def traffic_on_u_until_it_ends(proc: subprocess.Popen, engine: Engine, rounds: int = 40) -> tuple[str, str]:
+    """Transactional traffic on u only (t's subscription stays as it is) until ``proc``, a `downgrade wait`, ends:
+    u's store trims as its subscription acknowledges. ``proc``'s (stdout, stderr)."""
+    for _ in range(rounds):
+        if proc.poll() is not None:
+            break
+        traffic(engine, 10, "u", "s")
+        engine.maintenance_tick()
+        time.sleep(0.2)
+    return proc.communicate(timeout=120)
+
+
 def _proven_done(state: Path, store: str):
     """The checklist says `wait` proved ``store`` done (it then reads only its recoverStartTime)."""
     try:
@@ -112,13 +124,7 @@ def test_a_subscription_deleted_mid_wait_counts_as_deleted_and_the_wait_ends_saf
             assert cli(url, "transactions", "pending-ack-internal-stats", "-t", T, "-s", "s").returncode == 1
             admin.close()
             # the rest gets done while the wait polls: u's subscription acknowledges and its store trims
-            for _ in range(40):
-                if waiter.poll() is not None:
-                    break
-                traffic(engine, 10, "u", "s")
-                engine.maintenance_tick()
-                time.sleep(0.2)
-            out, err = waiter.communicate(timeout=120)
+            out, err = traffic_on_u_until_it_ends(waiter, engine)
         finally:
             if waiter.poll() is None:
                 waiter.kill()

@@ -23,8 +23,8 @@ from engine_helpers import live_batched_entries
 from http_front import front
 from test_cli_downgrade_deleted_sub import (
     T, T_STORE, TOKEN, TXNADMIN, U_STORE, _components, _one_line_naming, _proven_done, _served, _until, cli,
+    traffic_on_u_until_it_ends,
 )
-from test_downgrade import traffic
 
 NOT_LOADED = "store not loaded"
 T_STATS = "/admin/v2/persistent/public/default/t/stats"
@@ -44,13 +44,7 @@ def _waiter(url: str, state: Path, *extra: str) -> tuple[subprocess.Popen, list[
 def _finish(proc: subprocess.Popen, engine, lines: list[str], rounds: int = 60) -> tuple[int, dict, str]:
     """Traffic on u (never on t: its subscription stays idle) until the wait ends; (exit code, report, stderr)."""
     try:
-        for _ in range(rounds):
-            if proc.poll() is not None:
-                break
-            traffic(engine, 10, "u", "s")
-            engine.maintenance_tick()
-            time.sleep(0.2)
-        out, _ = proc.communicate(timeout=120)
+        out, _ = traffic_on_u_until_it_ends(proc, engine, rounds)
     finally:
         if proc.poll() is None:
             proc.kill()
