@@ -710,12 +710,17 @@ class Engine:
                 return 0  # already unloaded: nothing open to close
             if full not in self.topics:
                 raise NotFound(f"Topic not found {full}")
-            subs = [sub for name, sub in self.stores if name == full]
-            for sub in subs:
-                self.stores.pop((full, sub)).close()
-            self.topics.pop(full).close()
+            subs = self._close_with_stores(full)
             self.unloaded_topics[full] = subs
             return len(subs)
+
+    def _close_with_stores(self, full: str) -> list[str]:
+        """Close an open topic and its pending-ack stores (under the engine lock); the stores' subscriptions."""
+        subs = [sub for name, sub in self.stores if name == full]
+        for sub in subs:
+            self.stores.pop((full, sub)).close()
+        self.topics.pop(full).close()
+        return subs
 
     def load_topic(self, topic: str) -> bool:
         """Load a topic left unloaded (what Pulsar's getTopicIfExists does on its owner): it and its pending-ack
@@ -750,15 +755,12 @@ class Engine:
             self._writable()
             if full not in self.topics:
                 raise NotFound(f"Topic not found {full}")
-            stores = [k for k in self.stores if k[0] == full]
-            for key in stores:
-                self.stores.pop(key).close()
-            self.topics.pop(full).close()
+            subs = self._close_with_stores(full)
             stalled = self._new_topic(full)
             stalled.start_stalled_recovery(self.clock_ms)
             self.topics[full] = stalled
-            for key in stores:  # their pending-ack stores recover as usual, on the reloaded topic's cursors
-                self._open_store(*key)
+            for sub in subs:  # their pending-ack stores recover as usual, on the reloaded topic's cursors
+                self._open_store(full, sub)
 
     def scale_coordinators(self, replicas: int) -> None:
         with self._lock:
