@@ -64,9 +64,10 @@ def error(response: AnyReply, where: str) -> AdminError:
         return NotFoundError(reason or "Not Found")
     if 300 <= status < 400:
         return BadReplyError(f"{where}: HTTP {status} redirect without a Location")
-    message = _unexpected_message(response.content.decode("utf-8", "replace").strip())
-    if status == 500 and message is not None:
-        return UnexpectedServerError(mask(" ".join(message.split())[:300]))
+    if status == 500:  # only a 500 can carry Pulsar's plain-text report of an unmapped exception
+        message = _unexpected_message(response.content.decode("utf-8", "replace").strip())
+        if message is not None:
+            return UnexpectedServerError(mask(" ".join(message.split())[:300]))
     return AdminError(reason or f"HTTP {status}", status)
 
 

@@ -290,8 +290,7 @@ class _Log:
                 if now >= until:
                     raise DowngradeError(coordinator_not_loaded(self.key, f"for {self.load_wait_s:g} s") + "; run "
                                          "`txnadmin downgrade start` again once it answers (it resumes); if it does "
-                                         "not, `pulsar-admin transactions coordinators-list` names its broker, whose "
-                                         "log says why", 3) from None
+                                         f"not, {TC_OWNER_LOG}", 3) from None
                 time.sleep(min(0.5, until - now))
 
     def ledgers(self) -> list[int]:
@@ -350,6 +349,15 @@ class _SubscriptionGone(NotFoundError):
     def __init__(self, failure: AdminError):
         super().__init__(failure.reason)
         self.failure = failure
+
+
+TC_OWNER_LOG = "`pulsar-admin transactions coordinators-list` names its broker, whose log says why"
+
+
+def _not_this_cluster(key: str) -> DowngradeError:
+    """A recorded coordinator the target does not list at all (a listed one answering 404 is only not loaded)."""
+    return DowngradeError(f"coordinator {key} is not among the target's coordinators: coordinators are never "
+                          "deleted, so this is not the cluster the checklist was recorded on", 3)
 
 
 def coordinator_not_loaded(key: str, how_long: str = "") -> str:
@@ -647,8 +655,7 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
     def missing(exc: NotFoundError, stats_read: bool = True) -> LogStatus:
         if log.component == "coordinator":
             if coordinators is not None and int(log.key) not in coordinators:
-                raise DowngradeError(f"coordinator {log.key} is not among the target's coordinators: coordinators "
-                                     "are never deleted, so this is not the cluster the checklist was recorded on", 3)
+                raise _not_this_cluster(log.key)
             # The identity was checked this poll: a coordinator it lists answering 404 is between two owners.
             return _tc_not_loaded(log.key, rec)
         if listed is not None and log.key not in listed:
@@ -740,7 +747,7 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
 
 
 TC_NOT_LOADED_HINT = ("wait: it is judged again once it answers (as reopened, when it was); if it persists, "
-                      "`pulsar-admin transactions coordinators-list` names its broker, whose log says why")
+                      + TC_OWNER_LOG)
 
 
 def _tc_not_loaded(key: str, rec: dict) -> LogStatus:
@@ -1375,13 +1382,10 @@ def _held_ledgers(admin: TransactionsAdmin, state: dict, state_path: Path, concu
             if read is None:
                 if log.component == "coordinator":
                     if int(log.key) not in _call(lambda: coordinator_ids(admin.list_coordinators())):
-                        raise DowngradeError(f"coordinator {log.key} is not among the target's coordinators: "
-                                             "coordinators are never deleted, so this is not the cluster the "
-                                             "checklist was recorded on", 3)
+                        raise _not_this_cluster(log.key)
                     raise DowngradeError(coordinator_not_loaded(log.key) + ": cannot tell which of its ledgers are "
                                          "live; run `txnadmin downgrade verify` again once it answers; if it does "
-                                         "not, `pulsar-admin transactions coordinators-list` names its broker, whose "
-                                         "log says why", 3)
+                                         f"not, {TC_OWNER_LOG}", 3)
                 gone.append(log.key)
                 continue
             name, ledgers = read
