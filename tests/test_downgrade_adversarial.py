@@ -163,6 +163,26 @@ def test_an_unloaded_but_listed_store_is_not_deleted(tmp_path):
         assert gone[0].done and "deleted" in gone[0].reason
 
 
+class ListingOmits(LocalAdmin):
+    """A listing that leaves out u's store while the store is there and answers (a stale or partial listing)."""
+
+    def list_topics(self, namespace, include_system=True):
+        return [n for n in super().list_topics(namespace, include_system)
+                if not n.startswith("persistent://public/default/u-")]
+
+
+def test_a_store_missing_from_the_listing_but_still_answering_is_not_deleted(tmp_path):
+    """Gone from the listing is confirmed by the store's own internal stats (404) before it counts as deleted: one
+    that still answers is judged from its ledgers, and its batched ledgers keep it waiting."""
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        load(engine)
+        start(LocalAdmin(engine), tmp_path / "s.json")
+        report = status(ListingOmits(engine), tmp_path / "s.json")
+        u = [l for l in report.logs if l.name.startswith("persistent://public/default/u-")]
+        assert u and not u[0].done and "deleted" not in u[0].reason, u
+        assert not report.safe
+
+
 def test_a_checklist_from_another_target_is_refused(tmp_path):
     with open_engine(tmp_path / "a", **BATCHED) as a:
         load(a)
