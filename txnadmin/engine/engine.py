@@ -112,6 +112,7 @@ class Engine:
 
             Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
                   registry=self.registry).set(self.started_at)
+            self.registry.register(_ProcessCpu())
         self._metrics_buffer: tuple[int, bytes] | None = None  # (time slot, exposition): metricsBufferResponse
         self.tp_metrics = PendingAckMetrics(self.registry)
         self._lock = threading.RLock()
@@ -936,6 +937,18 @@ def metrics_exposition(engine: "Engine") -> bytes:
     if slot is not None:
         engine.keep_metrics_buffer(slot, text)
     return text
+
+
+class _ProcessCpu:
+    """``process_cpu_seconds_total`` as a broker's JVM exports it (Prometheus' standard process exports, beside
+    ``process_start_time_seconds``): it moves at every live scrape (rendering one costs CPU), so a reader can tell
+    a live exposition from a frozen copy of one."""
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        yield CounterMetricFamily("process_cpu_seconds", "Total user and system CPU time spent in seconds.",
+                                  value=time.process_time())
 
 
 class _ScrapeTimeGauges:

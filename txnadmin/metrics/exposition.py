@@ -15,6 +15,8 @@ from typing import Optional
 # trigger (max records, max size, max delay, large data).
 FLUSH_PREFIXES = ("pulsar_txn_tc_bufferedwriter_flush_trigger_", "pulsar_txn_pending_ack_store_bufferedwriter_flush_trigger_")
 PROCESS_START = "process_start_time_seconds"
+# A series that moves at every live scrape: the process's CPU time (a broker's JVM exports it with the start time).
+PROCESS_CPU = "process_cpu_seconds"
 
 
 class ExpositionError(ValueError):
@@ -60,7 +62,7 @@ def _names(line: str, only: tuple[str, ...]) -> bool:
 
 
 # What the downgrade reads of a broker's exposition.
-DOWNGRADE_METRICS = (*FLUSH_PREFIXES, PROCESS_START)
+DOWNGRADE_METRICS = (*FLUSH_PREFIXES, PROCESS_START, PROCESS_CPU)
 
 
 def batched_flushes_by_label(samples: list[Sample]) -> dict[str, float]:
@@ -78,5 +80,13 @@ def process_start_time(samples: list[Sample]) -> Optional[float]:
     """The exporting process's start (``process_start_time_seconds``), None when it is not exported."""
     for s in samples:
         if s.name == PROCESS_START:
+            return s.value
+    return None
+
+
+def process_cpu_time(samples: list[Sample]) -> Optional[float]:
+    """The exporting process's CPU seconds (``process_cpu_seconds_total``), None when it is not exported."""
+    for s in samples:
+        if s.name == PROCESS_CPU + "_total":
             return s.value
     return None
