@@ -136,8 +136,8 @@ def main() -> None:
                         timed(f"16, worst case, {label}", client=client)
                 # What `wait` polls with (#24): its watch reads every broker's flags and counters every 2 s in the
                 # background, and each poll reads them once more before and after its logs.
-                from txnadmin.procedures.downgrade import Session, _baselines
-                from txnadmin.procedures.state import load_state
+                from txnadmin.procedures.downgrade import Session
+                from txnadmin.procedures.downgrade.checklist import _baselines, load_state
 
                 session = Session(admin, url, _baselines(load_state(state) or {}))
                 session.start_watching()

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from typer.testing import CliRunner
 
@@ -81,6 +82,11 @@ def test_start_status_json_and_exit_codes(tmp_path):
     _load(d, "0.3")
     after = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state), "-o", "json"])
     assert after.exit_code == 1 and json.loads(after.stdout)["waitingByReason"].get("reopened since recording")
+    # -o yaml says why each log waits in the same words (plain strings: YAML's safe dumper refuses an enum)
+    as_yaml = runner.invoke(app, ["downgrade", "status", "-u", f"local:{d}", "--state", str(state), "-o", "yaml"])
+    assert as_yaml.exit_code == 1, as_yaml.output
+    waiting = {k: v for k, v in yaml.safe_load(as_yaml.stdout).items() if k in ("waitingByReason", "components")}
+    assert waiting == {k: v for k, v in json.loads(after.stdout).items() if k in ("waitingByReason", "components")}
 
 
 def test_unreadable_target_and_missing_checklist(tmp_path):

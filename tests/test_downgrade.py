@@ -8,7 +8,7 @@ import pytest
 
 from txnadmin.admin.local import LocalAdmin
 from txnadmin.procedures.downgrade import DowngradeError, start, status
-from txnadmin.procedures.state import load_state
+from txnadmin.procedures.downgrade.checklist import load_state
 
 from engine_helpers import Clock, open_engine
 

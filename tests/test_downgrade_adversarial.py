@@ -13,9 +13,7 @@ import pytest
 
 from txnadmin.admin.local import LocalAdmin
 from txnadmin.admin.protocol import AdminError, NotFoundError
-from txnadmin.procedures.downgrade import (
-    KIND_NOT_LOADED, KIND_NOT_REOPENED, KIND_REOPENED, DowngradeError, start, status, wait,
-)
+from txnadmin.procedures.downgrade import DowngradeError, Waiting, start, status, wait
 
 from engine_helpers import live_batched_entries, open_engine
 from test_downgrade import BATCHED, traffic
@@ -73,7 +71,7 @@ def test_reenabled_with_a_reload_between_two_polls_is_caught_and_rerecorded(tmp_
         for _ in range(4):
             report = checked_status(engine, admin, tmp_path / "s.json")
             assert not report.safe
-            assert KIND_REOPENED in report.groups()
+            assert Waiting.REOPENED in report.groups()
             load(engine)
         state = start(admin, tmp_path / "s.json")
         assert state["rerecorded"] >= 3  # two coordinators and t's store, not every log
@@ -92,8 +90,8 @@ def test_no_reload_never_takes_a_rollover_for_the_end_of_batching(tmp_path):
             report = checked_status(engine, admin, tmp_path / "s.json")
             assert not report.safe
             # Every log waits for its reopen; the stores that still batch also show on /metrics.
-            assert KIND_NOT_REOPENED in report.groups()
-            assert set(report.groups()) <= {KIND_NOT_REOPENED, "batched writer still flushing"}
+            assert Waiting.NOT_REOPENED in report.groups()
+            assert set(report.groups()) <= {Waiting.NOT_REOPENED, "batched writer still flushing"}
         assert any("reopens" in l.reason for l in report.waiting)
 
 
@@ -117,7 +115,7 @@ def test_a_store_reopened_by_someone_else_is_never_safe_until_rerecorded(tmp_pat
         engine.reload_topic("persistent://public/default/u")  # a broker restart, a bundle move …
         load(engine, 40)
         report = checked_status(engine, admin, tmp_path / "s.json")
-        reopened = [l.name for l in report.groups().get(KIND_REOPENED, [])]
+        reopened = [l.name for l in report.groups().get(Waiting.REOPENED, [])]
         assert reopened == ["persistent://public/default/u-s__transaction_pending_ack"]
         assert not report.safe
         assert start(admin, tmp_path / "s.json")["rerecorded"] == 1
@@ -155,7 +153,7 @@ def test_an_unloaded_but_listed_store_is_not_deleted(tmp_path):
             load(engine, 30)
         report = checked_status(engine, admin, tmp_path / "s.json")
         assert not report.safe
-        assert [l.name for l in report.groups()[KIND_NOT_LOADED]] == [
+        assert [l.name for l in report.groups()[Waiting.NOT_LOADED]] == [
             "persistent://public/default/u-s__transaction_pending_ack"]
         admin.deleted = True  # now it is gone from the listing too: deleted, done
         report = status(admin, tmp_path / "s.json")
@@ -359,7 +357,7 @@ def test_a_store_proven_done_then_reopened_with_batching_on_is_caught(tmp_path):
         for _ in range(3):
             report = checked_status(engine, admin, tmp_path / "s.json")
             assert not report.safe
-            assert [l.name for l in report.groups()[KIND_REOPENED]] == [
+            assert [l.name for l in report.groups()[Waiting.REOPENED]] == [
                 "persistent://public/default/t-s__transaction_pending_ack"]
             load(engine)
         assert start(admin, tmp_path / "s.json")["rerecorded"] == 1
@@ -373,7 +371,7 @@ def test_a_proven_store_that_answers_404_is_deleted_only_when_gone_from_the_list
         assert until_safe(engine, admin, tmp_path / "s.json").safe
         admin.hidden = "persistent://public/default/u"  # proven done earlier, now its broker has not loaded it
         report = checked_status(engine, admin, tmp_path / "s.json")
-        assert not report.safe and [l.name for l in report.groups()[KIND_NOT_LOADED]] == [
+        assert not report.safe and [l.name for l in report.groups()[Waiting.NOT_LOADED]] == [
             "persistent://public/default/u-s__transaction_pending_ack"]
         admin.deleted = True
         gone = [l for l in status(admin, tmp_path / "s.json").logs if l.name.startswith(admin.hidden + "-")]
@@ -438,5 +436,5 @@ def test_a_proven_store_still_recovering_is_not_taken_for_unchanged(tmp_path):
 
         report = checked_status(engine, Recovering(engine), tmp_path / "s.json")
         assert not report.safe
-        assert [l.name for l in report.groups()[KIND_REOPENED]] == [
+        assert [l.name for l in report.groups()[Waiting.REOPENED]] == [
             "persistent://public/default/u-s__transaction_pending_ack"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from txnadmin.admin.local import LocalAdmin
-from txnadmin.procedures.downgrade import KIND_NOT_REOPENED, KIND_STILL_FLUSHING, DowngradeError, start, status
+from txnadmin.procedures.downgrade import DowngradeError, Waiting, start, status
 
 from engine_helpers import open_engine
 from test_downgrade import BATCHED
@@ -40,5 +40,5 @@ def test_a_no_reload_record_after_a_voided_start_does_not_inherit_batching_off(t
             report = status(admin, tmp_path / "s.json")
             assert not report.safe
             kinds = {l.kind for l in report.waiting}
-            assert KIND_NOT_REOPENED in kinds and kinds <= {KIND_NOT_REOPENED, KIND_STILL_FLUSHING}, kinds
-            assert all(l.kind == KIND_NOT_REOPENED for l in report.waiting if l.component == "coordinator")
+            assert Waiting.NOT_REOPENED in kinds and kinds <= {Waiting.NOT_REOPENED, Waiting.STILL_FLUSHING}, kinds
+            assert all(l.kind == Waiting.NOT_REOPENED for l in report.waiting if l.component == "coordinator")

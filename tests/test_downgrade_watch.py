@@ -7,7 +7,7 @@ import time
 
 from txnadmin.admin.cluster import BrokerReading
 from txnadmin.admin.protocol import AdminError
-from txnadmin.procedures.watch import Watch, counter_problem
+from txnadmin.procedures.downgrade.watch import Watch, counter_problem
 
 
 class Brokers:

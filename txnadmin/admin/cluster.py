@@ -124,6 +124,10 @@ class ClusterView:
         if self.on_error not in (RAISE, RECORD):
             raise ValueError(f"on_error={self.on_error!r}: use {RAISE!r} or {RECORD!r}")
 
+    def forget(self) -> None:
+        """Everything read once so far (identity, brokers, runtime configs, listings) is read afresh from now on."""
+        self._memo.clear()
+
     def _once(self, key: str, read):
         if key not in self._memo:
             self._memo[key] = read()

@@ -56,7 +56,7 @@ def hint(ctx: typer.Context, text: str, state: Optional[Path] = None) -> str:
     for a downgrade step when the checklist is not the default one), so that, pasted, it acts on the same cluster.
     Text from before a target was resolved is returned as it is."""
     from ..admin.target import retarget
-    from ..procedures.state import DEFAULT_STATE
+    from ..procedures.downgrade.checklist import DEFAULT_STATE
 
     target = ctx.meta.get(TARGET_META)
     if target is None:

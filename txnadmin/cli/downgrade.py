@@ -11,7 +11,7 @@ import typer
 
 from .render import no_headers_option, output_option
 from ._common import EXIT_FAILURE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE, fail, print_json, stdout_is_terminal, waiting_notice
-from ..procedures.state import DEFAULT_STATE, StateError
+from ..procedures.downgrade.checklist import DEFAULT_STATE, StateError
 from ._target import AdminUrl, Conf, hint, open_target
 from .confirm import DryRunOpt, Plan, YesOpt, confirm
 
@@ -47,7 +47,7 @@ def _hint_report(report) -> None:
 
 def _guard(fn, *args, **kwargs):
     from ..procedures.downgrade import DowngradeError
-    from ..procedures.state import StateError
+    from ..procedures.downgrade.checklist import StateError
 
     try:
         return fn(*args, **kwargs)
@@ -463,7 +463,7 @@ def _watch_period() -> float:
     """The watch's period: 2 s, or $TXNADMIN_WATCH_PERIOD_S (tests that squeeze time)."""
     import os
 
-    from ..procedures.watch import WATCH_PERIOD_S
+    from ..procedures.downgrade import WATCH_PERIOD_S
 
     try:
         return max(0.05, min(WATCH_PERIOD_S, float(os.environ.get("TXNADMIN_WATCH_PERIOD_S", WATCH_PERIOD_S))))

@@ -30,12 +30,8 @@ from .doctor.checks.common import txn_times
 from .doctor.checks.recovery import recovering
 from .doctor.knowledge import ENDING_STATES
 from .doctor.survey import BUFFERS, MALFORMED, NO_CLOCK, malformed, problem
-from .downgrade import (
-    KIND_COUNTERS, KIND_NOT_ACKING, KIND_NOT_LOADED, KIND_NOT_REOPENED, KIND_NOT_ROLLED, KIND_PINNED, KIND_REOPENED,
-    KIND_STILL_FLUSHING, KIND_SUBSCRIPTION_GONE, KIND_TC_NOT_LOADED, KIND_TRIMMING, KIND_UNRECORDED, DowngradeError,
-    status as downgrade_status,
-)
-from .state import StateError, load_state
+from .downgrade import DowngradeError, Waiting, status as downgrade_status
+from .downgrade.checklist import StateError, load_state
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -53,9 +49,7 @@ POLL_NICENESS = 10  # the poll process's CPU priority below the /metrics server'
 # States a coordinator holds a transaction in until it ends: reported per coordinator even at 0, so a rule can
 # compare against a series that exists.
 LIVE_STATES = ("OPEN",) + ENDING_STATES
-WAITING_REASONS = (KIND_NOT_ROLLED, KIND_PINNED, KIND_NOT_ACKING, KIND_TRIMMING, KIND_NOT_REOPENED, KIND_REOPENED,
-                   KIND_NOT_LOADED, KIND_TC_NOT_LOADED, KIND_SUBSCRIPTION_GONE, KIND_UNRECORDED, KIND_STILL_FLUSHING,
-                   KIND_COUNTERS)
+WAITING_REASONS = tuple(reason for reason in Waiting if reason is not Waiting.DONE)  # each reported even at 0
 SEVERITIES = doctor.SEVERITIES
 
 # name → (type, HELP). Every series the exporter can serve is here, with its help text.

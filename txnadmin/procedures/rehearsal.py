@@ -35,7 +35,7 @@ class RehearsalDirError(Exception):
 
 def _rehearsal_parts(root: Path) -> tuple[list[Path], list[str]]:
     """What an earlier rehearsal left in ``root`` (its engine, its dump, its checklist files), and anything else."""
-    from .state import DEFAULT_STATE
+    from .downgrade.checklist import DEFAULT_STATE
 
     ours, others = [], []
     for entry in sorted(root.iterdir()):
@@ -147,7 +147,7 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
     from ..scan import run_scan
     from ..scan.job import java_available
     from .downgrade import record_verification, start, wait
-    from .state import DEFAULT_STATE, load_state
+    from .downgrade.checklist import DEFAULT_STATE, load_state
 
     root: Path = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="txnadmin-rehearsal-"))
     prepare_directory(root, force)

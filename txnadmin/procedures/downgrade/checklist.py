@@ -1,4 +1,4 @@
-"""The downgrade checklist file: versioned JSON, written atomically, read strictly."""
+"""The downgrade checklist file: versioned JSON, written atomically, read strictly; and what a recorded one holds."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .._fs import atomic_write_text
+from ..._fs import atomic_write_text
+from .report import DowngradeError
+
 
 STATE_VERSION = 1
 DEFAULT_STATE = "txnadmin-downgrade.json"
@@ -73,3 +75,37 @@ class ChecklistLock:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
+
+
+def _require_state(state_path: Path) -> dict[str, Any]:
+    state = load_state(state_path)
+    if state is None or state["phase"] != "recorded":
+        raise DowngradeError(f"{state_path}: no recorded downgrade here; run `txnadmin downgrade start` first", 1)
+    return state
+
+
+def _recorded(state: dict) -> dict[tuple[str, str], dict]:
+    return {**{("coordinator", k): v for k, v in state["coordinators"].items()},
+            **{("pending-ack", k): v for k, v in state["pendingAckStores"].items()}}
+
+
+def _baselines(state: dict) -> dict[str, dict]:
+    if "flushBaselines" in state:
+        return state["flushBaselines"]
+    # A checklist recorded before the process start time was kept: its counts, process unknown.
+    legacy = state.get("batchedFlushesByBroker") or {}
+    return {b: {"processStart": None, "flushes": v} for b, v in legacy.items()}
+
+
+def _accepted_count(state: dict) -> int:
+    return sum(len(rec.get("acceptedReopens") or []) for bucket in ("coordinators", "pendingAckStores")
+               for rec in state[bucket].values())
+
+
+def reset(state_path: Path) -> bool:
+    path = Path(state_path)
+    if path.exists():
+        load_state(path)  # refuse to delete a file that is not ours
+        path.unlink()
+        return True
+    return False

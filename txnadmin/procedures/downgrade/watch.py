@@ -26,8 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..admin.cluster import BrokerReading, ClusterView
-from ..admin.protocol import AdminError
+from ...admin.cluster import BrokerReading, ClusterView
+from ...admin.protocol import AdminError
 
 log = logging.getLogger(__name__)
 

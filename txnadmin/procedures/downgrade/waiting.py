@@ -1,0 +1,167 @@
+"""`wait`: poll until safe, holding the checklist; re-record what only a re-record can prove (`--rerecord`)."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Optional
+
+from ...admin.protocol import TransactionsAdmin
+from .checklist import ChecklistLock, _baselines, _require_state, save_state
+from .logs import _Log
+from .poll import status
+from .recording import _record_logs
+from .reopen import Session
+from .report import DowngradeError, LogStatus, Report, Waiting
+from .target import _pending_ack_stores, active_brokers, confirm_flags_off, flush_baselines
+from .watch import WATCH_PERIOD_S
+
+
+def needs_rerecord(report: Report) -> list[LogStatus]:
+    """The logs only a re-record can prove: unproven reopens, and logs created since recording."""
+    return [l for l in report.waiting if l.component != "broker" and (
+        (l.kind == Waiting.REOPENED and l.extra.get("proof") and "proof pending" not in l.reason
+         and not l.extra["proof"].startswith("not judged")) or l.kind == Waiting.UNRECORDED)]
+
+
+def rerecord(admin: TransactionsAdmin, state_path: Path, logs: list[LogStatus], session: Session,
+             concurrency: int = 16) -> int:
+    """Reload and re-record exactly ``logs`` (as `start` does), then take new counter baselines: every log whose
+    reopen was unproven has now reopened again under the watch with the flags off. Returns how many were recorded."""
+    state = _require_state(state_path)
+    view = session.view
+    brokers = active_brokers(admin, view.identity(), view)
+    confirm_flags_off(view, brokers, 0.0)
+    todo = []
+    for l in logs:
+        if l.component == "coordinator":
+            todo.append(_Log(admin, "coordinator", str(l.extra["coordinatorId"]), {}))
+        else:
+            rec = state["pendingAckStores"].get(l.name)
+            info = ({"topic": rec["topic"], "subscription": rec["subscription"]} if rec else
+                    {"topic": l.extra.get("topic"), "subscription": l.extra.get("subscription")})
+            if info["topic"] is None:
+                found = _pending_ack_stores(admin, concurrency)
+                if l.name not in found:
+                    continue  # gone since the poll
+                info = found[l.name]
+            todo.append(_Log(admin, "pending-ack", l.name, info))
+    # The re-record is an observation like a poll: it read each log right after its reload, under the watch, so a
+    # move that lands before the next poll is bracketed by the two (else every such move would need another).
+    poll = session.new_poll(state)
+    this_run = _record_logs(admin, view, state, state_path, todo, brokers, True, concurrency, None, session.watch)
+    poll.t_end, poll.wall_end = time.monotonic(), time.time()
+    for bucket, key in this_run:
+        state[bucket][key].pop("unproven", None)
+        log_key = ("coordinator" if bucket == "coordinators" else "pending-ack", key)
+        session.pending.pop(log_key, None)
+        session.seen_unchanged[log_key] = poll.number
+    revoked = [rec for bucket in ("coordinators", "pendingAckStores") for rec in state[bucket].values()
+               if rec.get("unproven")]
+    baselines = flush_baselines(view, brokers)
+    if not revoked:
+        # Every log whose reopen rested on "no batched flush" was reloaded with the flags off: count afresh.
+        state["flushBaselines"] = baselines
+        if session.watch is not None:
+            session.watch.rebase(baselines)
+    state["rerecordedInWait"] = int(state.get("rerecordedInWait", 0)) + len(this_run)
+    save_state(state_path, state)
+    return len(this_run)
+
+
+_DEADLINE_GRACE_S = 1.0
+
+
+def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_s: float,
+         on_poll: Optional[Callable[[Report], None]] = None, concurrency: int = 16,
+         on_retry: Optional[Callable[[str, float], None]] = None, target: Optional[str] = None,
+         rerecord_unproven: bool = False, watch_period: float = WATCH_PERIOD_S,
+         on_rerecord: Optional[Callable[[int], None]] = None) -> Report:
+    """Poll until safe, holding the checklist (its one writer). Transient failures are shown (``on_retry``) and
+    retried with backoff; the deadline bounds everything, hung calls included (a poll still running at the
+    deadline is abandoned). A reopen the watch cannot prove harmless stops the wait at once (``report.stop``) or,
+    with ``rerecord_unproven``, is reloaded and re-recorded. Returns the last report; raises DowngradeError 3 when
+    the target never answered or answered permanently wrong."""
+    with ChecklistLock(state_path):
+        state = _require_state(state_path)
+        session = Session(admin, target if target is not None else state["identity"]["adminUrl"],
+                          _baselines(state), watch_period)
+        try:
+            return _wait(admin, state_path, timeout_s, interval_s, on_poll, concurrency, on_retry, target,
+                         rerecord_unproven, session, on_rerecord)
+        finally:
+            session.close()
+
+
+def _wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_s: float, on_poll, concurrency: int,
+          on_retry, target: Optional[str], rerecord_unproven: bool, session: Session, on_rerecord) -> Report:
+    import concurrent.futures
+
+    deadline = time.monotonic() + timeout_s
+    backoff = min(interval_s, 1.0)
+    last: Optional[Report] = None
+    last_error: Optional[str] = None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="downgrade-poll")
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            future = pool.submit(status, admin, state_path, concurrency, None, target, 0.0, session, True)
+            try:
+                try:
+                    report = future.result(timeout=max(0.0, remaining))
+                except concurrent.futures.TimeoutError:
+                    # A poll that answers within a short grace is still an answer (and `--timeout 0` means "one
+                    # poll"); only one still hanging after it is abandoned, which makes the CLI exit hard.
+                    if not concurrent.futures.wait([future], timeout=_DEADLINE_GRACE_S).done:
+                        return _timed_out(last, last_error or "a request was still hanging", timeout_s,
+                                          abandoned=True)
+                    report = future.result()
+                    deadline = time.monotonic()  # no further poll
+            except DowngradeError as exc:
+                if not exc.transient:
+                    raise
+                last_error = str(exc)
+                pause = min(backoff, max(0.0, deadline - time.monotonic()))
+                if on_retry:
+                    on_retry(last_error, pause)
+                if time.monotonic() + pause >= deadline:
+                    return _timed_out(last, last_error, timeout_s)
+                time.sleep(pause)
+                backoff = min(backoff * 2, max(interval_s, 1.0) * 4)
+                continue
+            backoff = min(interval_s, 1.0)
+            last, last_error = report, None
+            session.start_watching()
+            if on_poll:
+                on_poll(report)
+            if report.safe:
+                return report
+            unproven = needs_rerecord(report)
+            stopping = [l for l in unproven if l.kind == Waiting.REOPENED] + [
+                l for l in report.waiting if l.kind == Waiting.STILL_FLUSHING]
+            if unproven and rerecord_unproven:
+                count = rerecord(admin, state_path, unproven, session, concurrency)
+                if on_rerecord:
+                    on_rerecord(count)
+                continue
+            if stopping and not rerecord_unproven:
+                report.stop = (f"{len(stopping)} log(s) cannot be proven without a re-record (see each reason); run "
+                               "`txnadmin downgrade wait --rerecord` to reload and re-record exactly those")
+                return report
+            if time.monotonic() + interval_s > deadline:
+                return report
+            time.sleep(interval_s)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _timed_out(last: Optional[Report], error: Optional[str], timeout_s: float, abandoned: bool = False) -> Report:
+    if last is None:
+        exc = DowngradeError(f"no answer from the target within --timeout {timeout_s:g} s"
+                             + (f" (last error: {error})" if error else ""), 3)
+        exc.abandoned = abandoned
+        raise exc
+    last.transient_error = error
+    last.abandoned = abandoned
+    return last
