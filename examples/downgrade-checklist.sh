@@ -30,4 +30,5 @@ print(f"  {report['logs'] - report['waiting']} of {report['logs']} logs done")
 PY
 if [ "$code" -ne 0 ]; then echo "3/3 not safe yet (exit $code)"; exit "$code"; fi
 
-echo "3/3 safe: downgrade the brokers now (keep the batching flags off)"
+echo "3/3 safe: downgrade the brokers one at a time (keep the batching flags off); before each one:"
+echo "  $TXNADMIN -u $target downgrade guard --state $state --broker BROKER   # exit 0: take it down now"

@@ -24,6 +24,9 @@ class Front:
         self.token = token
         self.intercepts: list[Intercept] = []
         self.before_forward: list[Callable[[str, str], None]] = []
+        self.after_forward: list[Callable[[str, str], None]] = []  # once the backend answered, before the reply
+        # (method, path, body) → the body to send instead (a stripped metric, a frozen copy)
+        self.rewrites: list[Callable[[str, str, bytes], bytes]] = []
         self.seen: list[tuple[str, str]] = []
         self.url = ""
 
@@ -56,7 +59,12 @@ def front(backend: str, token: str):
             headers["Authorization"] = f"Bearer {state.token}"
             target = state.backend + (path.rstrip("/") if path.split("?")[0] == "/metrics/" else path)
             response = client.request(method, target, content=body, headers=headers)
-            self._reply(response.status_code, response.content, response.headers.get("content-type", ""))
+            for after in state.after_forward:
+                after(method, path)
+            payload = response.content
+            for rewrite in state.rewrites:
+                payload = rewrite(method, path, payload)
+            self._reply(response.status_code, payload, response.headers.get("content-type", ""))
 
         def _reply(self, status: int, payload: bytes, content_type: str):
             self.send_response(status)

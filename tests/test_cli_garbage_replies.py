@@ -69,6 +69,7 @@ OWN = [
     ["downgrade", "start", "--yes", "--state", "{state}"],
     ["downgrade", "status", "--state", "{recorded}"],
     ["downgrade", "wait", "--state", "{recorded}", "--timeout", "0"],
+    ["downgrade", "guard", "--state", "{recorded}"],
     ["downgrade", "verify", "--state", "{recorded}", "--dumps", "{dump}", "--ledgers", "{ledgers}", "--engine", "python"],
     ["upgrade", "--yes"],
     ["doctor"],
@@ -88,13 +89,15 @@ def servers():
 
 
 def _recorded_state(path, url):
-    path.write_text(json.dumps({
+    from txnadmin.procedures.downgrade.checklist import save_state
+
+    save_state(path, {
         "version": 1, "kind": "pip160-downgrade", "target": url, "phase": "recorded", "changeTime": 1,
         "reload": True, "verification": None,
         "coordinators": {"0": {"lastBatchedLedgerId": 5, "reloaded": True, "recordedAt": 1}},
         "pendingAckStores": {"persistent://public/default/t-s__transaction_pending_ack": {
             "topic": "persistent://public/default/t", "subscription": "s", "lastBatchedLedgerId": 5,
-            "recordedAt": 1}}}))
+            "recordedAt": 1}}, "safeVerdict": {"at": 1, "poll": 1}})  # written as txnadmin writes it
     return path
 
 

@@ -117,4 +117,5 @@ def test_checklist_is_valid_json_after_every_step(tmp_path):
         traffic(engine, 5)
         start(LocalAdmin(engine), tmp_path / "s.json")
     data = json.loads((tmp_path / "s.json").read_text())
+    assert data.pop("digest").startswith("sha256:")  # what tells a file edited by hand
     assert data == load_state(tmp_path / "s.json") and data["version"] == 1

@@ -13,8 +13,8 @@ from test_package_layers import _graph, _our_graph
 
 DOWNGRADE = "txnadmin.procedures.downgrade"
 # Lowest first; ``__init__`` (the package itself) sits above them all and re-exports the public surface.
-ORDER = ["report", "checklist", "watch", "target", "logs", "evidence", "reopen", "recording", "poll", "waiting",
-         "verification"]
+ORDER = ["report", "checklist", "watch", "target", "logs", "evidence", "reopen", "recording", "poll", "guard",
+         "waiting", "verification"]
 
 
 def _place(module: str) -> int:

@@ -12,6 +12,7 @@ import pytest
 from txnadmin.admin.local import LocalAdmin
 from txnadmin.admin.protocol import NotFoundError
 from txnadmin.procedures.downgrade import DowngradeError, start, verify
+from txnadmin.procedures.downgrade.checklist import load_state, save_state
 
 from engine_helpers import open_engine
 from test_downgrade import BATCHED
@@ -99,10 +100,10 @@ def test_logs_recorded_while_verify_runs_void_its_check(recorded):
     admin = Meddling(engine)
 
     def rerecord():
-        data = json.loads(state.read_text())
+        data = load_state(state)
         data["pendingAckStores"]["persistent://public/default/v-s__transaction_pending_ack"] = {
             "topic": "persistent://public/default/v", "subscription": "s", "lastBatchedLedgerId": None}
-        state.write_text(json.dumps(data))
+        save_state(state, data)  # as a `start` beside it saves
 
     admin.meddle = rerecord
     with pytest.raises(DowngradeError, match="logs were recorded while verify ran") as err:

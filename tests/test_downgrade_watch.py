@@ -18,9 +18,11 @@ class Brokers:
         self.on: dict[str, tuple[str, ...]] = {}
         self.down: set[str] = set()
         self.flushes = {n: flushes for n in names}
-        self.process = {n: 1000.0 for n in names}
+        self.process: dict[str, float | None] = {n: 1000.0 for n in names}
         self.cache_s: dict[str, float] = {}
         self.counter_error: dict[str, str] = {}
+        self.cpu = {n: 1.0 for n in names}  # process_cpu_seconds_total: moves at every read unless frozen
+        self.frozen: set[str] = set()
 
     def active_brokers(self, fresh: bool = False) -> list[str]:
         if isinstance(self.listed, Exception):
@@ -36,8 +38,12 @@ class Brokers:
             elif b in self.counter_error:
                 out[b] = BrokerReading(b, at, self.on.get(b, ()), counter_error=self.counter_error[b])
             else:
+                self.cpu.setdefault(b, 1.0)
+                if b not in self.frozen:
+                    self.cpu[b] += 0.01
                 out[b] = BrokerReading(b, at, self.on.get(b, ()), flushes=self.flushes[b],
-                                       process_start=self.process[b], cache_s=self.cache_s.get(b, 0.0))
+                                       process_start=self.process[b], cache_s=self.cache_s.get(b, 0.0),
+                                       cpu=self.cpu[b])
         return out
 
 
@@ -295,3 +301,32 @@ def test_poll_numbers_never_repeat_within_a_wait_though_the_checklist_was_not_sa
     second = session.new_poll(dict(on_disk))
     assert (first.number, second.number) == (8, 9)
     assert session.polls[8] is first and second.t_start >= first.t_start
+
+
+def test_a_frozen_metrics_copy_is_no_evidence_and_is_named():
+    brokers = Brokers("b1:8080", "b2:8080")
+    watch = _watch(brokers)
+    brokers.frozen.add("b2:8080")
+    (flags, _), (counters, why) = _bracket(watch, brokers, lambda: None)
+    assert flags is True
+    assert counters is False and "b2:8080" in why and "not live" in why
+    brokers.frozen.clear()  # live again: the next pair of reads shows it
+    watch.read_round()
+    assert watch.counters(time.monotonic() - 1)[0] is True
+
+
+def test_a_broker_without_a_process_start_time_never_proves_and_a_restart_shows_in_its_counters():
+    brokers = Brokers("b1:8080", flushes=40.0)
+    brokers.process["b1:8080"] = None
+    watch = _watch(brokers)
+    (flags, _), (counters, why) = _bracket(watch, brokers, lambda: None)
+    assert flags is True  # no restart seen
+    assert counters is False and "process_start_time_seconds" in why
+
+    def restart():
+        brokers.flushes["b1:8080"] = 2.0  # a new process, counting from zero, below the baseline
+    (flags, why), _ = _bracket(watch, brokers, restart)
+    assert flags is False and "went down" in why and "process_start_time_seconds" in why
+    _, moved = counter_problem(BrokerReading("b1:8080", 0.0, flushes=2.0), {"b1:8080": {"processStart": None,
+                                                                                        "flushes": 40.0}})
+    assert moved is not None and moved.restarted and "process_start_time_seconds" in moved.describe()

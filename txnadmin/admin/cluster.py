@@ -13,7 +13,11 @@ The rules live here and nowhere else:
   then the admin URL is that broker, and its broker id may not be an address we can reach;
 - a broker's batched-writer flush counters are those carrying its own ``broker`` label (its id, or the host of
   its id, as Pulsar labels them with the advertised address): counters labelled for another broker are not its own;
-- a broker restart is recognised by ``process_start_time_seconds``, never by counters going down;
+- a broker restart is recognised by ``process_start_time_seconds``; a broker that does not export it cannot prove
+  it did not restart (the downgrade says so), and its flush counters going down is a restart too;
+- a broker's ``/metrics`` is live only when ``process_cpu_seconds_total`` (exported with the start time by every
+  JVM broker, and by the engine) moved between two reads of it further apart than its cache slot: a stale copy (a
+  caching proxy) shows counters that cannot move, so they are no evidence;
 - a broker serving a cached exposition (``metricsBufferResponse=true``) shows counters as they were at the start
   of its cache slot (``managedLedgerStatsPeriodSeconds`` long, at least 1 s), so its counters are that much older
   than the moment we read them;
@@ -44,7 +48,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, TypeVar
 
 from ..metrics.exposition import (
-    DOWNGRADE_METRICS, ExpositionError, batched_flushes_by_label, parse_exposition, process_start_time,
+    DOWNGRADE_METRICS, ExpositionError, batched_flushes_by_label, parse_exposition, process_cpu_time,
+    process_start_time,
 )
 from ..names import is_pending_ack_store, partitioned_topic, pending_ack_guess, pending_ack_readings
 from .protocol import (
@@ -83,6 +88,7 @@ class BrokerReading:
     counter_error: Optional[str] = None  # why its counters are not evidence (absent, another broker's, unreadable)
     process_start: Optional[float] = None  # process_start_time_seconds (its clock): a new value is a new process
     cache_s: float = 0.0  # > 0: counters are served from a cache slot this long
+    cpu: Optional[float] = None  # process_cpu_seconds_total: moves at every live scrape (None: not exported)
 
     @property
     def readable(self) -> bool:
@@ -271,7 +277,7 @@ class ClusterView:
                              f"{', '.join(sorted(repr(l) for l in by_label))}, not for {broker}")
         return BrokerReading(broker, at, flags, coordinator_enabled=enabled, cache_s=cache_s,
                              flushes=sum(own) if own else None, counter_error=counter_error,
-                             process_start=process_start_time(samples))
+                             process_start=process_start_time(samples), cpu=process_cpu_time(samples))
 
     def read_brokers(self, brokers: list[str]) -> dict[str, BrokerReading]:
         if not brokers:

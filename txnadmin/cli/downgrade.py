@@ -154,12 +154,15 @@ def start(
     summary = {"target": _target_json(target), "state": str(state), "phase": result["phase"],
                "coordinators": len(result["coordinators"]), "pendingAckStores": len(result["pendingAckStores"]),
                "recordedThisRun": result.get("rerecorded", 0), "reloaded": result.get("reload", True),
-               "brokersChecked": result.get("brokersChecked", [])}
+               "brokersChecked": result.get("brokersChecked", []),
+               "countedFlushes": result.get("countedFlushes", [])}
     if output == "json":
         print_json(summary)
     else:
         typer.echo(f"batching confirmed off on {len(summary['brokersChecked'])} broker(s): "
                    f"{', '.join(summary['brokersChecked'])}")
+        for fact in summary["countedFlushes"]:
+            typer.echo(f"re-recorded every log: {fact}")
         typer.echo(f"recorded {summary['recordedThisRun']} log(s) in this run; the checklist {state} covers "
                    f"{summary['coordinators']} coordinator logs and {summary['pendingAckStores']} pending-ack logs")
         typer.echo(_hinted("next: txnadmin downgrade wait"))
@@ -250,6 +253,57 @@ def status(
         _interrupted(ctx, state)
     _hint_report(report)
     _render_report(report, output, target)
+    raise typer.Exit(EXIT_OK if report.safe else EXIT_FAILURE)
+
+
+@app.command("guard")
+def guard(
+    ctx: typer.Context,
+    broker: Optional[str] = typer.Option(None, "--broker", help="The broker you are about to take down, as the "
+                                         "cluster lists it (host:port); checked to be an active broker."),
+    state: Path = StateOpt,
+    concurrency: int = typer.Option(16, "--concurrency", min=1, max=256),
+    admin_url: Optional[str] = AdminUrl,
+    conf: Optional[Path] = Conf,
+    output: str = OutputOpt,
+    no_headers: bool = NoHeadersOpt,
+) -> None:
+    """Run just before each broker goes down: is the safe verdict still true?
+
+    Takes the whole proof again, strictly: every recorded log still proven, and every active broker's flush
+    counters read live with no batched flush since `start` (a store that opened batching unseen may write its first
+    batched entry at any time after the verdict). Reads only; changes nothing.
+
+    Exit 0 still safe (take the broker down, then guard the next one), 1 not safe any more (the reason and the
+    re-record are named), 3 cannot tell.
+    """
+    from ..procedures.downgrade import guard as do_guard
+    from ..procedures.downgrade.guard import describe
+
+    target, admin = open_target(ctx, admin_url, conf, require_named="downgrade guard")
+    _suggest(ctx, state)
+    if output != "json":
+        _header(target, output)
+    try:
+        report, verdict = _with_progress("checking", admin, do_guard, state, broker, target=target.url,
+                                         concurrency=concurrency)
+    except KeyboardInterrupt:
+        _interrupted(ctx, state)
+    _hint_report(report)
+    if output == "json":
+        data = report.to_json()
+        data["target"] = dict(data.get("target", {}), url=target.url, source=target.source)
+        data.update(guard={"broker": broker, "safeVerdict": verdict, "stillSafe": report.safe})
+        print_json(data)
+    elif report.safe:
+        typer.echo(f"still safe: every log still proven, and no batched flush on any of {len(report.brokers)} "
+                   f"broker(s) since `start`, read live now ({describe(verdict)} holds)")
+        typer.secho(f"take {broker or 'the broker'} down now; run this again before the next one", fg="green",
+                    bold=True)
+    else:
+        _render_report(report, output, target)
+        typer.secho(f"not safe any more: {describe(verdict)} no longer holds; do not take "
+                    f"{broker or 'a broker'} down", fg="red", bold=True)
     raise typer.Exit(EXIT_OK if report.safe else EXIT_FAILURE)
 
 

@@ -35,8 +35,8 @@ killed run resumes where it was.
 
 The modules, lowest first; each imports only those before it (tests/test_downgrade_layers.py): ``report`` (why a
 log waits), ``checklist``, ``watch`` (the brokers read in the background), ``target``, ``logs`` (how one log is
-read), ``evidence``, ``reopen``, ``recording`` (``start``), ``poll`` (``status``), ``waiting`` (``wait``),
-``verification`` (``verify``).
+read), ``evidence``, ``reopen``, ``recording`` (``start``), ``poll`` (``status``), ``guard`` (before a broker goes
+down), ``waiting`` (``wait``), ``verification`` (``verify``).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the checker sees; at run time each name is imported from its home on first use (below)
     from .checklist import reset
+    from .guard import guard
     from .logs import coordinator_not_loaded
     from .poll import status
     from .recording import start
@@ -58,13 +59,13 @@ if TYPE_CHECKING:  # what the checker sees; at run time each name is imported fr
 
 __all__ = [
     "WATCH_PERIOD_S", "DowngradeError", "LogStatus", "Report", "Session", "Waiting", "coordinator_not_loaded",
-    "needs_rerecord", "plan", "record_verification", "rerecord", "reset", "start", "status", "verify", "wait",
+    "guard", "needs_rerecord", "plan", "record_verification", "rerecord", "reset", "start", "status", "verify", "wait",
 ]
 
 # Each public name's module. Lazy because the CLI imports the checklist's constants at start-up, and every
 # `txnadmin` command would otherwise import the whole admin layer before doing anything.
 _HOMES = {
-    "reset": "checklist", "coordinator_not_loaded": "logs", "status": "poll", "start": "recording",
+    "reset": "checklist", "guard": "guard", "coordinator_not_loaded": "logs", "status": "poll", "start": "recording",
     "Session": "reopen", "DowngradeError": "report", "LogStatus": "report", "Report": "report", "Waiting": "report",
     "plan": "target", "record_verification": "verification", "verify": "verification", "needs_rerecord": "waiting",
     "rerecord": "waiting", "wait": "waiting", "WATCH_PERIOD_S": "watch",

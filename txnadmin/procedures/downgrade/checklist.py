@@ -1,8 +1,16 @@
-"""The downgrade checklist file: versioned JSON, written atomically, read strictly; and what a recorded one holds."""
+"""The downgrade checklist file: versioned JSON, written atomically, read strictly; and what a recorded one holds.
+
+Every write carries a digest of the content (``digest``: SHA-256 of the canonical JSON without it), and every read
+checks it: a file edited by hand (say every LastBatched set to -1, which would make `status` say safe) is refused
+as "edited outside txnadmin". This guards against accidents and well-meant edits, not against an adversary, who
+can recompute the digest: the file is the operator's own record, and whoever may write it may also delete it.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +26,14 @@ class StateError(Exception):
     """The checklist file is unreadable or not ours; the message names it."""
 
 
-def load_state(path: Path) -> dict[str, Any] | None:
+def _digest(state: dict[str, Any]) -> str:
+    body = {k: v for k, v in state.items() if k != "digest"}
+    return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def load_state(path: Path, check_digest: bool = True) -> dict[str, Any] | None:
+    """The checklist at ``path`` (None when there is none); StateError when it is unreadable, not ours, or (unless
+    ``check_digest`` is off, for `reset` only) edited outside txnadmin."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -28,11 +43,18 @@ def load_state(path: Path) -> dict[str, Any] | None:
         raise StateError(f"{path}: not a readable txnadmin checklist ({exc})") from None
     if not isinstance(data, dict) or data.get("version") != STATE_VERSION or data.get("kind") != "pip160-downgrade":
         raise StateError(f"{path}: not a txnadmin downgrade checklist (version {STATE_VERSION})")
+    if check_digest and data.get("digest") != _digest(data):
+        why = "it carries no digest" if "digest" not in data else "its digest does not match its content"
+        raise StateError(f"{path}: edited outside txnadmin ({why}); restore the file txnadmin wrote, or discard it "
+                         "with `txnadmin downgrade reset` and start over")
+    data.pop("digest", None)
     return data
 
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
     """A kill at any moment leaves the old or the new checklist, never half of one."""
+    state = dict(state)
+    state["digest"] = _digest(state)
     atomic_write_text(path, json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
@@ -102,10 +124,42 @@ def _accepted_count(state: dict) -> int:
                for rec in state[bucket].values())
 
 
+def flush_facts(state: dict) -> dict[str, dict]:
+    """Broker → the batched flushes counted there and not yet discharged (see :func:`remember_flush`)."""
+    return state.setdefault("batchedFlushes", {})
+
+
+def remember_flush(state: dict, moved, by: str) -> bool:
+    """Keep a counted batched flush as a fact of the checklist. It proves that something on that broker wrote a
+    batched entry after the baselines, so it outlives the process that saw it, the broker's restart (which zeroes
+    the counters) and every later baseline: only :func:`discharge_flushes`, after a re-record of every log that
+    could have written it, ends it. Returns whether the checklist changed."""
+    facts = flush_facts(state)
+    known = facts.get(moved.broker)
+    if known is not None and known.get("after", 0) >= moved.after and not moved.restarted:
+        return False
+    facts[moved.broker] = {"before": moved.before, "after": moved.after, "restarted": moved.restarted,
+                           "seenAt": int(time.time() * 1000), "by": by, "evidence": moved.describe()}
+    return True
+
+
+def discharge_flushes(state: dict, how: str) -> None:
+    """Every log that could have written the counted flushes was re-recorded (``how``): the facts end, kept as
+    history for an audit."""
+    facts = state.pop("batchedFlushes", None) or {}
+    if facts:
+        history = state.setdefault("dischargedFlushes", [])
+        history.append({"facts": facts, "dischargedAt": int(time.time() * 1000), "by": how})
+        del history[:-20]  # the last few are enough for an audit; the file stays small
+
+
 def reset(state_path: Path) -> bool:
+    """Delete the checklist, as its one writer: refused (StateError, naming the holder) while a `start` or `wait`
+    holds it, so it never disappears under a running wait. A file edited by hand can still be discarded."""
     path = Path(state_path)
-    if path.exists():
-        load_state(path)  # refuse to delete a file that is not ours
-        path.unlink()
-        return True
-    return False
+    with ChecklistLock(path):
+        if path.exists():
+            load_state(path, check_digest=False)  # refuse to delete a file that is not ours
+            path.unlink()
+            return True
+        return False

@@ -23,6 +23,10 @@ def _iso(ms: int) -> str:
 REOPENED_HINT = "run `txnadmin downgrade start` again: it re-records exactly the logs that reopened"
 RERECORD_HINT = ("`txnadmin downgrade wait --rerecord` reloads and re-records exactly these logs (or run "
                  "`txnadmin downgrade start` again)")
+FLUSHED_HINT = ("`txnadmin downgrade wait --rerecord` (or `txnadmin downgrade start` again) reloads and re-records "
+                "every log, which is what ends a counted flush")
+SCAN_HINT = ("copy the bookies' entry logs (or `readledger` dumps) and `listledgers -meta` again, then run "
+             "`txnadmin downgrade verify` with the new dumps: waiting cannot change a recorded scan")
 
 
 @dataclass(frozen=True)

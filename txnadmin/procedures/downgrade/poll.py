@@ -11,8 +11,10 @@ from ...admin.cluster import ClusterView
 from ...admin.endpoints import coordinator_ids
 from ...admin.protocol import AdminError, NotFoundError, TransactionsAdmin
 from ...names import is_pending_ack_store, transaction_log_local_name
-from .checklist import _accepted_count, _baselines, _require_state, save_state
-from .evidence import RERECORD_HINT, _coordinator_status, _evidence, _store_status, _tc_not_loaded
+from .checklist import _accepted_count, _baselines, _require_state, flush_facts, remember_flush, save_state
+from .evidence import (
+    FLUSHED_HINT, RERECORD_HINT, SCAN_HINT, _coordinator_status, _evidence, _iso, _store_status, _tc_not_loaded,
+)
 from .logs import _Log
 from .reopen import Session, _counters_cover, _moved, _Poll, _reopen, _revoke
 from .report import DowngradeError, LogStatus, Report, Waiting
@@ -24,10 +26,12 @@ from .target import (
 
 def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, progress: Progress = None,
            target: Optional[str] = None, flag_wait_s: float = 0.0, session: Optional[Session] = None,
-           save: bool = True) -> Report:
+           save: bool = True, require_counters: bool = False) -> Report:
     """One poll, read-only on the target. ``save``: remember in the checklist what this poll proved (only the
     checklist's one writer, `wait`, saves: `downgrade status` run beside it reads). ``session``: `wait`'s watch and
-    polls, which let a reopen be accepted when the watch proves it harmless; without one, a reopen is unproven."""
+    polls, which let a reopen be accepted when the watch proves it harmless; without one, a reopen is unproven.
+    ``require_counters``: a safe verdict also needs every broker's flush counters read live, covering this poll
+    (always, once a safe verdict was recorded, and for `guard`)."""
     state = _require_state(state_path)
     admin_url = target if target is not None else state["identity"]["adminUrl"]
     view = session.view if session is not None else ClusterView(admin, admin_url)
@@ -49,7 +53,9 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         poll.t_reads = time.monotonic()
     baselines = _baselines(state)
     changed = False
-    moved = _moved(view, brokers, baselines, session)
+    # Without a watch, the brokers are read here and again after the logs: the two reads show /metrics live.
+    first_reads = view.read_brokers(brokers) if session is None or session.watch is None else None
+    moved = _moved(view, brokers, baselines, session, first_reads)
     if moved is not None:
         changed |= _revoke(state, moved)
     coord = [(_Log(admin, "coordinator", k, {}), rec) for k, rec in sorted(state["coordinators"].items(),
@@ -122,27 +128,59 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     # The counters again, read after every log: the poll that says safe is covered too.
     end = poll.t_end if poll is not None and poll.t_end is not None else time.monotonic()
     moved = _moved(view, brokers, baselines, session) if moved is None else moved
-    counters_needed = _accepted_count(state) > 0
+    # Safe is a statement about the moment of a verdict: once one was given, every later verdict re-judges the
+    # counters, since a store that opened batching may write its first batched entry at any time after it.
+    # (A stopped engine's read-only view runs no broker: nothing can write, and there are no counters to read.)
+    frozen = bool(getattr(admin, "frozen", False))
+    counters_needed = _accepted_count(state) > 0 or (
+        (require_counters or "safeVerdict" in state) and not frozen)
     if moved is not None:
         changed |= _revoke(state, moved)
-        logs.append(LogStatus("broker", moved.broker, None, None, False, moved.describe(),
+        changed |= remember_flush(state, moved, f"poll {poll.number}" if poll is not None else "status")
+    facts = dict(flush_facts(state))
+    if moved is not None and moved.broker not in facts:
+        facts[moved.broker] = {"evidence": moved.describe()}  # `downgrade status` saves nothing: shown all the same
+    for broker, fact in sorted(facts.items()):
+        # A counted flush is a fact until every log that could have written it is re-recorded: a new baseline, a
+        # restart that zeroes the counters, or `start` run again without that re-record never ends it.
+        logs.append(LogStatus("broker", broker, None, None, False, fact["evidence"],
                               "find the store that still batches on that broker (a broker.conf override?); then "
-                              + RERECORD_HINT, kind=Waiting.STILL_FLUSHING, extra={"proof": moved.describe()}))
-    elif counters_needed and all(l.done for l in logs):
+                              + FLUSHED_HINT, kind=Waiting.STILL_FLUSHING, extra={"proof": fact["evidence"]}))
+    if not facts and counters_needed and all(l.done for l in logs):
         # Accepted reopens rest on "no batched flush anywhere": the verdict needs counters that cover this poll.
-        ok, why = _counters_cover(view, brokers, baselines, session, end)
+        ok, why = _counters_cover(view, brokers, baselines, session, end, first_reads)
         if not ok:
             logs.append(LogStatus("broker", "*", None, None, False, f"cannot confirm yet that no batched writer "
                                   f"flushed: {why}", "wait: the next poll reads the counters again",
                                   kind=Waiting.COUNTERS, extra={"proof": why}))
+    verification = state.get("verification")
+    if verification is not None and verification.get("verdict") != "clean":
+        logs.append(_scan_not_clean(verification, all(l.done for l in logs)))
+    safe_now = bool(logs) and all(l.done for l in logs)
+    if safe_now and save and "safeVerdict" not in state:
+        state["safeVerdict"] = {"at": int(time.time() * 1000), "poll": poll.number if poll is not None else None}
+        changed = True
     if changed and save:
         save_state(state_path, state)
-    verification = state.get("verification")
-    safe = bool(logs) and all(l.done for l in logs) and (verification is None or verification.get("verdict") == "clean")
-    return Report(safe, not on, logs, verification, target={"adminUrl": ident["adminUrl"],
+    return Report(safe_now, not on, logs, verification, target={"adminUrl": ident["adminUrl"],
                                                             "clusterName": ident.get("clusterName")}, brokers=brokers,
                   reopens_accepted=_accepted_count(state), poll=poll.number if poll is not None else None,
                   topic_loads=loads)
+
+
+def _scan_not_clean(verification: dict, only_it: bool) -> LogStatus:
+    """The recorded scan said batched (or incomplete): it stands until a new scan replaces it, whatever the logs do
+    since. Said at once, with the command, rather than left on the summary line while `wait` waits in vain."""
+    when = verification.get("verifiedAt")
+    at = f" at {_iso(when)}" if isinstance(when, int) else ""
+    found = verification.get("liveBatchedEntries")
+    what = (f"found {found} batched entr{'y' if found == 1 else 'ies'} in live ledgers" if found
+            else f"was {verification.get('verdict')}")
+    reason = f"the scan recorded by `txnadmin downgrade verify`{at} {what}"
+    reason += (": every log is done since, but a recorded scan changes only when a new one replaces it" if only_it
+               else ": it stands until a new scan replaces it")
+    return LogStatus("verification", "recorded scan", None, None, False, reason, SCAN_HINT, kind=Waiting.SCAN,
+                     extra={"verdict": verification.get("verdict")})
 
 
 def _load_its_topic(admin: TransactionsAdmin, session: Session, poll: _Poll, log: _Log,

@@ -12,20 +12,25 @@ from ...admin.cluster import ClusterView
 from ...admin.endpoints import JUDGED_COORDINATORS, judged
 from ...admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin
 from ...names import coordinator_assign_partition
-from .checklist import ChecklistLock, _recorded, load_state, new_state, save_state
+from .checklist import (
+    ChecklistLock, _baselines, _recorded, discharge_flushes, flush_facts, load_state, new_state, remember_flush,
+    save_state,
+)
 from .logs import COORDINATOR_LOAD_WAIT_S, _Log
 from .report import DowngradeError
 from .target import (
     FLAG_PROPAGATION_S, Progress, _call, _describe_on, _now_ms, _pending_ack_stores, active_brokers,
     check_identity, confirm_flags_off, flags_on_brokers, flush_baselines, target_identity,
 )
-from .watch import WATCH_PERIOD_S, Watch
+from .watch import WATCH_PERIOD_S, Watch, counter_problem
 
 logger = logging.getLogger(__name__)
 
 
-def _record(log: _Log, reload: bool, previous: Optional[dict]) -> Optional[dict]:
-    """Record one log after the flags were confirmed off. None when the store does not exist (any more)."""
+def _record(log: _Log, reload: bool, previous: Optional[dict], counted: bool = False) -> Optional[dict]:
+    """Record one log after the flags were confirmed off. None when the store does not exist (any more).
+    ``counted``: batched flushes were counted since the last record, so whatever this store has written, its
+    newest ledger included, may be batched, reopened or not (and its reopen proves nothing)."""
     try:
         before_start = log.recover_start()
         before = log.ledgers()
@@ -35,14 +40,14 @@ def _record(log: _Log, reload: bool, previous: Optional[dict]) -> Optional[dict]
         return None  # the caller reloads per topic and then calls _after_reload
     # Without a reload, the store batches until it reopens. A re-record after we saw it reopen (between two
     # confirmations that the flags were off) is the first baseline known to have opened with batching off.
-    reopened = previous is not None and previous.get("recoverStartTime") not in (None, before_start)
+    reopened = not counted and previous is not None and previous.get("recoverStartTime") not in (None, before_start)
     last = _last_batched(before, reopened, previous)
     rec = {"lastBatchedLedgerId": last, "recoverStartTime": before_start,
            "confirmedLedger": max(before) if before else None, "reloaded": False, "recordedAt": _now_ms()}
     # an earlier "batching off" holds only for the same open store (a record voided by a switch-on has none)
     same_store = previous is not None and previous.get("recoverStartTime") == before_start
     rec["batchingOff"] = bool(reopened or (same_store and (previous or {}).get("batchingOff")))
-    if before_start is None:
+    if before_start is None or counted:
         rec["batchingOff"] = False
     return rec
 
@@ -100,6 +105,12 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
     if not coordinators:
         raise DowngradeError("no transaction coordinators on the target (is transactionCoordinatorEnabled=true?)")
     brokers = active_brokers(admin, ident, view)
+    if existing is not None and "flushBaselines" in existing:
+        # Flushes counted since the last baselines are facts: kept before anything else, and ended only by the
+        # re-record of every log below, never by the new baselines this run takes at its end.
+        _count_flushes(view, brokers, state)
+    counted_facts = dict(flush_facts(state))
+    counted = bool(counted_facts)
     on = flags_on_brokers(view, brokers)
     if on:
         for flag in (TC_BATCH_FLAG, PENDING_ACK_BATCH_FLAG):
@@ -119,6 +130,8 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
     recorded = _recorded(state)
 
     def needs_record(log: _Log) -> bool:
+        if counted:
+            return True  # which store batched is unknown (ownership over the interval is not kept): every log
         rec = recorded.get((log.component, log.key))
         if rec is None or rec.get("recoverStartTime") is None or rec.get("unproven"):
             return True
@@ -133,19 +146,26 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
         todo = [log for log, need in zip(logs, pool.map(needs_record, logs), strict=True) if need]
     # The watch runs while we record: a flag switched on between two of the per-reload checks is seen too.
     with Watch(view, {}, watch_period) as watch:
-        this_run = _record_logs(admin, view, state, state_path, todo, brokers, reload, concurrency, progress, watch)
+        this_run = _record_logs(admin, view, state, state_path, todo, brokers, reload, concurrency, progress, watch,
+                                counted)
+    if counted:
+        discharge_flushes(state, f"`start` re-recorded every log ({len(this_run)}) "
+                          + ("with a reload" if reload else "without a reload, up to its newest ledger"))
     state["phase"] = "recorded"
+    if this_run:
+        state.pop("safeVerdict", None)  # a re-record starts the proof of those logs again: the verdict is earned anew
     state["recordedAt"] = _now_ms()
     state["rerecorded"] = len(this_run)
     state["flushBaselines"] = flush_baselines(view, brokers)  # what every later poll's counters compare with
     state.pop("batchedFlushesByBroker", None)
     save_state(state_path, state)
-    return state
+    # (not saved) what this run re-recorded every log for, so the CLI can say why
+    return dict(state, countedFlushes=[fact["evidence"] for _, fact in sorted(counted_facts.items())])
 
 
 def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state_path: Path, todo: list["_Log"],
                  brokers: list[str], reload: bool, concurrency: int, progress: Progress,
-                 watch: Optional[Watch]) -> list[tuple[str, str]]:
+                 watch: Optional[Watch], counted: bool = False) -> list[tuple[str, str]]:
     """Record ``todo`` (reloaded per topic or coordinator unless ``reload`` is off), with the flags confirmed off
     after every reload and at both ends; a LastBatched already recorded is never lowered. Used by `start` and by
     `wait --rerecord`. Returns the (bucket, key) pairs recorded."""
@@ -160,7 +180,7 @@ def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state
     def record_unit(unit: str) -> list[tuple[_Log, Optional[dict]]]:
         members = by_unit[unit]
         if not reload:
-            return [(log, _record(log, False, recorded.get((log.component, log.key)))) for log in members]
+            return [(log, _record(log, False, recorded.get((log.component, log.key)), counted)) for log in members]
         befores = {}
         for log in members:
             try:
@@ -229,6 +249,15 @@ def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state
     finally:
         save_state(state_path, state)
     return this_run
+
+
+def _count_flushes(view: ClusterView, brokers: list[str], state: dict) -> None:
+    """Compare every broker's flush counters with the checklist's baselines and keep what moved as a fact."""
+    baselines = _baselines(state)
+    for reading in view.read_brokers(brokers).values():
+        _, moved = counter_problem(reading, baselines)
+        if moved is not None:
+            remember_flush(state, moved, "start")
 
 
 def _load_after_unload(admin: TransactionsAdmin, topic: str) -> None:

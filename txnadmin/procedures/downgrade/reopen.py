@@ -7,11 +7,11 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ...admin.cluster import ClusterView
+from ...admin.cluster import BrokerReading, ClusterView
 from ...admin.protocol import TransactionsAdmin
 from .evidence import RERECORD_HINT
 from .report import LogStatus, Waiting
-from .watch import WATCH_PERIOD_S, Watch, counter_problem
+from .watch import WATCH_PERIOD_S, Watch, counter_problem, not_live
 
 
 @dataclass
@@ -149,11 +149,13 @@ def _reopen(session: Optional[Session], poll: Optional[_Poll], key: tuple[str, s
     return result, confirmed, changed
 
 
-def _moved(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session]):
-    """The first batched flush counted since the baselines, or None."""
+def _moved(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session],
+           readings: Optional[dict[str, BrokerReading]] = None):
+    """The first batched flush counted since the baselines, or None (``readings``: the brokers as just read, without
+    a watch)."""
     if session is not None and session.watch is not None:
         return session.watch.moved
-    for reading in view.read_brokers(brokers).values():
+    for reading in (readings if readings is not None else view.read_brokers(brokers)).values():
         _, moved = counter_problem(reading, baselines)
         if moved is not None:
             return moved
@@ -161,7 +163,9 @@ def _moved(view: ClusterView, brokers: list[str], baselines: dict, session: Opti
 
 
 def _counters_cover(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session],
-                    end: float) -> tuple[bool, str]:
+                    end: float, earlier: Optional[dict[str, BrokerReading]] = None) -> tuple[bool, str]:
+    """Counters that cover the moment ``end``: with `wait`'s watch, its rounds; without one (`downgrade status`),
+    a read now, live only if its CPU seconds moved since ``earlier`` (the same poll's first read)."""
     if session is not None and session.watch is not None:
         watch = session.watch
         ok, why = watch.counters(end)
@@ -177,6 +181,12 @@ def _counters_cover(view: ClusterView, brokers: list[str], baselines: dict, sess
         if reading.counters_needed and reading.cache_s:
             return False, (f"broker {reading.broker} serves cached metrics ({reading.cache_s:g} s): `downgrade "
                            "wait` waits for a read that covers its verdict")
+        before = (earlier or {}).get(reading.broker)
+        if reading.counters_needed and (before is None or reading.cpu is None or (
+                reading.cpu == before.cpu and reading.process_start == before.process_start)):
+            why = ("it exports no process_cpu_seconds_total" if reading.cpu is None else
+                   "read once only" if before is None else "process_cpu_seconds_total unchanged within this poll")
+            return False, not_live(reading.broker, why)
     return True, "no batched flush since `start`"
 
 

@@ -24,6 +24,7 @@ class Waiting(StrEnum):
     UNRECORDED = "created since recording"
     STILL_FLUSHING = "batched writer still flushing"
     COUNTERS = "flush counters not confirmed"
+    SCAN = "recorded scan not clean"
 
 
 class DowngradeError(Exception):

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ...admin.protocol import TransactionsAdmin
-from .checklist import ChecklistLock, _baselines, _require_state, save_state
+from .checklist import ChecklistLock, _baselines, _require_state, discharge_flushes, flush_facts, save_state
 from .logs import _Log
 from .poll import status
-from .recording import _record_logs
+from .recording import _count_flushes, _record_logs
 from .reopen import Session
 from .report import DowngradeError, LogStatus, Report, Waiting
 from .target import _pending_ack_stores, active_brokers, confirm_flags_off, flush_baselines
@@ -25,14 +25,27 @@ def needs_rerecord(report: Report) -> list[LogStatus]:
          and not l.extra["proof"].startswith("not judged")) or l.kind == Waiting.UNRECORDED)]
 
 
+def every_log(state: dict, report: Report) -> list[LogStatus]:
+    """Every recorded log, and every log created since recording, as a re-record takes them: what a counted
+    batched flush needs re-recorded (which store wrote it is unknown, as is which broker owned what meanwhile)."""
+    logs = [LogStatus("coordinator", key, None, None, False, "", extra={"coordinatorId": int(key)})
+            for key in sorted(state["coordinators"], key=int)]
+    logs += [LogStatus("pending-ack", key, None, None, False, "") for key in sorted(state["pendingAckStores"])]
+    return logs + [l for l in report.waiting if l.kind == Waiting.UNRECORDED]
+
+
 def rerecord(admin: TransactionsAdmin, state_path: Path, logs: list[LogStatus], session: Session,
-             concurrency: int = 16) -> int:
+             concurrency: int = 16, flushed: bool = False) -> int:
     """Reload and re-record exactly ``logs`` (as `start` does), then take new counter baselines: every log whose
-    reopen was unproven has now reopened again under the watch with the flags off. Returns how many were recorded."""
+    reopen was unproven has now reopened again under the watch with the flags off. ``flushed``: ``logs`` is every
+    log (:func:`every_log`), re-recorded to end the counted flushes. Returns how many were recorded."""
     state = _require_state(state_path)
     view = session.view
     brokers = active_brokers(admin, view.identity(), view)
     confirm_flags_off(view, brokers, 0.0)
+    if flushed:
+        # the counters are read again now: a flush counted since the poll is ended by this re-record too
+        _count_flushes(view, brokers, state)
     todo = []
     for l in logs:
         if l.component == "coordinator":
@@ -57,14 +70,18 @@ def rerecord(admin: TransactionsAdmin, state_path: Path, logs: list[LogStatus], 
         log_key = ("coordinator" if bucket == "coordinators" else "pending-ack", key)
         session.pending.pop(log_key, None)
         session.seen_unchanged[log_key] = poll.number
+    if flushed:
+        discharge_flushes(state, f"`wait --rerecord` reloaded and re-recorded every log ({len(this_run)})")
     revoked = [rec for bucket in ("coordinators", "pendingAckStores") for rec in state[bucket].values()
                if rec.get("unproven")]
     baselines = flush_baselines(view, brokers)
-    if not revoked:
+    if (flushed or not revoked) and not flush_facts(state):
         # Every log whose reopen rested on "no batched flush" was reloaded with the flags off: count afresh.
         state["flushBaselines"] = baselines
         if session.watch is not None:
             session.watch.rebase(baselines)
+    if this_run:
+        state.pop("safeVerdict", None)
     state["rerecordedInWait"] = int(state.get("rerecordedInWait", 0)) + len(this_run)
     save_state(state_path, state)
     return len(this_run)
@@ -138,16 +155,30 @@ def _wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval
             if report.safe:
                 return report
             unproven = needs_rerecord(report)
-            stopping = [l for l in unproven if l.kind == Waiting.REOPENED] + [
-                l for l in report.waiting if l.kind == Waiting.STILL_FLUSHING]
+            flushing = [l for l in report.waiting if l.kind == Waiting.STILL_FLUSHING]
+            stopping = [l for l in unproven if l.kind == Waiting.REOPENED] + flushing
+            if flushing and rerecord_unproven:
+                # a counted flush: every log is re-recorded (the report names the brokers), and the wait goes on
+                count = rerecord(admin, state_path, every_log(_require_state(state_path), report), session,
+                                 concurrency, flushed=True)
+                if on_rerecord:
+                    on_rerecord(count)
+                continue
             if unproven and rerecord_unproven:
                 count = rerecord(admin, state_path, unproven, session, concurrency)
                 if on_rerecord:
                     on_rerecord(count)
                 continue
             if stopping and not rerecord_unproven:
-                report.stop = (f"{len(stopping)} log(s) cannot be proven without a re-record (see each reason); run "
-                               "`txnadmin downgrade wait --rerecord` to reload and re-record exactly those")
+                what = ("batched flushes were counted: only a re-record of every log ends them" if flushing else
+                        f"{len(stopping)} log(s) cannot be proven without a re-record (see each reason)")
+                report.stop = (f"{what}; run `txnadmin downgrade wait --rerecord` to reload and re-record "
+                               + ("every log" if flushing else "exactly those"))
+                return report
+            scan = [l for l in report.waiting if l.kind == Waiting.SCAN]
+            if scan and len(scan) == len(report.waiting):
+                report.stop = ("every log is done, but the recorded scan is not clean and waiting cannot change it: "
+                               "take new dumps and run `txnadmin downgrade verify` again")
                 return report
             if time.monotonic() + interval_s > deadline:
                 return report

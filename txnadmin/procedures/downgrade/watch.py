@@ -10,8 +10,11 @@ answers those two questions for an interval of our monotonic clock:
   listed broker with both flags off, the active list never changed, and no broker went unread for more than one
   period (a failed read is forgiven once: the next period must read it);
 - :meth:`Watch.counters` — every broker that runs coordinators showed its own flush counters, none advanced past
-  its baseline (a broker restarted since, recognised by its process start time, counts from zero), read late
-  enough to cover a given moment (a cached exposition covers only up to the start of its cache slot).
+  its baseline (a broker restarted since, recognised by its process start time or by counters that went down,
+  counts from zero), read late enough to cover a given moment (a cached exposition covers only up to the start of
+  its cache slot), from a live ``/metrics`` (its ``process_cpu_seconds_total`` moved between two reads in different
+  cache slots), on a broker that exports its process start time (without it a restart cannot be ruled out: a
+  definite "no", not a "not yet").
 
 Nothing here compares a broker's clock with ours: times are our monotonic clock, taken around our own reads.
 """
@@ -63,9 +66,11 @@ class Moved:
     restarted: bool
     round: int
     wall: float
+    note: str = ""  # how a restart was told, when not by the process start time
 
     def describe(self) -> str:
-        start = "0 (a new broker process counts from zero)" if self.restarted else f"{self.before:g}"
+        start = (f"0 (a new broker process counts from zero{self.note})" if self.restarted
+                 else f"{self.before:g}")
         return (f"batched-writer flushes on broker {self.broker} went from {start} to {self.after:g} "
                 f"(pulsar_txn_*_bufferedwriter_flush_trigger_*, watch round {self.round} at "
                 f"{time.strftime('%H:%M:%S', time.localtime(self.wall))}): something there batched since `start`")
@@ -88,13 +93,27 @@ def counter_problem(reading: BrokerReading, baselines: dict[str, dict]) -> tuple
         return f"broker {reading.broker}: {reading.counter_error}", None
     base = baselines.get(reading.broker)
     same_process = base is not None and base.get("processStart") == reading.process_start
+    note = ""
+    if same_process and base is not None and reading.flushes < float(base["flushes"]):
+        same_process = False  # a counter never goes down in one process: a restart, whatever the start time says
+        note = ("; seen by its counters going down below the baseline's "
+                f"{float(base['flushes']):g}, as it exports no process_start_time_seconds"
+                if reading.process_start is None else "")
     before = float(base["flushes"]) if same_process and base is not None else 0.0
     if reading.flushes > before:
-        return None, Moved(reading.broker, before, reading.flushes, not same_process, 0, time.time())
+        return None, Moved(reading.broker, before, reading.flushes, not same_process, 0, time.time(), note)
     if reading.process_start is None:
-        return (f"broker {reading.broker}: its /metrics has no process_start_time_seconds, so a restart (which "
-                "zeroes the counters) could not be told apart"), None
+        return no_process_start(reading.broker), None
     return None, None
+
+
+def no_process_start(broker: str) -> str:
+    return (f"broker {broker} exports no process_start_time_seconds: a restart (which zeroes its counters) cannot be "
+            "ruled out, so no reopen there is proven harmless")
+
+
+def not_live(broker: str, why: str) -> str:
+    return f"broker {broker}'s /metrics is not live ({why}): its counters are no evidence"
 
 
 class Watch:
@@ -112,6 +131,11 @@ class Watch:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._seq = 0
+        # Is each broker's /metrics live? Two reads of it further apart than its cache slot must show its CPU
+        # seconds moved (a stale copy cannot): the last read compared, and the brokers shown stale or live.
+        self._compared: dict[str, BrokerReading] = {}
+        self.stale: dict[str, str] = {}
+        self.live: set[str] = set()
 
     # -- running ------------------------------------------------------------------------------
     def __enter__(self) -> "Watch":
@@ -150,15 +174,38 @@ class Watch:
             self._seq += 1
             rnd = Round(self._seq, t0, time.monotonic(), brokers, readings, error)
             self.rounds.append(rnd)
+            for reading in readings.values():
+                self._judge_liveness(reading)
             if self.moved is None:
                 for reading in readings.values():
                     _, moved = counter_problem(reading, self.baselines)
                     if moved is not None:
                         self.moved = Moved(moved.broker, moved.before, moved.after, moved.restarted, rnd.seq,
-                                           time.time())
+                                           time.time(), moved.note)
                         break
             self._cond.notify_all()
         return rnd
+
+    def _judge_liveness(self, reading: BrokerReading) -> None:
+        if not reading.readable or not reading.counters_needed or reading.flushes is None:
+            return
+        broker = reading.broker
+        prev = self._compared.get(broker)
+        if prev is None:
+            self._compared[broker] = reading
+            return
+        if reading.at - prev.at <= max(reading.cache_s, prev.cache_s):
+            return  # the same cache slot: the next read in another slot decides
+        self._compared[broker] = reading
+        if reading.cpu is None:
+            self.stale[broker] = not_live(broker, "it exports no process_cpu_seconds_total, so a live scrape cannot "
+                                                  "be told from a stale copy")
+        elif reading.cpu == prev.cpu and reading.process_start == prev.process_start:
+            self.stale[broker] = not_live(broker, f"process_cpu_seconds_total unchanged over {reading.at - prev.at:.1f}"
+                                                  " s: a cached or frozen copy")
+        else:
+            self.stale.pop(broker, None)
+            self.live.add(broker)
 
     def rebase(self, baselines: dict[str, dict]) -> None:
         """New baselines (after a re-record reloaded every store whose reopen was unproven): movement is forgotten."""
@@ -203,6 +250,7 @@ class Watch:
         listed = first.brokers
         last_read = {broker: first.readings[broker].at for broker in listed or ()}
         process = {broker: first.readings[broker].process_start for broker in listed or ()}
+        flushes = {broker: first.readings[broker].flushes for broker in listed or ()}
         failed_at: dict[str, float] = {}  # broker → its first failed read since its last good one
         for rnd in span:
             if rnd.brokers is None:  # the active list itself could not be read: no broker was
@@ -225,6 +273,14 @@ class Watch:
                             return False, (f"broker {broker} restarted between the two polls (a new process at watch "
                                            f"round {rnd.seq}): a restart is a gap in the watch")
                         process[broker] = reading.process_start
+                    if reading.flushes is not None:
+                        if flushes.get(broker) is not None and reading.flushes < (flushes[broker] or 0.0):
+                            how = "" if reading.process_start is not None else (
+                                "; it exports no process_start_time_seconds, so only its counters tell")
+                            return False, (f"broker {broker} restarted between the two polls (its flush counters "
+                                           f"went down at watch round {rnd.seq}{how}): a restart is a gap in the "
+                                           "watch")
+                        flushes[broker] = reading.flushes
                     since = failed_at.pop(broker, None)
                     if since is not None and reading.at - since > self.period:
                         return False, (f"a gap in the watch: broker {broker} unreadable for "
@@ -258,14 +314,26 @@ class Watch:
                     latest[broker] = reading
         if not rounds or rounds[-1].brokers is None:
             return None, "the watch has not read the active brokers yet"
+        not_yet: list[tuple[int, str]] = []  # a definite "no" outweighs every "not yet"; the likeliest named first
         for broker in rounds[-1].brokers:
             found = latest.get(broker)
             if found is None:
                 last = rounds[-1].readings.get(broker)
                 why = counter_problem(last, self.baselines)[0] if last is not None else "not read yet"
-                return None, f"no flush counters from broker {broker} yet ({why})"
+                not_yet.append((0, f"no flush counters from broker {broker} yet ({why})"))
+                continue
             reading = found
-            if reading.counters_needed and reading.counters_as_of < covering:
+            if not reading.counters_needed:
+                continue
+            if reading.process_start is None:
+                return False, no_process_start(broker)
+            if broker in self.stale:
+                return False, self.stale[broker]
+            if reading.counters_as_of < covering:
                 cached = f" (its /metrics is cached for {reading.cache_s:g} s)" if reading.cache_s else ""
-                return None, f"waiting for broker {broker}'s flush counters to cover the last poll{cached}"
+                not_yet.append((1, f"waiting for broker {broker}'s flush counters to cover the last poll{cached}"))
+            elif broker not in self.live:
+                not_yet.append((2, f"waiting for a second read of broker {broker}'s /metrics to show it live"))
+        if not_yet:
+            return None, min(not_yet)[1]
         return True, f"no batched flush on any of {len(rounds[-1].brokers)} broker(s) since `start`"
