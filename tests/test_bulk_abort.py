@@ -217,7 +217,7 @@ def test_a_transaction_ending_by_itself_between_plan_and_abort_is_reported_not_a
     assert json.loads(done.stdout)["summary"] == {"ABORTED": 1, "ENDED": 1, "FAILED": 0, "UNKNOWN": 0,
                                                   "NOT_ATTEMPTED": 0}
     text = txn("abort", "--owner", "bob", "--yes", target=door.url)  # and the text form of a clean run
-    assert text.exit_code == 0 and "1 of 1 planned transactions aborted" in text.stdout
+    assert text.exit_code == 0 and "1 of 1 planned transaction aborted" in text.stdout
 
 
 @pytest.mark.slow  # a real `serve` process starts for it

@@ -370,8 +370,8 @@ def test_make_run_is_quiet_unless_v():
     loud = subprocess.run(["make", "-n", "-B", "run", "V=1"], cwd=ROOT, capture_output=True, text=True).stdout
     install = [line for line in quiet.splitlines() if "-e ." in line]
     assert install and all("PYTHONWARNINGS=ignore" in line and " -q " in line for line in install)
-    assert "rehearse  --dir" in quiet or "rehearse --dir" in quiet
-    assert "rehearse -v --dir" in loud and not any("PYTHONWARNINGS" in line or " -q " in line
+    assert "rehearse  --discard" in quiet or "rehearse --discard" in quiet
+    assert "rehearse -v --discard" in loud and not any("PYTHONWARNINGS" in line or " -q " in line
                                                    for line in loud.splitlines() if "pip install" in line)
 
 

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
-from .render import output_option
+from .render import counted, output_option
 from ._target import AdminUrl, Conf, hint, open_target
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "unknown": "magenta", "info": "dim"}
@@ -141,7 +141,7 @@ def _render(report, target, strict: bool) -> None:
     verdict = ("NOT healthy" if not report.healthy(strict) else
                "cannot tell (the target stopped answering)" if report.lost else "healthy")
     console.print(f"{verdict}: " + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "unknown", "info"))
-                  + f" ({len(report.checks)} checks)")
+                  + f" ({counted(len(report.checks), 'check')})")
 
 
 def _text(value) -> str:

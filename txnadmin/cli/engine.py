@@ -62,7 +62,9 @@ def init(
         fail(f"{path}: {str(exc).strip()}; nothing was saved", EXIT_USAGE)
     except EngineDirError as exc:  # the directory is taken: the command line must change (--exist-ok, another one)
         fail(str(exc), EXIT_USAGE)
-    typer.echo(f"engine ready at {path} ({config.transactionCoordinatorCount} coordinators)")
+    from .render import counted
+
+    typer.echo(f"engine ready at {path} ({counted(config.transactionCoordinatorCount, 'coordinator')})")
 
 
 @app.command("run")

@@ -13,7 +13,7 @@ import typer
 
 from .confirm import DryRunOpt, YesOpt
 from ._common import waiting_notice as waiting_notice  # re-exported: the spinner of every call
-from .render import FORMATS, no_headers_option, output_option
+from .render import FORMATS, counted, no_headers_option, output_option
 
 if TYPE_CHECKING:
     from ..admin.protocol import TargetUnreachableError
@@ -472,7 +472,7 @@ def list_transactions(ctx: typer.Context, coordinator_id: Optional[int] = Coordi
     if touches is not None and not found.rows:
         _run(ctx, lambda a: touches.require_known(a, 0))  # pulsar-admin's "Topic not found", not "0 open"
     where = _target_url(ctx)
-    title = f"{len(found.rows)} open transactions on {where}" + ("" if flt.is_empty() else f" ({flt.describe()})")
+    title = f"{counted(len(found.rows), 'open transaction')} on {where}" + ("" if flt.is_empty() else f" ({flt.describe()})")
     _print(found.rows, output or "table", table=lambda v: _list_table(v, found.now_ms, title))
     for tc_id, reason in sorted(found.unreadable.items()):
         typer.echo(mask(f"coordinator {tc_id}: its transactions could not be listed: {reason}"), err=True)
@@ -524,7 +524,7 @@ def abort_matching(ctx: typer.Context, coordinator_id: Optional[int] = Coordinat
     steps = [mask(f"abort {r['txnId']} on coordinator {r['coordinatorId']}, owner {r.get('owner') or '-'}, "
                   f"{r['status']}, open {age(r['ageMs'])}") for r in rows]
     steps += [f"skip coordinator {k}: it could not be listed" for k in sorted(found.unreadable)]
-    plan = Plan(f"abort {len(rows)} transactions ({flt.describe()}){clock}", target.label, steps,
+    plan = Plan(f"abort {counted(len(rows), 'transaction')} ({flt.describe()}){clock}", target.label, steps,
                 {"transactions": [{k: r.get(k) for k in ("txnId", "coordinatorId", "owner", "status", "ageMs")}
                                   for r in rows],
                  "coordinators": sorted({r["coordinatorId"] for r in rows}), **report})
@@ -567,7 +567,7 @@ def _abort_all(ctx: typer.Context, rows: list[dict], stream: bool) -> list[dict]
     except KeyboardInterrupt:
         done = [r["txnId"] for r in results if r["outcome"] in ("ABORTED", "ENDED")]
         in_flight = rows[len(results)]["txnId"] if len(results) < len(rows) else None
-        typer.echo(f"interrupted: {len(done)} of {len(rows)} planned transactions aborted or ended"
+        typer.echo(f"interrupted: {len(done)} of {counted(len(rows), 'planned transaction')} aborted or ended"
                    + (f"; {in_flight} may or may not be aborted" if in_flight else "")
                    + (f"; not attempted: {' '.join(r['txnId'] for r in rows[len(results) + 1:])}"
                       if len(results) + 1 < len(rows) else ""), err=True)
@@ -578,7 +578,7 @@ def _abort_account(results: list[dict], where: str) -> None:
     from ..procedures.bulk_abort import summary
 
     counts = summary(results)
-    typer.echo(f"{counts['ABORTED']} of {len(results)} planned transactions aborted on {where}, "
+    typer.echo(f"{counts['ABORTED']} of {counted(len(results), 'planned transaction')} aborted on {where}, "
                f"{counts['ENDED']} ended by themselves meanwhile")
     left = [r for r in results if r["outcome"] not in ("ABORTED", "ENDED")]
     if left:
@@ -627,7 +627,7 @@ def find_hanging(ctx: typer.Context,
         if row["coordinatorId"] is not None:  # an odd key (see its note) names nothing abort-transaction takes
             row["abortCommand"] = _target(ctx).command("transactions abort-transaction", "--txn-id", row["txnId"])
     where = _target_url(ctx)
-    title = f"{len(rows)} hanging of {open_count} open transactions on {where}"
+    title = f"{len(rows)} hanging of {counted(open_count, 'open transaction')} on {where}"
     if not abort:
         def table(v: list[dict]) -> None:
             _txn_table(v, title)
@@ -639,7 +639,7 @@ def find_hanging(ctx: typer.Context,
         _print([], output or "table", table=lambda v: typer.echo(f"{title}: nothing to abort"))
         raise typer.Exit(0)
     target = _target(ctx)
-    plan = Plan(f"abort {len(rows)} hanging transactions", f"{target.url} (from {target.source})",
+    plan = Plan(f"abort {counted(len(rows), 'hanging transaction')}", f"{target.url} (from {target.source})",
                 [f"abort {r['txnId']}: {'; '.join(r['reasons'])}" for r in rows], {"transactions": len(rows)})
     try:
         proceed = confirm(plan, yes=yes, dry_run=dry_run, output=output or "table")
@@ -670,7 +670,7 @@ def find_hanging(ctx: typer.Context,
         for r in results:
             typer.echo(f"{'aborted' if r['status'] == 'ABORTED' else 'FAILED to abort'} {r['txnId']}"
                        + (f": {r['reason']}" if r.get("reason") else ""))
-        typer.echo(f"{len(results) - len(failed)} of {len(results)} hanging transactions aborted on {where}")
+        typer.echo(f"{len(results) - len(failed)} of {counted(len(results), 'hanging transaction')} aborted on {where}")
     raise typer.Exit(1 if failed else 0)
 
 
