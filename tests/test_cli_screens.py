@@ -85,8 +85,8 @@ def hostile(monkeypatch, tmp_path):
 @pytest.mark.parametrize("command, shown", [
     (["transactions", "list"], ["(0,5)", "[bold]x[/]"]),
     (["transactions", "list", "-o", "wide"], ["(0,5)", "[bold]x[/]", "(0,6)", str(INT64_MAX)]),
-    (["transactions", "slow-transactions", "-c", "0", "-t", "1s", "-o", "table"], ["[bold]x[/]", "orders",
-                                                                                  str(INT64_MAX)]),
+    (["transactions", "slow-transactions", "-c", "0", "-t", "1s", "-o", "wide"], ["[bold]x[/]", "(0,5)",
+                                                                                 str(INT64_MAX)]),
     (["transactions", "coordinator-stats", "-c", "0", "-o", "table"], [str(INT64_MAX)]),
     (["transactions", "pending-ack-stats", "-t", "orders", "-s", "[/]", "-o", "table"], ["[red]Ready[/]",
                                                                                       str(INT64_MAX)]),

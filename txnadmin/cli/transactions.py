@@ -211,7 +211,30 @@ def slow_transactions(ctx: typer.Context, coordinator_id: Optional[int] = typer.
     except ValueError as exc:
         _fail(str(exc))
     result = _run(ctx, lambda a: a.slow_transactions(timeout_ms, coordinator_id))
-    _print(result, output, lambda v: map_lines(v, "TransactionMetadata"))
+    title = f"{counted(len(result), 'slow transaction')} (timeout over {time_}) on {_target_url(ctx)}"
+    _print(result, output, lambda v: map_lines(v, "TransactionMetadata"), table=lambda v: _slow_table(v, title))
+
+
+def _slow_table(txns: dict, title: str) -> None:
+    """One line per transaction, as `list` shows them (pulsar-admin's map stays the default output and -o json);
+    ages on this machine's clock. -o wide adds when it opened and its partitions."""
+    from ..admin.hanging import transaction_rows
+    from .render import age, human_value, print_rows
+
+    rows = transaction_rows(txns)
+    if not rows:
+        typer.echo(title)
+        return
+    cells, notes = [], []
+    for r in rows:
+        timeout = r.get("timeoutMs")
+        cells.append([r["txnId"], "-" if r["coordinatorId"] is None else str(r["coordinatorId"]), r["status"] or "-",
+                      age(r["ageMs"]), "-" if timeout is None else age(timeout), r.get("owner") or "-",
+                      human_value("openTimestamp", r.get("openTimestamp"), compact=True),
+                      str(len(r["producedPartitions"])), str(len(r["ackedPartitions"]))])
+        notes.append([f"note: {r['note']}"] if r.get("note") else [])
+    print_rows(["TXN ID", "COORDINATOR", "STATE", "AGE", "TIMEOUT", "OWNER", "OPENED (UTC)", "PRODUCED", "ACKED"],
+               cells, notes, title, extra=3)
 
 
 @app.command("scale-transactionCoordinators")
