@@ -61,7 +61,7 @@ def test_every_engine_subcommand_takes_dir_and_positionally_where_nothing_else_i
         arguments = [p.name for p in command.params if p.param_type_name == "argument"]
         assert "--dir" in options, name
         if name == "engine set":
-            assert arguments == ["name", "value"]  # NAME VALUE: the directory stays an option
+            assert arguments == ["words"]  # [DIR] NAME=VALUE... or NAME VALUE (tests/test_cli_engine_forms.py)
         else:
             assert arguments == ["directory"], name
 
