@@ -378,8 +378,9 @@ def test_ctrl_c_mid_run_leaves_the_account_of_what_was_done(served):
     assert "Traceback" not in err
     assert "aborted (0,0)" in out  # the oldest went first
     assert "interrupted: 1 of 4 planned transactions aborted or ended; (1,0) may or may not be aborted; " \
-           "not attempted: " in err, err
+           "2 not attempted: " in err, err
     assert set(err.split("not attempted: ")[1].split()[:2]) == {"(0,1)", "(1,1)"}
+    assert "interrupted" not in err.splitlines()  # said once, not again bare
 
 
 def test_an_owner_is_data_never_markup(tmp_path, monkeypatch):

@@ -550,7 +550,8 @@ def abort_matching(ctx: typer.Context, coordinator_id: Optional[int] = Coordinat
     plan = Plan(f"abort {counted(len(rows), 'transaction')} ({flt.describe()}){clock}", target.label, steps,
                 {"transactions": [{k: r.get(k) for k in ("txnId", "coordinatorId", "owner", "status", "ageMs")}
                                   for r in rows],
-                 "coordinators": sorted({r["coordinatorId"] for r in rows}), **report})
+                 "coordinators": sorted({r["coordinatorId"] for r in rows}, key=_coordinator_order), **report},
+                summary=_plan_summary(rows, found.unreadable))
     try:
         # -o json/yaml: the plan goes to stderr, stdout stays one document
         proceed = confirm(plan, yes=yes, dry_run=dry_run, output="json" if output in ("json", "yaml") else "table")
@@ -562,10 +563,38 @@ def abort_matching(ctx: typer.Context, coordinator_id: Optional[int] = Coordinat
     if output in ("json", "yaml"):
         from ..procedures.bulk_abort import summary
 
-        _print({**report, "planned": len(rows), "results": results, "summary": summary(results)}, output)
+        _print({**report, "plan": plan.to_json(), "planned": len(rows), "results": results,
+                "summary": summary(results)}, output)
     else:
         _abort_account(results, target.url)
     raise typer.Exit(0 if all_done(results) and not found.unreadable else 1)
+
+
+SHOWN_IDS = 5  # ids named where a long list is summed up (the JSON document has them all)
+
+
+def _first_ids(ids: list[str]) -> str:
+    return " ".join(ids[:SHOWN_IDS]) + (f" … and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else "")
+
+
+def _coordinator_order(tc: Optional[int]) -> tuple[bool, int]:
+    return tc is None, tc if tc is not None else 0
+
+
+def _plan_summary(rows: list[dict], unlisted: dict) -> list[str]:
+    """A long plan in a few lines: how many on each coordinator, by state, and the first ids in the plan's order."""
+    from collections import Counter
+
+    by: dict[Optional[int], Counter] = {}
+    for r in rows:
+        by.setdefault(r["coordinatorId"], Counter())[r["status"] or "-"] += 1
+    lines = [f"{counted(len(rows), 'transaction')} on {counted(len(by), 'coordinator')}:"]
+    for tc in sorted(by, key=_coordinator_order):
+        lines.append(f"  coordinator {'-' if tc is None else tc}: "
+                     + ", ".join(f"{n} {state}" for state, n in sorted(by[tc].items())))
+    lines.append(f"first: {_first_ids([r['txnId'] for r in rows])}")
+    lines += [f"skip coordinator {k}: it could not be listed" for k in sorted(unlisted)]
+    return lines
 
 
 _SAID = {"ABORTED": "aborted", "ENDED": "ended by itself", "FAILED": "FAILED to abort",
@@ -588,13 +617,23 @@ def _abort_all(ctx: typer.Context, rows: list[dict], stream: bool) -> list[dict]
     try:
         return _run(ctx, lambda a: abort_selected(a, rows, said))
     except KeyboardInterrupt:
-        done = [r["txnId"] for r in results if r["outcome"] in ("ABORTED", "ENDED")]
-        in_flight = rows[len(results)]["txnId"] if len(results) < len(rows) else None
-        typer.echo(f"interrupted: {len(done)} of {counted(len(rows), 'planned transaction')} aborted or ended"
-                   + (f"; {in_flight} may or may not be aborted" if in_flight else "")
-                   + (f"; not attempted: {' '.join(r['txnId'] for r in rows[len(results) + 1:])}"
-                      if len(results) + 1 < len(rows) else ""), err=True)
-        raise
+        from ._common import EXIT_INTERRUPTED
+
+        typer.echo(_interrupted(rows, results), err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None  # said once: the root's bare "interrupted" would repeat it
+
+
+def _interrupted(rows: list[dict], results: list[dict]) -> str:
+    """The one line an interrupted run leaves: what was done, the abort in flight, what failed, and how many were not
+    attempted with the first of them (a run of hundreds would otherwise print them all on this line)."""
+    done = sum(r["outcome"] in ("ABORTED", "ENDED") for r in results)
+    failed = [r["txnId"] for r in results if r["outcome"] not in ("ABORTED", "ENDED")]
+    in_flight = rows[len(results)]["txnId"] if len(results) < len(rows) else None
+    rest = [r["txnId"] for r in rows[len(results) + 1:]]
+    return (f"interrupted: {done} of {counted(len(rows), 'planned transaction')} aborted or ended"
+            + (f"; {len(failed)} not aborted: {_first_ids(failed)}" if failed else "")
+            + (f"; {in_flight} may or may not be aborted" if in_flight else "")
+            + (f"; {len(rest)} not attempted: {_first_ids(rest)}" if rest else ""))
 
 
 def _abort_account(results: list[dict], where: str) -> None:
