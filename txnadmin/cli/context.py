@@ -37,8 +37,8 @@ def _load():
 def add(
     name: str = typer.Argument(..., help="The context's name (letters, digits, '.', '_', '-')."),
     admin_url: str = typer.Option(..., "--admin-url", "-u", help="http(s)://host:port or local:PATH."),
-    auth_plugin: Optional[str] = typer.Option(None, "--auth-plugin", help="e.g. "
-                                              "org.apache.pulsar.client.impl.auth.AuthenticationToken"),
+    auth_plugin: Optional[str] = typer.Option(None, "--auth-plugin", help="e.g. AuthenticationToken (a short class "
+                                              "name, or the full org.apache.pulsar.client.impl.auth.… one)."),
     auth_params: Optional[str] = typer.Option(None, "--auth-params", help="e.g. token:XYZ or file:///path/to/token "
                                               "(kept in the file, which only you can read)."),
     tls_trust_cert_path: Optional[str] = typer.Option(None, "--tls-trust-cert-path", help="CA certificates file."),
