@@ -86,14 +86,29 @@ def _held_by_another(directory: Path, holder: Optional[str]) -> str:
     beside a writer (it could read a half-written state), so that is not offered."""
     import shlex
 
-    from .target import _running_server
-
     by = f"process {holder}" if holder and holder != "unknown" else "another process"
-    if _running_server(directory) is None:
+    if running_server(directory) is None:
         return f"{directory}: already open for writing by {by}; stop it, or wait for it to end"
     local = shlex.quote(f"local:{directory}")
     return (f"{directory}: already open for writing by {by}, which serves its admin API: stop it first, or go "
             f"through it with -u {local} (e.g. `txnadmin -u {local} transactions list`)")
+
+
+def running_server(engine_dir: Path) -> Optional[tuple[str, Optional[str]]]:
+    """`txnadmin serve` / `engine run` record their loopback URL in the engine dir while they hold it."""
+    import json
+
+    path = engine_dir / "server.json"
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    pid = info.get("pid")
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return None
+    return info["url"], info.get("token")
 
 
 def _topic_name(name: str) -> str:

@@ -308,7 +308,9 @@ def open_admin(target: Target, running_only: bool = False) -> TransactionsAdmin:
         missing = missing_engine(target)
         if missing is not None and target.source == EMBEDDED_DEFAULT:
             raise TargetUnreachableError(missing)
-        server = _running_server(target.engine_dir)
+        from .local import running_server
+
+        server = running_server(target.engine_dir)
         if server is None and running_only:
             raise TargetUnreachableError(
                 f"{target.engine_dir}: the engine is not running (no server.json): start it with `txnadmin engine "
@@ -321,7 +323,7 @@ def open_admin(target: Target, running_only: bool = False) -> TransactionsAdmin:
         from .http import HttpAdmin
 
         engine_dir = target.engine_dir
-        return HttpAdmin(url, token=token, rediscover=lambda: _running_server(engine_dir))
+        return HttpAdmin(url, token=token, rediscover=lambda: running_server(engine_dir))
     from .http import HttpAdmin
 
     return HttpAdmin.from_target(target)
@@ -337,20 +339,3 @@ def missing_engine(target: Target) -> Optional[str]:
                 f"--conf client.conf, ${ENV_CONF} or --context NAME; or create the engine with "
                 f"`txnadmin engine init {target.engine_dir}`")
     return f"{target.engine_dir}: no engine here (create one with `txnadmin engine init {target.engine_dir}`)"
-
-
-def _running_server(engine_dir: Path) -> Optional[tuple[str, Optional[str]]]:
-    """`txnadmin serve` / `engine run` record their loopback URL in the engine dir while they hold it."""
-    import json
-
-    path = engine_dir / "server.json"
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    pid = info.get("pid")
-    try:
-        os.kill(int(pid), 0)
-    except (OSError, TypeError, ValueError):
-        return None
-    return info["url"], info.get("token")
