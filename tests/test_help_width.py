@@ -54,7 +54,7 @@ def test_every_help_screen_fits_the_terminal_and_shows_every_option_whole(column
         assert "Usage:" in text and "Traceback" not in text, (name, text)
         command = root
         for word in path:
-            command = command.commands[word]  # type: ignore[attr-defined]
+            command = command.commands[word]  # type: ignore[attr-defined]  # a group here: the path came from it
         for param in command.params:
             for opt in (*param.opts, *param.secondary_opts):
                 if opt.startswith("-"):
