@@ -431,7 +431,7 @@ StateOpt = typer.Option(None, "--state", help="Only this state (repeatable): OPE
                                               "ABORTED.")
 OwnerOpt = typer.Option(None, "--owner", help="Only transactions of this owner (the client's role, exactly).")
 OlderThanOpt = typer.Option(None, "--older-than", help="Only transactions open longer than this, e.g. 90s, 5m, 2h, "
-                                                       "1h30m (on the target's clock).")
+                                                       "1h30m (on the target's clock; a bare number is seconds).")
 IdPatternOpt = typer.Option(None, "--id-pattern", help="Only ids matching this glob over the id as printed, e.g. "
                                                        "'(1,*)' or '1,4?' (parentheses added when missing).")
 CoordinatorOpt = typer.Option(None, "--coordinator-id", "-c", help="Only this coordinator's transactions.")
@@ -559,22 +559,18 @@ def abort_matching(ctx: typer.Context, coordinator_id: Optional[int] = Coordinat
         raise typer.Exit(1 if exc.exit_code else 0) from None  # pulsar-admin's codes: any failure is 1
     if not proceed:
         raise typer.Exit(0)
-    results = _abort_all(ctx, rows, stream=output not in ("json", "yaml"))
+    from .aborting import abort_rows, account
+
+    results = abort_rows(lambda call: _run(ctx, call), rows, None if output in ("json", "yaml") else typer.echo)
     if output in ("json", "yaml"):
         from ..procedures.bulk_abort import summary
 
         _print({**report, "plan": plan.to_json(), "planned": len(rows), "results": results,
                 "summary": summary(results)}, output)
     else:
-        _abort_account(results, target.url)
+        for line in account(results, target.url):
+            typer.echo(line)
     raise typer.Exit(0 if all_done(results) and not found.unreadable else 1)
-
-
-SHOWN_IDS = 5  # ids named where a long list is summed up (the JSON document has them all)
-
-
-def _first_ids(ids: list[str]) -> str:
-    return " ".join(ids[:SHOWN_IDS]) + (f" … and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else "")
 
 
 def _coordinator_order(tc: Optional[int]) -> tuple[bool, int]:
@@ -585,6 +581,8 @@ def _plan_summary(rows: list[dict], unlisted: dict) -> list[str]:
     """A long plan in a few lines: how many on each coordinator, by state, and the first ids in the plan's order."""
     from collections import Counter
 
+    from .aborting import first_ids
+
     by: dict[Optional[int], Counter] = {}
     for r in rows:
         by.setdefault(r["coordinatorId"], Counter())[r["status"] or "-"] += 1
@@ -592,65 +590,16 @@ def _plan_summary(rows: list[dict], unlisted: dict) -> list[str]:
     for tc in sorted(by, key=_coordinator_order):
         lines.append(f"  coordinator {'-' if tc is None else tc}: "
                      + ", ".join(f"{n} {state}" for state, n in sorted(by[tc].items())))
-    lines.append(f"first: {_first_ids([r['txnId'] for r in rows])}")
+    lines.append(f"first: {first_ids([r['txnId'] for r in rows])}")
     lines += [f"skip coordinator {k}: it could not be listed" for k in sorted(unlisted)]
     return lines
 
 
-_SAID = {"ABORTED": "aborted", "ENDED": "ended by itself", "FAILED": "FAILED to abort",
-         "UNKNOWN": "cannot tell whether aborted", "NOT_ATTEMPTED": "not attempted"}
-
-
-def _abort_all(ctx: typer.Context, rows: list[dict], stream: bool) -> list[dict]:
-    """Abort the planned rows, printing each outcome as it comes (so an interrupted run still leaves its account)."""
-    from ..admin.auth import mask
-    from ..procedures.bulk_abort import abort_selected
-
-    results: list[dict] = []
-
-    def said(result: dict) -> None:
-        results.append(result)
-        if stream:
-            typer.echo(mask(f"{_SAID[result['outcome']]} {result['txnId']}"
-                            + (f": {result['reason']}" if result.get("reason") else "")))
-
-    try:
-        return _run(ctx, lambda a: abort_selected(a, rows, said))
-    except KeyboardInterrupt:
-        from ._common import EXIT_INTERRUPTED
-
-        typer.echo(_interrupted(rows, results), err=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None  # said once: the root's bare "interrupted" would repeat it
-
-
-def _interrupted(rows: list[dict], results: list[dict]) -> str:
-    """The one line an interrupted run leaves: what was done, the abort in flight, what failed, and how many were not
-    attempted with the first of them (a run of hundreds would otherwise print them all on this line)."""
-    done = sum(r["outcome"] in ("ABORTED", "ENDED") for r in results)
-    failed = [r["txnId"] for r in results if r["outcome"] not in ("ABORTED", "ENDED")]
-    in_flight = rows[len(results)]["txnId"] if len(results) < len(rows) else None
-    rest = [r["txnId"] for r in rows[len(results) + 1:]]
-    return (f"interrupted: {done} of {counted(len(rows), 'planned transaction')} aborted or ended"
-            + (f"; {len(failed)} not aborted: {_first_ids(failed)}" if failed else "")
-            + (f"; {in_flight} may or may not be aborted" if in_flight else "")
-            + (f"; {len(rest)} not attempted: {_first_ids(rest)}" if rest else ""))
-
-
-def _abort_account(results: list[dict], where: str) -> None:
-    from ..procedures.bulk_abort import summary
-
-    counts = summary(results)
-    typer.echo(f"{counts['ABORTED']} of {counted(len(results), 'planned transaction')} aborted on {where}, "
-               f"{counts['ENDED']} ended by themselves meanwhile")
-    left = [r for r in results if r["outcome"] not in ("ABORTED", "ENDED")]
-    if left:
-        typer.echo(f"NOT aborted ({len(left)}): " + ", ".join(f"{r['txnId']} ({_SAID[r['outcome']]})" for r in left))
-
-
 @app.command("find-hanging")
 def find_hanging(ctx: typer.Context,
-                 max_transaction_timeout: float = typer.Option(15.0, "--max-transaction-timeout",
-                                                               help="Minutes; older open transactions hang."),
+                 max_transaction_timeout: str = typer.Option(
+                     "15", "--max-transaction-timeout", show_default=False,
+                     help="Older open transactions hang: e.g. 15m, 90s, 2h (a bare number is minutes) [default: 15m]."),
                  coordinator_id: Optional[int] = typer.Option(None, "--coordinator-id", "-c"),
                  topic: Optional[str] = typer.Option(None, "--topic", "-t",
                                                      help="Only transactions that produced to or acked on it."),
@@ -665,10 +614,15 @@ def find_hanging(ctx: typer.Context,
     """
     from ..admin.hanging import find_hanging as find
     from ..admin.hanging import open_transactions
+    from ..durations import parse_duration_ms
     from .confirm import Plan, confirm
 
     if (yes or dry_run) and not abort:
         _fail("--yes and --dry-run go with --abort")
+    try:
+        hang_minutes = parse_duration_ms(max_transaction_timeout, "--max-transaction-timeout", "m") / 60_000
+    except ValueError as exc:
+        _fail(str(exc))
     if abort:  # aborting changes a cluster: never on a target the operator did not name
         from ._target import resolve_for
 
@@ -677,7 +631,7 @@ def find_hanging(ctx: typer.Context,
 
     def look(admin):
         every = open_transactions(admin, coordinator_id)
-        found = find(admin, max_transaction_timeout, coordinator_id)
+        found = find(admin, hang_minutes, coordinator_id)
         if touches is not None:
             every = [r for r in every if touches(r)]
             found = [r for r in found if touches(r)]
@@ -702,38 +656,28 @@ def find_hanging(ctx: typer.Context,
         raise typer.Exit(0)
     target = _target(ctx)
     plan = Plan(f"abort {counted(len(rows), 'hanging transaction')}", f"{target.url} (from {target.source})",
-                [f"abort {r['txnId']}: {'; '.join(r['reasons'])}" for r in rows], {"transactions": len(rows)})
+                [f"abort {r['txnId']}: {'; '.join(r['reasons'])}" for r in rows],
+                {"transactions": [{k: r.get(k) for k in ("txnId", "coordinatorId", "owner", "status", "ageMs")}
+                                  for r in rows]}, summary=_plan_summary(rows, {}))
     try:
         proceed = confirm(plan, yes=yes, dry_run=dry_run, output=output or "table")
     except typer.Exit as exc:
         raise typer.Exit(1 if exc.exit_code else 0) from None  # pulsar-admin's codes: any failure is 1
     if not proceed:
         raise typer.Exit(0)
-    from ..admin.protocol import AdminError, TxnId
+    from ..procedures.bulk_abort import all_done, summary
+    from .aborting import abort_rows, account
 
-    results = []
-
-    def abort_all(admin):
-        for row in rows:
-            if row["coordinatorId"] is None:
-                results.append({"txnId": row["txnId"], "status": "FAILED", "reason": row["note"]})
-                continue
-            try:
-                admin.abort_transaction(TxnId.parse(row["txnId"]))
-                results.append({"txnId": row["txnId"], "status": "ABORTED"})
-            except AdminError as exc:  # one that ended meanwhile must not stop the others
-                results.append({"txnId": row["txnId"], "status": "FAILED", "reason": exc.reason})
-
-    _run(ctx, abort_all)
-    failed = [r for r in results if r["status"] != "ABORTED"]
-    if output in ("json", "yaml"):
-        _print(results, output)
+    # the one abort procedure and its outcomes, as `transactions abort` reports them
+    as_document = output in ("json", "yaml")
+    results = abort_rows(lambda call: _run(ctx, call), rows, None if as_document else typer.echo)
+    if as_document:
+        _print({"target": target.url, "plan": plan.to_json(), "planned": len(rows), "results": results,
+                "summary": summary(results)}, output)
     else:
-        for r in results:
-            typer.echo(f"{'aborted' if r['status'] == 'ABORTED' else 'FAILED to abort'} {r['txnId']}"
-                       + (f": {r['reason']}" if r.get("reason") else ""))
-        typer.echo(f"{len(results) - len(failed)} of {counted(len(results), 'hanging transaction')} aborted on {where}")
-    raise typer.Exit(1 if failed else 0)
+        for line in account(results, where, "hanging transaction"):
+            typer.echo(line)
+    raise typer.Exit(0 if all_done(results) else 1)
 
 
 def _abort_hints(rows: list[dict]) -> None:

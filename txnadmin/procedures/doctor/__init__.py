@@ -14,19 +14,18 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ...admin.cluster import RECORD, ClusterView
 from ...admin.protocol import TransactionsAdmin, TxnId
 from .checks import CHECK_HELP, CHECKS, TOPIC_CHECKS
-from .knowledge import THRESHOLDS, parse_duration_ms, parse_thresholds
+from .knowledge import THRESHOLDS, parse_thresholds
 from .report import (
     EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNREADABLE, SEVERITIES, DoctorError, Finding, Report, exit_code, fix_plan,
     sort_findings, unknown,
 )
-from .survey import MALFORMED, Progress, Survey, malformed, problem, survey
+from .survey import MALFORMED, Progress, Survey, malformed, survey
 
 __all__ = [
     "CHECKS", "CHECK_HELP", "EXIT_HEALTHY", "EXIT_UNHEALTHY", "EXIT_UNREADABLE", "SEVERITIES", "THRESHOLDS",
-    "DoctorError", "Finding", "Report", "Survey", "apply_fix", "exit_code", "fix_plan", "parse_duration_ms",
+    "DoctorError", "Finding", "Report", "Survey", "apply_fix", "exit_code", "fix_plan",
     "judge", "parse_thresholds", "run", "select_checks", "survey",
 ]
 
@@ -73,11 +72,9 @@ def judge(s: Survey, target: str, names: list[str], t: dict[str, float]) -> Repo
 
 
 def apply_fix(admin: TransactionsAdmin, plan: list[TxnId]) -> list[dict]:
-    """Abort each planned transaction; one that ended meanwhile is reported, not an error."""
-    view = ClusterView(admin, on_error=RECORD)  # an unreachable target stops the fix; any other failure is a result
-    results = []
-    for txn in plan:
-        _, error = view.attempt(f"abort {txn}", admin.abort_transaction, txn)
-        results.append({"txnId": str(txn), "result": "aborted"} if error is None else
-                       {"txnId": str(txn), "result": "not aborted", "reason": problem(error)})
-    return results
+    """Abort each planned transaction through the one abort procedure; its outcomes (ABORTED, ENDED, FAILED, UNKNOWN,
+    NOT_ATTEMPTED) as `transactions abort` reports them."""
+    from ..bulk_abort import abort_selected
+
+    return abort_selected(admin, [{"txnId": str(txn), "coordinatorId": txn.most_bits, "status": "OPEN"}
+                                  for txn in plan])
