@@ -26,10 +26,11 @@ def outcome_line(result: dict) -> str:
 
 
 def abort_rows(run: Callable[[Callable[[Any], list[dict]]], list[dict]], rows: list[dict],
-               say: Optional[Callable[[str], None]]) -> list[dict]:
+               say: Optional[Callable[[str], None]], act: Optional[Callable[..., list[dict]]] = None) -> list[dict]:
     """Abort the planned ``rows`` (``run`` hands the procedure the target's admin), telling ``say`` each outcome as it
     is known (None: quietly), so that an interrupted run still leaves its account; Ctrl-C ends with that account in
-    one line and exit 130."""
+    one line and exit 130. ``act(admin, on_outcome)``: a library call that aborts exactly ``rows`` (doctor's
+    apply_fix); by default the abort procedure itself."""
     from ..admin.auth import mask
     from ..procedures.bulk_abort import abort_selected
     from ._common import EXIT_INTERRUPTED
@@ -42,6 +43,8 @@ def abort_rows(run: Callable[[Callable[[Any], list[dict]]], list[dict]], rows: l
             say(mask(outcome_line(result)))
 
     try:
+        if act is not None:
+            return run(lambda admin: act(admin, said))
         return run(lambda admin: abort_selected(admin, rows, said))
     except KeyboardInterrupt:
         typer.echo(interrupted(rows, results), err=True)

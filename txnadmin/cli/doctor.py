@@ -115,8 +115,8 @@ def _fix(admin, report, target, checks, thresholds, concurrency, bookie_dir, yes
     from .aborting import abort_rows, account
 
     # the one abort procedure, its outcomes said as `transactions abort` says them
-    results = abort_rows(lambda call: call(admin), [{"txnId": str(txn), "coordinatorId": txn.most_bits,
-                                                     "status": "OPEN"} for txn in plan], say)
+    results = abort_rows(lambda call: call(admin), proc.fix_rows(plan), say,
+                         lambda target_admin, said: proc.apply_fix(target_admin, plan, said))
     for line in account(results, target.url):
         say(line)
     say("checking again after the fix:")
