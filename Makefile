@@ -45,15 +45,17 @@ check-prometheus:
 	  fi; }
 
 # The main job: a guided downgrade rehearsal on the embedded engine (see docs/).
-# The rehearsal works in a temporary directory that is removed afterwards, whatever the verdict.
+# `--discard` removes the rehearsal's files when it ends, whatever the verdict, and its verdict line says so; TMPDIR
+# points into a directory of make's own so that a killed run (and Spark's scratch files) leaves nothing behind either.
+# The next steps' comments line up however long the VENV path is.
 run: $(VENV)/.installed check-java
-	@tmp=$$(mktemp -d); $(VENV)/bin/txnadmin rehearse $(VERBOSE) --dir "$$tmp/rehearsal"; rc=$$?; rm -rf "$$tmp"; \
+	@tmp=$$(mktemp -d); TMPDIR="$$tmp" $(VENV)/bin/txnadmin rehearse $(VERBOSE) --discard; rc=$$?; rm -rf "$$tmp"; \
 	echo ""; \
-	echo "(the rehearsal directory above was removed; keep one with: txnadmin rehearse --dir DIR)"; \
 	echo "next steps:"; \
-	echo "  . $(VENV)/bin/activate    # puts txnadmin on PATH (or run $(VENV)/bin/txnadmin)"; \
-	echo "  txnadmin -h                 # the commands, most used first"; \
-	echo "  README.md, Quick tour       # an engine of your own, then pulsar-admin's commands on it"; \
+	act=". $(VENV)/bin/activate"; w=$${#act}; [ $$w -ge 21 ] || w=21; \
+	printf "  %-$${w}s  # %s\n" "$$act" "puts txnadmin on PATH (or run $(VENV)/bin/txnadmin)" \
+	  "txnadmin -h" "the commands, most used first" \
+	  "README.md, Quick tour" "an engine of your own, then pulsar-admin's commands on it"; \
 	exit $$rc
 
 # Lint and type checks first: a clean clone (.ci/run) fails on a finding as it fails on a test. Two workers: most of

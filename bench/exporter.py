@@ -70,6 +70,7 @@ def main() -> None:
 
             def scraper() -> None:
                 last_success = None
+                seen = 0  # values of the success series: the exporter's start time, then each poll's end
                 while not stop.is_set():
                     t = time.perf_counter()
                     with urllib.request.urlopen(metrics, timeout=30) as reply:
@@ -77,7 +78,8 @@ def main() -> None:
                     scrapes.append(time.perf_counter() - t)
                     success = _sample(text, "txnadmin_last_poll_success_timestamp_seconds")
                     if success is not None and success != last_success:
-                        if last_success is not None:  # the first poll is the warm-up
+                        seen += 1
+                        if seen > 2:  # past the start time and the first poll, the warm-up
                             polls.append(_sample(text, "txnadmin_poll_duration_seconds") or float("nan"))
                         last_success = success
                     errors = _sample(text, "txnadmin_poll_errors_total")

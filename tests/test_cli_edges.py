@@ -61,7 +61,7 @@ def test_every_engine_subcommand_takes_dir_and_positionally_where_nothing_else_i
         arguments = [p.name for p in command.params if p.param_type_name == "argument"]
         assert "--dir" in options, name
         if name == "engine set":
-            assert arguments == ["name", "value"]  # NAME VALUE: the directory stays an option
+            assert arguments == ["words"]  # [DIR] NAME=VALUE... or NAME VALUE (tests/test_cli_engine_forms.py)
         else:
             assert arguments == ["directory"], name
 
@@ -370,8 +370,8 @@ def test_make_run_is_quiet_unless_v():
     loud = subprocess.run(["make", "-n", "-B", "run", "V=1"], cwd=ROOT, capture_output=True, text=True).stdout
     install = [line for line in quiet.splitlines() if "-e ." in line]
     assert install and all("PYTHONWARNINGS=ignore" in line and " -q " in line for line in install)
-    assert "rehearse  --dir" in quiet or "rehearse --dir" in quiet
-    assert "rehearse -v --dir" in loud and not any("PYTHONWARNINGS" in line or " -q " in line
+    assert "rehearse  --discard" in quiet or "rehearse --discard" in quiet
+    assert "rehearse -v --discard" in loud and not any("PYTHONWARNINGS" in line or " -q " in line
                                                    for line in loud.splitlines() if "pip install" in line)
 
 

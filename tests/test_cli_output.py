@@ -92,6 +92,30 @@ def test_tables_are_sections_and_rows_not_dotted_keys(engine):
     # timestamps for people (in rows without the age, so a row stays one line)
 
 
+def test_slow_transactions_table_is_one_row_per_transaction_and_its_json_stays_pulsar_admins(engine):
+    """-o table: id, coordinator, state, age, timeout, owner, as `list` shows them, each id once and no raw JSON;
+    the default and -o json stay what pulsar-admin prints (the map of TransactionMetadata by id)."""
+    base = [*engine, "transactions", "slow-transactions", "-t", "1s"]
+    table = runner.invoke(app, [*base, "-o", "table"], env={"COLUMNS": "80"})
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0] == f"4 slow transactions (timeout over 1s) on {engine[1]}"
+    assert lines[1].split() == ["TXN", "ID", "COORDINATOR", "STATE", "AGE", "TIMEOUT", "OWNER"]
+    ids = [line.split()[0] for line in lines[2:]]
+    assert len(ids) == 4 and all(re.fullmatch(r"\(\d+,\d+\)", i) for i in ids)
+    assert all(table.stdout.count(i) == 1 for i in ids)  # each id once
+    assert all(len(line) <= 80 for line in lines[1:]) and "{" not in table.stdout  # the title holds a temp path
+    assert all(re.fullmatch(r"\(\d+,\d+\) +\d+ +OPEN +\d+s +1m 0s +-", line) for line in lines[2:]), lines
+    document = json.loads(runner.invoke(app, [*base, "-o", "json"]).stdout)
+    assert sorted(document) == sorted(ids)
+    assert all(set(meta) == {"txnId", "status", "openTimestamp", "timeoutAt", "producedPartitions", "ackedPartitions"}
+               for meta in document.values())
+    default = runner.invoke(app, base).stdout.splitlines()
+    assert len(default) == 4 and all(line.split("    ", 1)[1].startswith("TransactionMetadata(") for line in default)
+    none = runner.invoke(app, [*engine, "transactions", "slow-transactions", "-t", "2h", "-o", "table"])
+    assert none.exit_code == 0 and none.stdout == f"0 slow transactions (timeout over 2h) on {engine[1]}\n"
+
+
 def _commands_with_output():
     """Every command that has -o/--output, found in the command tree (so a command added later is covered too)."""
     import typer

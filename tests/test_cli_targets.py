@@ -242,6 +242,7 @@ def test_contexts_are_kept_private_and_follow_the_documented_precedence(tmp_path
 
     conf = tmp_path / "client.conf"
     conf.write_text("webServiceUrl=http://127.0.0.1:12\n")
+    _decoy(env)  # `target` reports the embedded default as in use only when an engine is there
     assert source() == ("embedded default", False)
     assert runner.invoke(app, ["context", "use", "lab"], env=env).exit_code == 0
     assert source() == ("current context lab (txnadmin context use)", False)

@@ -112,7 +112,8 @@ def test_embedded_default_is_refused_unless_named(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--only", "coordinators,nope"], "--only nope: no such check"),
     (["--threshold", "stalled"], "use name=value"),
-    (["--threshold", "stalled=soon"], "is not a duration"),
+    (["--threshold", "stalled=soon"], "invalid duration 'soon' for --threshold stalled"),
+    (["--threshold", "stalled=120000"], "a number needs its unit"),  # once ms; seconds or minutes elsewhere
     (["--threshold", "nope=1s"], "use name=value"),
     (["--yes"], "--yes and --dry-run go with --fix"),
     (["--fix", "--yes", "--dry-run"], "exclude each other"),
@@ -278,7 +279,7 @@ def test_stuck_open_is_judged_on_the_brokers_clock_and_fixed(monkeypatch):
 
     fixed = run_cli(monkeypatch, standin, "--only", "stuck-transactions", "--fix", "--yes")
     assert fixed.exit_code == 0, fixed.output
-    assert "(1,5): aborted" in fixed.stdout and "healthy" in fixed.stdout
+    assert "aborted (1,5)" in fixed.stdout and "healthy" in fixed.stdout
     assert "(1,5)" not in standin.state["transactions"] and "(0,8)" in standin.state["transactions"]
     assert "POST /admin/v3/transactions/abortTransaction/1/5" in standin.calls
     assert not any("abortTransaction/0/8" in c for c in standin.calls)
@@ -734,7 +735,7 @@ def test_engine_stuck_open_transaction_found_and_aborted_by_fix(served):
                                  "--threshold", "stuck-margin=0s", "--threshold", "stalled=0s", "--fix", "--yes"],
                            env={"TXNADMIN_HOME": str(home)})
     assert result.exit_code == 0, result.output
-    assert f"({txn[0]},{txn[1]}): aborted" in result.stdout
+    assert f"aborted ({txn[0]},{txn[1]})" in result.stdout.splitlines()
     assert engine.topic(TOPIC).buffer_stats()["ongoingTxnSize"] == 0
 
 
@@ -1098,7 +1099,7 @@ def test_engine_run_faults_are_found_by_doctor_and_cleared_by_the_fixes(tmp_path
         fixed = runner.invoke(app, ["-u", url, "doctor", *checks, "--fix", "--yes", "-o", "json"],
                               env={"TXNADMIN_HOME": str(tmp_path)})
         out = json.loads(fixed.stdout)
-        aborted = {r["txnId"] for r in out["fix"]["results"] if r["result"] == "aborted"}
+        aborted = {r["txnId"] for r in out["fix"]["results"] if r["outcome"] == "ABORTED"}
         assert left_open <= aborted, out["fix"]
         assert [f["evidence"]["status"] for f in faulted(out["findings"])] == ["COMMITTING"] and fixed.exit_code == 1
     finally:

@@ -213,9 +213,27 @@ def test_an_unreachable_target_keeps_it_up_counting_errors_with_a_rising_poll_ag
         later = until(url, lambda s: total(s, "poll_errors_total") > total(first, "poll_errors_total")
                       and total(s, "poll_age_seconds") > total(first, "poll_age_seconds"), what="saw errors rise")
         assert proc.poll() is None
-        assert not values(later, "transactions_open") and not values(later, "last_poll_success_timestamp_seconds")
+        assert not values(later, "transactions_open")
+        # no poll succeeded: the exporter's start time, as in the first scrape (see the test below)
+        assert values(later, "last_poll_success_timestamp_seconds") == values(first,
+                                                                              "last_poll_success_timestamp_seconds")
     err = proc.stderr.read()
     assert f"127.0.0.1:{port}" in err and "Traceback" not in err, err
+
+
+def test_an_exporter_that_never_polled_successfully_serves_its_start_as_the_last_success():
+    """Issue 34: without the series, `time() - txnadmin_last_poll_success_timestamp_seconds > 300`
+    (TxnadminExporterStale) could never fire for an exporter whose polls all fail. It is served from the first
+    scrape, holding the exporter's start time until a poll succeeds (the rule's promtool case: never-succeeded)."""
+    launched = time.time()
+    with exporting("-u", "http://127.0.0.1:1", "exporter", "--interval", "0.2") as (url, proc):
+        first, _ = scrape(url)
+        start = values(first, "last_poll_success_timestamp_seconds")
+        assert list(start) == [frozenset()], first  # one series, from the first scrape, before any poll ended
+        assert launched <= start[frozenset()] <= time.time()
+        failed = until(url, lambda s: total(s, "poll_errors_total") >= 2, what="counted two failed polls")
+        assert values(failed, "last_poll_success_timestamp_seconds") == start  # failures do not move it
+        assert proc.poll() is None
 
 
 def test_a_scrape_is_answered_while_the_poll_waits_on_a_target_that_never_replies(tmp_path):
@@ -241,7 +259,7 @@ def test_usage_errors_and_a_port_in_use(tmp_path):
                                                     "PULSAR_CLIENT_CONF": "", "PULSAR_HOME": ""})
     assert unnamed.exit_code == 2 and "exporter needs a named target" in unnamed.stderr, unnamed.output
     bad = runner.invoke(app, ["-u", "http://127.0.0.1:1", "exporter", "--threshold", "ending=soon"])
-    assert bad.exit_code == 2 and "--threshold 'ending=soon'" in bad.stderr, bad.output
+    assert bad.exit_code == 2 and "invalid duration 'soon' for --threshold ending" in bad.stderr, bad.output
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)

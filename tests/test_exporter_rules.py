@@ -122,7 +122,9 @@ def test_a_scrape_serves_the_last_snapshot_with_help_and_type_for_each_metric():
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collector(exporter))
     before = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
-    assert set(before) == {"txnadmin_poll_age_seconds", "txnadmin_poll_errors"}  # nothing polled yet: no zeros
+    # nothing polled yet: no zeros, only the exporter's own series (the last success holds its start time)
+    assert set(before) == {"txnadmin_poll_age_seconds", "txnadmin_poll_errors",
+                           "txnadmin_last_poll_success_timestamp_seconds"}
     exporter.poll_once()
     exporter.poll_once()  # fails: the first poll's values stay
     families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}

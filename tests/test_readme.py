@@ -57,7 +57,9 @@ def test_the_quick_tour_runs_as_written(tmp_path):
 
 @pytest.mark.parametrize("verdict", [0, 1])
 def test_make_run_prints_next_steps_and_removes_its_rehearsal_directory(tmp_path, verdict):
-    """`make run`'s own steps, around a stand-in for the rehearsal (the real one is tested in test_rehearse.py)."""
+    """`make run`'s own steps, around a stand-in for the rehearsal (the real one is tested in test_rehearse.py): the
+    rehearsal alone says where its files went (`--discard`: removed), once, on its verdict line; make adds no second
+    word about them, and the comments of its next steps line up."""
     import shutil
 
     if not shutil.which("make"):
@@ -67,8 +69,8 @@ def test_make_run_prints_next_steps_and_removes_its_rehearsal_directory(tmp_path
     seen = tmp_path / "rehearsal-dir"
     fake = venv / "bin" / "txnadmin"
     fake.write_text("#!/bin/sh\n"
-                    f'[ "$1" = rehearse ] && [ "$2" = --dir ] || exit 9\n'
-                    f'mkdir -p "$3" && echo data > "$3/entries.log" && echo "$3" > {seen}\n'
+                    '[ "$1" = rehearse ] && [ "$2" = --discard ] || exit 9\n'
+                    f'dir=$(mktemp -d) && echo data > "$dir/entries.log" && echo "$dir" > {seen}\n'
                     f"echo 'verdict: rehearsed'\nexit {verdict}\n")
     fake.chmod(0o755)
     for stamp in (".created", ".installed"):
@@ -77,6 +79,11 @@ def test_make_run_prints_next_steps_and_removes_its_rehearsal_directory(tmp_path
                           timeout=60, env={**os.environ, "JAVA_HOME": os.environ.get("JAVA_HOME", "")})
     assert (done.returncode == 0) == (verdict == 0), done.stderr
     rehearsal = Path(seen.read_text().strip())
-    assert not rehearsal.exists() and not rehearsal.parent.exists()  # the rehearsal and its temporary parent
-    assert "verdict: rehearsed" in done.stdout
-    assert "next steps:" in done.stdout and f". {venv}/bin/activate" in done.stdout
+    assert not rehearsal.exists() and not rehearsal.parent.exists()  # a killed rehearsal's files go with make's TMPDIR
+    lines = done.stdout.splitlines()
+    assert lines[0] == "verdict: rehearsed"
+    own = lines[1:]  # make's own words, after the rehearsal's
+    assert not any("rehears" in line or "removed" in line or "director" in line for line in own), own
+    steps = own[own.index("next steps:") + 1:]
+    assert len(steps) == 3 and steps[0].startswith(f"  . {venv}/bin/activate ")
+    assert len({line.index(" # ") for line in steps}) == 1, steps  # one column for the comments

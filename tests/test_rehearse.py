@@ -36,13 +36,18 @@ def test_rehearsal_reaches_safe_and_all_three_agree(tmp_path):
 
 
 @pytest.mark.slow
-def test_rehearsal_rides_out_shedding_and_a_restart_with_one_start(tmp_path):
+def test_rehearsal_rides_out_shedding_and_a_restart_with_one_start(tmp_path, monkeypatch):
     """Issue #24 goal 5: the rehearsal's downgrade runs while a topic and a coordinator are unloaded every 2 s and the
-    engine restarts mid-wait; it still ends SAFE, with `start` run once."""
-    result = CliRunner().invoke(app, ["rehearse", "--dir", str(tmp_path), "--warmup", "2", "--scan-engine", "python",
+    engine restarts mid-wait; it still ends SAFE, with `start` run once. Run as `make run` runs it (--discard): its
+    temporary directory is gone at the end and the document says so."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the rehearsal's temporary directory, where we look
+    result = CliRunner().invoke(app, ["rehearse", "--discard", "--warmup", "2", "--scan-engine", "python",
                                       "-o", "json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
+    assert out["kept"] is False and out["directory"].startswith(str(tmp_path)) and list(tmp_path.iterdir()) == []
     moving = out["movingCluster"]
     assert out["safe"] is True and moving["restarts"] == 1 and moving["startRuns"] == 1
     assert moving["topicUnloads"] + moving["coordinatorUnloads"] > 0
@@ -76,6 +81,29 @@ def test_the_checklist_shows_flags_read_on_at_the_verdict_as_not_done():
     assert "transactionLogBatchedWriteEnabled" in show({"127.0.0.1:6650": ["transactionLogBatchedWriteEnabled"]})
     assert "[ ] batching disabled" in show(None)  # could not be read: not done either
     assert "[x] batching disabled" in show({})
+
+
+def test_the_verdict_line_says_once_where_the_files_are_or_that_they_went(tmp_path):
+    """`make run` runs `rehearse --discard`: the verdict line says the files were removed, not where they were."""
+    from txnadmin.cli.rehearse import _checklist
+    from txnadmin.procedures.rehearsal import RehearsalResult
+
+    import typer
+
+    def verdict(kept: bool) -> str:
+        probe = typer.Typer()
+
+        @probe.command()
+        def main() -> None:
+            _checklist(RehearsalResult(str(tmp_path / "r"), True, kept=kept))
+        return CliRunner().invoke(probe, []).stdout.splitlines()[-1]
+
+    assert verdict(True) == f"verdict: SAFE to downgrade   (files in {tmp_path / 'r'})"
+    assert verdict(False) == ("verdict: SAFE to downgrade   (its files were removed; keep them with: txnadmin rehearse "
+                              "--dir DIR)")
+    refused = CliRunner().invoke(app, ["rehearse", "--discard", "--dir", str(tmp_path / "d")])
+    assert refused.exit_code == 2 and "--discard goes without --dir" in refused.stderr
+    assert not (tmp_path / "d").exists()
 
 
 def test_no_java_a_bad_scan_engine_or_bad_seconds_are_refused_before_the_rehearsal_starts(tmp_path):

@@ -14,8 +14,13 @@ from .protocol import AdminError, BadReplyError, NotFoundError, TargetUnreachabl
 def open_transactions(admin: TransactionsAdmin, coordinator_id: Optional[int] = None,
                       now_ms: Optional[int] = None) -> list[dict]:
     """Every transaction the coordinators hold (slow-transactions with 0 ms returns them all), oldest first."""
+    return transaction_rows(admin.slow_transactions(0, coordinator_id), now_ms)
+
+
+def transaction_rows(txns: dict, now_ms: Optional[int] = None) -> list[dict]:
+    """slow-transactions' answer (id → TransactionMetadata) as rows, oldest first: coordinator, age on ``now_ms``
+    (this machine's clock when None), timeout, owner and the partitions by name."""
     now = now_ms if now_ms is not None else int(time.time() * 1000)
-    txns = admin.slow_transactions(0, coordinator_id)
     rows = []
     for txn_id, meta in txns.items():
         row = {"txnId": txn_id, "coordinatorId": _coordinator_of(txn_id), "status": meta.get("status"),

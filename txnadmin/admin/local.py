@@ -64,17 +64,51 @@ def open_engine(directory: Path, **options: Any) -> Engine:
     Locked, damaged or unreadable files are the engine's own errors, said in one line. Anything else (a bug, or
     damage nobody foresaw) is chained as the error's cause, so `--debug` can still show where it came from."""
     from ..engine.engine import Engine
-    from ..engine.storage import StorageError
+    from ..engine.storage import EngineLockedError, StorageError
 
     said: tuple[type[BaseException], ...] = (*_engine_error_types(), StorageError, OSError)
     try:
         return Engine(directory, **options)
+    except EngineLockedError as exc:
+        raise TargetUnreachableError(_held_by_another(directory, exc.holder)) from None
     except said as exc:
-        raise TargetUnreachableError(f"{directory}: {exc}") from None
+        text = str(exc)  # the storage's errors name the directory already: say it once
+        raise TargetUnreachableError(text if text.startswith(str(directory)) else f"{directory}: {text}") from None
     except Exception as exc:  # whatever else stops the open: one line, its traceback kept as the cause
         raise TargetUnreachableError(
             f"{directory}: cannot open the engine: unexpected {type(exc).__name__}"
             + (f" ({' '.join(str(exc).split())})" if str(exc).strip() else "")) from exc
+
+
+def _held_by_another(directory: Path, holder: Optional[str]) -> str:
+    """A second writer refused: who holds the directory, and the commands that work meanwhile. An engine that
+    serves its admin API (`engine run`, `serve`) is reached through it with -u local:DIR; no read-only view opens
+    beside a writer (it could read a half-written state), so that is not offered."""
+    import shlex
+
+    by = f"process {holder}" if holder and holder != "unknown" else "another process"
+    if running_server(directory) is None:
+        return f"{directory}: already open for writing by {by}; stop it, or wait for it to end"
+    local = shlex.quote(f"local:{directory}")
+    return (f"{directory}: already open for writing by {by}, which serves its admin API: stop it first, or go "
+            f"through it with -u {local} (e.g. `txnadmin -u {local} transactions list`)")
+
+
+def running_server(engine_dir: Path) -> Optional[tuple[str, Optional[str]]]:
+    """`txnadmin serve` / `engine run` record their loopback URL in the engine dir while they hold it."""
+    import json
+
+    path = engine_dir / "server.json"
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    pid = info.get("pid")
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, TypeError, ValueError):
+        return None
+    return info["url"], info.get("token")
 
 
 def _topic_name(name: str) -> str:

@@ -305,12 +305,12 @@ def open_admin(target: Target, running_only: bool = False) -> TransactionsAdmin:
     ``running_only`` (the exporter): a local engine that no process serves is not opened (its read-only view would
     keep an engine from starting meanwhile) but unreachable, as a stopped broker is."""
     if target.is_local:
-        if target.source == EMBEDDED_DEFAULT and not (target.engine_dir / "metadata.db").exists():
-            raise TargetUnreachableError(
-                f"no cluster named and no engine at {target.engine_dir}: name a cluster with -u http(s)://host:port, "
-                f"--conf client.conf, ${ENV_CONF} or --context NAME; or create the engine with "
-                f"`txnadmin engine init {target.engine_dir}`")
-        server = _running_server(target.engine_dir)
+        missing = missing_engine(target)
+        if missing is not None and target.source == EMBEDDED_DEFAULT:
+            raise TargetUnreachableError(missing)
+        from .local import running_server
+
+        server = running_server(target.engine_dir)
         if server is None and running_only:
             raise TargetUnreachableError(
                 f"{target.engine_dir}: the engine is not running (no server.json): start it with `txnadmin engine "
@@ -323,24 +323,19 @@ def open_admin(target: Target, running_only: bool = False) -> TransactionsAdmin:
         from .http import HttpAdmin
 
         engine_dir = target.engine_dir
-        return HttpAdmin(url, token=token, rediscover=lambda: _running_server(engine_dir))
+        return HttpAdmin(url, token=token, rediscover=lambda: running_server(engine_dir))
     from .http import HttpAdmin
 
     return HttpAdmin.from_target(target)
 
 
-def _running_server(engine_dir: Path) -> Optional[tuple[str, Optional[str]]]:
-    """`txnadmin serve` / `engine run` record their loopback URL in the engine dir while they hold it."""
-    import json
-
-    path = engine_dir / "server.json"
-    try:
-        info = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+def missing_engine(target: Target) -> Optional[str]:
+    """Why a local target has nothing to open: no engine in its directory (None when it is not local or has one).
+    For the embedded default, how to name a cluster comes first: that is what an operator there most likely meant."""
+    if not target.is_local or (target.engine_dir / "metadata.db").exists():
         return None
-    pid = info.get("pid")
-    try:
-        os.kill(int(pid), 0)
-    except (OSError, TypeError, ValueError):
-        return None
-    return info["url"], info.get("token")
+    if target.source == EMBEDDED_DEFAULT:
+        return (f"no cluster named and no engine at {target.engine_dir}: name a cluster with -u http(s)://host:port, "
+                f"--conf client.conf, ${ENV_CONF} or --context NAME; or create the engine with "
+                f"`txnadmin engine init {target.engine_dir}`")
+    return f"{target.engine_dir}: no engine here (create one with `txnadmin engine init {target.engine_dir}`)"

@@ -1,9 +1,12 @@
 """Help screens that never cut an option name or value, and prose without hard line breaks.
 
 Typer's rich help squeezes every column of the options table to the terminal and ends what does not fit with "…"
-(`--tls-enable-hostname-veri…`). Here the name and type columns never wrap, no word of the help column is cut, and
-when even that does not fit the terminal the lines run long (as kubectl's do) instead. Docstring paragraphs are
-joined into one line each, so the terminal, not the source file, decides where they break.
+(`--tls-enable-hostname-veri…`). Here the name and type columns never wrap and no word of the help column is cut.
+When the table cannot fit the terminal that way, its rows are stacked instead: names, flags and type on a line of
+their own, the help indented under them, so a 60-column terminal shows every option whole and nothing runs past
+its edge. Only what cannot fit even then (a single word wider than the terminal) makes lines run long, as kubectl's
+do. Docstring paragraphs are joined into one line each, so the terminal, not the source file, decides where they
+break.
 """
 
 from __future__ import annotations
@@ -49,12 +52,43 @@ def _patch_rich_help() -> None:
             need = max((_needs(self, o) for o in objects if not isinstance(o, str)), default=0)
             if need <= self.width:
                 return super().print(*objects, **kwargs)
+            objects = tuple(_stacked(o) if _is_table_panel(o) else o for o in objects)
+            need = max((_needs(self, o) for o in objects if not isinstance(o, str)), default=0)
+            if need <= self.width:
+                return super().print(*objects, **kwargs)
             width = self.width
             self.width = need
             try:
                 super().print(*objects, **kwargs)
             finally:
                 self.width = width
+
+    def _is_table_panel(renderable: Any) -> bool:
+        return (isinstance(renderable, Panel) and isinstance(renderable.renderable, Table)
+                and len(renderable.renderable.columns) > 1)
+
+    def _stacked(original: Panel) -> Panel:
+        """A table panel's rows one under another: the row's names, flags and type on one line, its help (the last
+        column) indented under it. Its narrowest width is the longest such line or help word, plus the indent."""
+        from rich.padding import Padding
+        from rich.text import Text
+
+        table = original.renderable
+        assert isinstance(table, Table)
+        grid = Table.grid(expand=True)
+        grid.add_column(min_width=0)
+        widest = 0
+        for row in range(table.row_count):
+            cells = [column._cells[row] for column in table.columns]
+            head = Text(" ").join(c if isinstance(c, Text) else Text(str(c)) for c in cells[:-1]
+                                  if (c.plain if isinstance(c, Text) else str(c)).strip())
+            head.no_wrap = True
+            grid.add_row(head)
+            grid.add_row(Padding(cells[-1], (0, 0, 0, STACK_INDENT)))
+            widest = max(widest, _widest_line(head), _longest_word(cells[-1]) + STACK_INDENT)
+        grid.columns[0].min_width = widest  # the help's Columns measure as 0 wide: say what it needs
+        return Panel(grid, title=original.title, title_align=original.title_align,
+                     border_style=original.border_style)
 
     def _needs(console: Console, renderable: Any) -> int:
         """The narrowest width that cuts no word; a panel counts its content (its own measure stops at the width)."""
@@ -85,6 +119,9 @@ def _patch_rich_help() -> None:
     rich_utils._get_rich_console = console
     rich_utils.Panel = panel  # type: ignore[assignment,misc]  # only the help panels are built through this name
     rich_utils._fix_linebreaks = fix_linebreaks
+
+
+STACK_INDENT = 4  # a stacked row's help, under its names
 
 
 def _theme(rich_utils: Any):

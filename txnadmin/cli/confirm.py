@@ -20,7 +20,9 @@ Usage in a command::
             return  # dry run: plan printed, nothing changed
 
 With ``-o json`` the plan goes to stderr so stdout stays one JSON document — except on ``--dry-run``, where the
-plan *is* the result and is printed to stdout as JSON (``{"dryRun": true, "plan": {...}}``).
+plan *is* the result and is printed to stdout as JSON (``{"dryRun": true, "plan": {...}}``). With ``--yes`` as well,
+nobody reads that plan to decide: a plan with a ``summary`` prints the summary there instead of every step (the
+command's JSON document carries the whole plan).
 """
 
 from __future__ import annotations
@@ -45,12 +47,16 @@ class Plan:
     target: str
     steps: list[str] = field(default_factory=list)
     details: dict = field(default_factory=dict)  # machine-readable counts for the JSON form
+    summary: Optional[list[str]] = None  # a few lines in place of the steps where nobody decides on them
 
     def to_json(self) -> dict:
         return {"action": self.action, "target": self.target, "steps": list(self.steps), **self.details}
 
-    def lines(self) -> list[str]:
-        return [f"plan: {self.action}", f"  target: {self.target}"] + [f"  - {step}" for step in self.steps]
+    def lines(self, brief: bool = False) -> list[str]:
+        head = [f"plan: {self.action}", f"  target: {self.target}"]
+        if brief and self.summary is not None:
+            return head + [f"  {line}" for line in self.summary] + ["  (every step: the plan in the JSON document)"]
+        return head + [f"  - {step}" for step in self.steps]
 
 
 def _stdin_is_terminal() -> bool:
@@ -75,7 +81,7 @@ def confirm(plan: Plan, *, yes: bool, dry_run: bool, output: str = "table",
                 typer.echo(line)
             typer.echo("dry run: nothing was changed")
         return False
-    for line in plan.lines():
+    for line in plan.lines(brief=as_json and yes):
         typer.echo(line, err=as_json)
     if yes:
         return True

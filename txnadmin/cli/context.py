@@ -37,8 +37,8 @@ def _load():
 def add(
     name: str = typer.Argument(..., help="The context's name (letters, digits, '.', '_', '-')."),
     admin_url: str = typer.Option(..., "--admin-url", "-u", help="http(s)://host:port or local:PATH."),
-    auth_plugin: Optional[str] = typer.Option(None, "--auth-plugin", help="e.g. "
-                                              "org.apache.pulsar.client.impl.auth.AuthenticationToken"),
+    auth_plugin: Optional[str] = typer.Option(None, "--auth-plugin", help="e.g. AuthenticationToken (a short class "
+                                              "name, or the full org.apache.pulsar.client.impl.auth.… one)."),
     auth_params: Optional[str] = typer.Option(None, "--auth-params", help="e.g. token:XYZ or file:///path/to/token "
                                               "(kept in the file, which only you can read)."),
     tls_trust_cert_path: Optional[str] = typer.Option(None, "--tls-trust-cert-path", help="CA certificates file."),
@@ -119,9 +119,7 @@ def remove(name: str = typer.Argument(..., help="The context to forget.")) -> No
 @app.command("list")
 def list_contexts(output: str = output_option("table", ("table", "json"))) -> None:
     """Every context: name, URL, auth plugin; the current one marked `*`. Secrets are never shown."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    from .render import print_rows
 
     store = _load()
     rows = [dict(c.describe(), current=store.current == n) for n, c in sorted(store.items.items())]
@@ -131,13 +129,10 @@ def list_contexts(output: str = output_option("table", ("table", "json"))) -> No
     if not rows:
         typer.echo(f"no contexts in {store.path}; add one with `txnadmin context add NAME -u URL`")
         return
-    table = Table(box=None, show_edge=False, pad_edge=False)
-    for column in ("CURRENT", "NAME", "URL", "AUTH"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row("*" if row["current"] else "", Text(row["name"]), Text(row["url"]),
-                      Text(str(row.get("authPlugin") or "-").rsplit(".", 1)[-1]))
-    Console(soft_wrap=True).print(table)
+    # the tables' one way (render.format_rows): whole cells, no markup, no trailing spaces
+    print_rows(["CURRENT", "NAME", "URL", "AUTH"],
+               [["*" if row["current"] else "", row["name"], row["url"],
+                 str(row.get("authPlugin") or "-").rsplit(".", 1)[-1]] for row in rows])
 
 
 @app.command("show")

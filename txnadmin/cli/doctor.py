@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ._common import EXIT_UNREADABLE, EXIT_USAGE, fail, print_json
-from .render import output_option
+from .render import counted, output_option
 from ._target import AdminUrl, Conf, hint, open_target
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "unknown": "magenta", "info": "dim"}
@@ -21,7 +21,8 @@ def doctor(
                                        "coordinators, stuck-transactions, max-read-position, recovery, snapshots, "
                                        "batched-log, leftovers, coverage, versions, bookie-rocksdb."),
     threshold: list[str] = typer.Option([], "--threshold", help="name=value, repeatable: stuck-margin, ending, "
-                                        "stalled, recovery, idle (durations: 90s, 5m, 2h) and snapshot-share (a fraction)."),
+                                        "stalled, recovery, idle (durations with their unit: 500ms, 90s, 5m, 2h; a bare number "
+                                        "is refused) and snapshot-share (a fraction)."),
     output: str = output_option("table"),
     strict: bool = typer.Option(False, "--strict", help="Count 'unknown' findings (checks that could not run) as warnings."),
     fix: bool = typer.Option(False, "--fix", help="Abort the transactions that are OPEN past their timeout (judged on "
@@ -104,16 +105,20 @@ def _fix(admin, report, target, checks, thresholds, concurrency, bookie_dir, yes
         say("fix: nothing to abort (no transaction is OPEN past its timeout plus the margin)")
         return report
     steps = [f"abort {txn}" for txn in plan]
-    fix = Plan(f"abort {len(plan)} transaction(s) OPEN past their timeout (judged on the target's clock)",
+    fix = Plan(f"abort {counted(len(plan), 'transaction')} OPEN past their timeout (judged on the target's clock)",
                target.label, steps, {"abort": [str(txn) for txn in plan]})
     if dry_run and output == "json":
         report.fix = {"dryRun": True, "plan": fix.to_json()}  # one JSON document: the plan rides in the report
         return report
     if not confirm(fix, yes=yes, dry_run=dry_run, output=output):
         return report  # dry run: plan printed, nothing changed; the exit code still says what doctor found
-    results = proc.apply_fix(admin, plan)
-    for row in results:
-        say(f"  {row['txnId']}: {row['result']}" + (f" ({row['reason']})" if "reason" in row else ""))
+    from .aborting import abort_rows, account
+
+    # the one abort procedure, its outcomes said as `transactions abort` says them
+    results = abort_rows(lambda call: call(admin), proc.fix_rows(plan), say,
+                         lambda target_admin, said: proc.apply_fix(target_admin, plan, said))
+    for line in account(results, target.url):
+        say(line)
     say("checking again after the fix:")
     after = proc.run(admin, target.url, checks, thresholds, concurrency, None, bookie_dir)
     after.fix = {"dryRun": False, "plan": fix.to_json(), "results": results}
@@ -141,7 +146,7 @@ def _render(report, target, strict: bool) -> None:
     verdict = ("NOT healthy" if not report.healthy(strict) else
                "cannot tell (the target stopped answering)" if report.lost else "healthy")
     console.print(f"{verdict}: " + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "unknown", "info"))
-                  + f" ({len(report.checks)} checks)")
+                  + f" ({counted(len(report.checks), 'check')})")
 
 
 def _text(value) -> str:

@@ -62,7 +62,9 @@ def init(
         fail(f"{path}: {str(exc).strip()}; nothing was saved", EXIT_USAGE)
     except EngineDirError as exc:  # the directory is taken: the command line must change (--exist-ok, another one)
         fail(str(exc), EXIT_USAGE)
-    typer.echo(f"engine ready at {path} ({config.transactionCoordinatorCount} coordinators)")
+    from .render import counted
+
+    typer.echo(f"engine ready at {path} ({counted(config.transactionCoordinatorCount, 'coordinator')})")
 
 
 @app.command("run")
@@ -230,21 +232,46 @@ def dump(
 
 @app.command("set")
 def set_(
-    name: str = typer.Argument(..., help="A dynamic setting, e.g. transactionLogBatchedWriteEnabled."),
-    value: str = typer.Argument(...),
-    directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory."),
+    words: list[str] = typer.Argument(..., metavar="[DIR] SETTING", show_default=False,
+                                      help="NAME=VALUE, repeatable, as `engine init --set` takes it (e.g. ./eng "
+                                           "transactionLogBatchedWriteEnabled=true); or one NAME VALUE."),
+    directory: Optional[Path] = typer.Option(None, "--dir", help="Engine directory (the same as DIR)."),
 ) -> None:
-    """Change a dynamic setting (like `pulsar-admin brokers update-dynamic-config`); a running engine sees it within 1 s."""
+    """Change dynamic settings (like `pulsar-admin brokers update-dynamic-config`); a running engine sees them within
+    1 s. Every setting is checked before any is stored; prints the engine's dynamic settings."""
     from ..engine.config import ConfigError, EngineConfig, did_you_mean
-    from ..engine.manage import EngineDirError, set_dynamic
+    from ..engine.manage import EngineDirError, set_dynamic_values
 
+    given, changes = _set_words(words)
     try:
-        print_json(set_dynamic(_dir(directory), name, value))
+        print_json(set_dynamic_values(_dir(given, directory), changes))
     except ConfigError as exc:  # Pulsar's words, then the near names a typo was meant as
-        hint = did_you_mean(name, dynamic_only=True) if name not in EngineConfig.DYNAMIC_KEYS else ""
-        fail(str(exc).strip() + hint, EXIT_USAGE)
+        wrong = next((n for n in changes if n not in EngineConfig.DYNAMIC_KEYS), None)
+        fail(str(exc).strip() + (did_you_mean(wrong, dynamic_only=True) if wrong else ""), EXIT_USAGE)
     except EngineDirError as exc:
         fail(str(exc), EXIT_UNREADABLE)
+
+
+def _set_words(words: list[str]) -> tuple[Optional[Path], dict[str, Optional[str]]]:
+    """`engine set`'s forms: [DIR] NAME=VALUE... (as `engine init DIR --set NAME=VALUE`), NAME VALUE, DIR NAME VALUE."""
+    import re
+
+    pairs = [w for w in words if re.match(r"[A-Za-z][A-Za-z0-9_.]*=", w)]
+    if not pairs:
+        if len(words) in (2, 3):
+            *lead, name, value = words
+            return (Path(lead[0]) if lead else None), {name: value}
+        fail(f"engine set {' '.join(words)}: give [DIR] NAME=VALUE..., or NAME VALUE (with --dir DIR)", EXIT_USAGE)
+    lead = words[:len(words) - len(pairs)]
+    if len(lead) > 1 or words[len(lead):] != pairs:
+        fail(f"engine set {' '.join(words)}: the engine directory comes first, then NAME=VALUE settings", EXIT_USAGE)
+    changes: dict[str, Optional[str]] = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if name in changes:
+            fail(f"engine set: {name} given twice; give it once", EXIT_USAGE)
+        changes[name] = value.strip()
+    return (Path(lead[0]) if lead else None), changes
 
 
 txn_app = typer.Typer(help="Act as a transactional client (begin, commit, abort) against an engine directory.",

@@ -26,9 +26,11 @@ def exporter(
     with_doctor: bool = typer.Option(False, "--doctor", help="Run every doctor check on each poll and export the "
                                      "findings by check and severity."),
     threshold: list[str] = typer.Option([], "--threshold", help="name=value, repeatable, as for doctor: "
-                                        "stuck-margin and ending set the past-timeout and stuck-ending metrics."),
-    max_transaction_timeout: float = typer.Option(15.0, "--max-transaction-timeout", min=0.0,
-                                                  help="Minutes, as for find-hanging: older open transactions hang."),
+                                        "stuck-margin and ending set the past-timeout and stuck-ending metrics "
+                                        "(durations with their unit: 90s, 5m)."),
+    max_transaction_timeout: str = typer.Option("15", "--max-transaction-timeout", show_default=False,
+                                                help="As for find-hanging: older open transactions hang (e.g. 15m, "
+                                                     "90s; a bare number is minutes) [default: 15m]."),
     concurrency: int = typer.Option(16, "--concurrency", min=1, max=256, help="Admin calls in flight per poll."),
     admin_url: Optional[str] = AdminUrl,
     conf: Optional[Path] = Conf,
@@ -43,14 +45,17 @@ def exporter(
     from ..procedures import doctor as doctor_proc
     from ..procedures import exporter as proc
 
+    from ..durations import parse_duration_ms
+
     try:
         thresholds = doctor_proc.parse_thresholds(threshold)
+        hang_ms = parse_duration_ms(max_transaction_timeout, "--max-transaction-timeout", "m")
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     # a service watches what the operator named, never the embedded default by accident
     target = resolve_for(ctx, admin_url, conf, require_named="exporter")
     options = proc.Options(top=top, checklist=checklist, doctor=with_doctor, thresholds=thresholds,
-                           max_transaction_timeout_minutes=max_transaction_timeout, concurrency=concurrency)
+                           max_transaction_timeout_minutes=hang_ms / 60_000, concurrency=concurrency)
 
     def ready(url: str) -> None:
         typer.echo(f"exporting {target.label} on {url} every {interval:g} s")

@@ -144,7 +144,8 @@ def root(
     conf: Optional[Path] = typer.Option(None, "--conf", help="Pulsar client.conf (default $PULSAR_CLIENT_CONF)."),
     context: Optional[str] = typer.Option(None, "--context", help="A named target kept by `txnadmin context add`, "
                                           "for this command only."),
-    auth_plugin: Optional[str] = typer.Option(None, "--auth-plugin", help="e.g. org.apache.pulsar.client.impl.auth.AuthenticationToken"),
+    auth_plugin: Optional[str] = typer.Option(None, "--auth-plugin", help="e.g. AuthenticationToken (a short class "
+                                              "name, or the full org.apache.pulsar.client.impl.auth.… one)."),
     auth_params: Optional[str] = typer.Option(None, "--auth-params", help="e.g. token:XYZ or file:///path/to/token"),
     token: Optional[str] = typer.Option(None, "--token", help="A bearer token: the same as --auth-plugin "
                                         "AuthenticationToken --auth-params token:TOKEN."),

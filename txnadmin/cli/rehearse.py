@@ -19,6 +19,8 @@ def rehearse(
     scan_engine: str = typer.Option("auto", "--scan-engine", help="auto (Spark when Java is present), spark, python."),
     force: bool = typer.Option(False, "--force", help="Replace an earlier rehearsal kept in --dir (its engine, "
                                "dump and checklist; nothing else)."),
+    discard: bool = typer.Option(False, "--discard", help="Remove the rehearsal's files when it ends, whatever the "
+                                 "verdict (what `make run` does; not with --dir)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Spark's logging and the JVM's start-up notes."),
     output: str = output_option("table"),
 ) -> None:
@@ -50,6 +52,8 @@ def rehearse(
             fail(str(exc), EXIT_USAGE)
     elif force:
         fail("--force goes with --dir (a rehearsal without --dir works in a new temporary directory)", EXIT_USAGE)
+    if discard and directory is not None:
+        fail("--discard goes without --dir: a directory you name is kept", EXIT_USAGE)
 
     def show(name: str, info: dict) -> None:
         if output != "json":
@@ -59,7 +63,7 @@ def rehearse(
             typer.echo(f"• {name}" + (f": {details}" if details else ""))
 
     try:
-        result = run(directory, warmup, timeout, scan_engine, show, verbose=verbose)
+        result = run(directory, warmup, timeout, scan_engine, show, verbose=verbose, discard=discard)
     except RehearsalDirError as exc:  # another rehearsal took the directory since the check above
         fail(str(exc), EXIT_USAGE)
     except ScanUsageError as exc:
@@ -97,4 +101,6 @@ def _checklist(result) -> None:
     typer.echo(f"  {ok(result.census_batched_live == 0)} engine census: {result.census_batched_live} batched "
                "entries in live transaction ledgers")
     typer.echo("")
-    typer.echo("verdict: " + ("SAFE to downgrade" if result.safe else "NOT SAFE") + f"   (files in {result.directory})")
+    where = (f"files in {result.directory}" if result.kept else
+             "its files were removed; keep them with: txnadmin rehearse --dir DIR")
+    typer.echo("verdict: " + ("SAFE to downgrade" if result.safe else "NOT SAFE") + f"   ({where})")

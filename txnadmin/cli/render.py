@@ -204,6 +204,11 @@ def _mostly_scalars(obj: dict) -> bool:
     return sum(not isinstance(v, (dict, list)) for v in obj.values()) * 2 >= len(obj)
 
 
+def counted(n: int, noun: str, plural: "str | None" = None) -> str:
+    """3, 'transaction' -> '3 transactions'; 1 -> '1 transaction' (``plural`` where adding an s is wrong)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def age(ms: float) -> str:
     """1234567 → '20m 34s': ages people can read at a glance."""
     seconds = max(0, int(ms // 1000))

@@ -11,12 +11,12 @@ from .render import FORMATS, output_option, to_yaml
 def target(ctx: typer.Context, output: str = output_option("table", FORMATS)) -> None:
     """Print the target in use and where it came from (see docs/transactions.md for the precedence). Secrets masked.
 
-    Credentials that cannot be read or used (a client.conf, a token file, a refused plugin) are flagged beside the
-    target, which is still shown, and the command exits 3. Exit 2 for a wrong option (-u "", an unknown --context),
-    3 when no target can be worked out at all.
+    Credentials that cannot be read or used (a client.conf, a token file, a refused plugin), or a local target with
+    no engine in its directory, are flagged beside the target, which is still shown, and the command exits 3. Exit 2
+    for a wrong option (-u "", an unknown --context), 3 when no target can be worked out at all.
     """
     from ..admin.protocol import TargetUnreachableError
-    from ..admin.target import TargetUsageError, resolve_target
+    from ..admin.target import TargetUsageError, missing_engine, resolve_target
 
     opts = ctx.find_root().obj or {}
     try:
@@ -38,6 +38,10 @@ def target(ctx: typer.Context, output: str = output_option("table", FORMATS)) ->
             problem = exc.reason
     if problem:
         info["credentials"] = f"UNREADABLE: {problem}"
+    no_engine = missing_engine(t)
+    if no_engine is not None:  # every command would stop there: not a target to report as in working order
+        info["engine"] = f"MISSING: no engine at {t.engine_dir}"
+        problem = problem or no_engine
     if output == "json":
         print_json(info)
     elif output == "yaml":

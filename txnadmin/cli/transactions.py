@@ -13,7 +13,7 @@ import typer
 
 from .confirm import DryRunOpt, YesOpt
 from ._common import waiting_notice as waiting_notice  # re-exported: the spinner of every call
-from .render import FORMATS, no_headers_option, output_option
+from .render import FORMATS, counted, no_headers_option, output_option
 
 if TYPE_CHECKING:
     from ..admin.protocol import TargetUnreachableError
@@ -211,7 +211,30 @@ def slow_transactions(ctx: typer.Context, coordinator_id: Optional[int] = typer.
     except ValueError as exc:
         _fail(str(exc))
     result = _run(ctx, lambda a: a.slow_transactions(timeout_ms, coordinator_id))
-    _print(result, output, lambda v: map_lines(v, "TransactionMetadata"))
+    title = f"{counted(len(result), 'slow transaction')} (timeout over {time_}) on {_target_url(ctx)}"
+    _print(result, output, lambda v: map_lines(v, "TransactionMetadata"), table=lambda v: _slow_table(v, title))
+
+
+def _slow_table(txns: dict, title: str) -> None:
+    """One line per transaction, as `list` shows them (pulsar-admin's map stays the default output and -o json);
+    ages on this machine's clock. -o wide adds when it opened and its partitions."""
+    from ..admin.hanging import transaction_rows
+    from .render import age, human_value, print_rows
+
+    rows = transaction_rows(txns)
+    if not rows:
+        typer.echo(title)
+        return
+    cells, notes = [], []
+    for r in rows:
+        timeout = r.get("timeoutMs")
+        cells.append([r["txnId"], "-" if r["coordinatorId"] is None else str(r["coordinatorId"]), r["status"] or "-",
+                      age(r["ageMs"]), "-" if timeout is None else age(timeout), r.get("owner") or "-",
+                      human_value("openTimestamp", r.get("openTimestamp"), compact=True),
+                      str(len(r["producedPartitions"])), str(len(r["ackedPartitions"]))])
+        notes.append([f"note: {r['note']}"] if r.get("note") else [])
+    print_rows(["TXN ID", "COORDINATOR", "STATE", "AGE", "TIMEOUT", "OWNER", "OPENED (UTC)", "PRODUCED", "ACKED"],
+               cells, notes, title, extra=3)
 
 
 @app.command("scale-transactionCoordinators")
@@ -408,7 +431,7 @@ StateOpt = typer.Option(None, "--state", help="Only this state (repeatable): OPE
                                               "ABORTED.")
 OwnerOpt = typer.Option(None, "--owner", help="Only transactions of this owner (the client's role, exactly).")
 OlderThanOpt = typer.Option(None, "--older-than", help="Only transactions open longer than this, e.g. 90s, 5m, 2h, "
-                                                       "1h30m (on the target's clock).")
+                                                       "1h30m (on the target's clock; a bare number is seconds).")
 IdPatternOpt = typer.Option(None, "--id-pattern", help="Only ids matching this glob over the id as printed, e.g. "
                                                        "'(1,*)' or '1,4?' (parentheses added when missing).")
 CoordinatorOpt = typer.Option(None, "--coordinator-id", "-c", help="Only this coordinator's transactions.")
@@ -472,7 +495,7 @@ def list_transactions(ctx: typer.Context, coordinator_id: Optional[int] = Coordi
     if touches is not None and not found.rows:
         _run(ctx, lambda a: touches.require_known(a, 0))  # pulsar-admin's "Topic not found", not "0 open"
     where = _target_url(ctx)
-    title = f"{len(found.rows)} open transactions on {where}" + ("" if flt.is_empty() else f" ({flt.describe()})")
+    title = f"{counted(len(found.rows), 'open transaction')} on {where}" + ("" if flt.is_empty() else f" ({flt.describe()})")
     _print(found.rows, output or "table", table=lambda v: _list_table(v, found.now_ms, title))
     for tc_id, reason in sorted(found.unreadable.items()):
         typer.echo(mask(f"coordinator {tc_id}: its transactions could not be listed: {reason}"), err=True)
@@ -524,10 +547,11 @@ def abort_matching(ctx: typer.Context, coordinator_id: Optional[int] = Coordinat
     steps = [mask(f"abort {r['txnId']} on coordinator {r['coordinatorId']}, owner {r.get('owner') or '-'}, "
                   f"{r['status']}, open {age(r['ageMs'])}") for r in rows]
     steps += [f"skip coordinator {k}: it could not be listed" for k in sorted(found.unreadable)]
-    plan = Plan(f"abort {len(rows)} transactions ({flt.describe()}){clock}", target.label, steps,
+    plan = Plan(f"abort {counted(len(rows), 'transaction')} ({flt.describe()}){clock}", target.label, steps,
                 {"transactions": [{k: r.get(k) for k in ("txnId", "coordinatorId", "owner", "status", "ageMs")}
                                   for r in rows],
-                 "coordinators": sorted({r["coordinatorId"] for r in rows}), **report})
+                 "coordinators": sorted({r["coordinatorId"] for r in rows}, key=_coordinator_order), **report},
+                summary=_plan_summary(rows, found.unreadable))
     try:
         # -o json/yaml: the plan goes to stderr, stdout stays one document
         proceed = confirm(plan, yes=yes, dry_run=dry_run, output="json" if output in ("json", "yaml") else "table")
@@ -535,60 +559,47 @@ def abort_matching(ctx: typer.Context, coordinator_id: Optional[int] = Coordinat
         raise typer.Exit(1 if exc.exit_code else 0) from None  # pulsar-admin's codes: any failure is 1
     if not proceed:
         raise typer.Exit(0)
-    results = _abort_all(ctx, rows, stream=output not in ("json", "yaml"))
+    from .aborting import abort_rows, account
+
+    results = abort_rows(lambda call: _run(ctx, call), rows, None if output in ("json", "yaml") else typer.echo)
     if output in ("json", "yaml"):
         from ..procedures.bulk_abort import summary
 
-        _print({**report, "planned": len(rows), "results": results, "summary": summary(results)}, output)
+        _print({**report, "plan": plan.to_json(), "planned": len(rows), "results": results,
+                "summary": summary(results)}, output)
     else:
-        _abort_account(results, target.url)
+        for line in account(results, target.url):
+            typer.echo(line)
     raise typer.Exit(0 if all_done(results) and not found.unreadable else 1)
 
 
-_SAID = {"ABORTED": "aborted", "ENDED": "ended by itself", "FAILED": "FAILED to abort",
-         "UNKNOWN": "cannot tell whether aborted", "NOT_ATTEMPTED": "not attempted"}
+def _coordinator_order(tc: Optional[int]) -> tuple[bool, int]:
+    return tc is None, tc if tc is not None else 0
 
 
-def _abort_all(ctx: typer.Context, rows: list[dict], stream: bool) -> list[dict]:
-    """Abort the planned rows, printing each outcome as it comes (so an interrupted run still leaves its account)."""
-    from ..admin.auth import mask
-    from ..procedures.bulk_abort import abort_selected
+def _plan_summary(rows: list[dict], unlisted: dict) -> list[str]:
+    """A long plan in a few lines: how many on each coordinator, by state, and the first ids in the plan's order."""
+    from collections import Counter
 
-    results: list[dict] = []
+    from .aborting import first_ids
 
-    def said(result: dict) -> None:
-        results.append(result)
-        if stream:
-            typer.echo(mask(f"{_SAID[result['outcome']]} {result['txnId']}"
-                            + (f": {result['reason']}" if result.get("reason") else "")))
-
-    try:
-        return _run(ctx, lambda a: abort_selected(a, rows, said))
-    except KeyboardInterrupt:
-        done = [r["txnId"] for r in results if r["outcome"] in ("ABORTED", "ENDED")]
-        in_flight = rows[len(results)]["txnId"] if len(results) < len(rows) else None
-        typer.echo(f"interrupted: {len(done)} of {len(rows)} planned transactions aborted or ended"
-                   + (f"; {in_flight} may or may not be aborted" if in_flight else "")
-                   + (f"; not attempted: {' '.join(r['txnId'] for r in rows[len(results) + 1:])}"
-                      if len(results) + 1 < len(rows) else ""), err=True)
-        raise
-
-
-def _abort_account(results: list[dict], where: str) -> None:
-    from ..procedures.bulk_abort import summary
-
-    counts = summary(results)
-    typer.echo(f"{counts['ABORTED']} of {len(results)} planned transactions aborted on {where}, "
-               f"{counts['ENDED']} ended by themselves meanwhile")
-    left = [r for r in results if r["outcome"] not in ("ABORTED", "ENDED")]
-    if left:
-        typer.echo(f"NOT aborted ({len(left)}): " + ", ".join(f"{r['txnId']} ({_SAID[r['outcome']]})" for r in left))
+    by: dict[Optional[int], Counter] = {}
+    for r in rows:
+        by.setdefault(r["coordinatorId"], Counter())[r["status"] or "-"] += 1
+    lines = [f"{counted(len(rows), 'transaction')} on {counted(len(by), 'coordinator')}:"]
+    for tc in sorted(by, key=_coordinator_order):
+        lines.append(f"  coordinator {'-' if tc is None else tc}: "
+                     + ", ".join(f"{n} {state}" for state, n in sorted(by[tc].items())))
+    lines.append(f"first: {first_ids([r['txnId'] for r in rows])}")
+    lines += [f"skip coordinator {k}: it could not be listed" for k in sorted(unlisted)]
+    return lines
 
 
 @app.command("find-hanging")
 def find_hanging(ctx: typer.Context,
-                 max_transaction_timeout: float = typer.Option(15.0, "--max-transaction-timeout",
-                                                               help="Minutes; older open transactions hang."),
+                 max_transaction_timeout: str = typer.Option(
+                     "15", "--max-transaction-timeout", show_default=False,
+                     help="Older open transactions hang: e.g. 15m, 90s, 2h (a bare number is minutes) [default: 15m]."),
                  coordinator_id: Optional[int] = typer.Option(None, "--coordinator-id", "-c"),
                  topic: Optional[str] = typer.Option(None, "--topic", "-t",
                                                      help="Only transactions that produced to or acked on it."),
@@ -603,10 +614,15 @@ def find_hanging(ctx: typer.Context,
     """
     from ..admin.hanging import find_hanging as find
     from ..admin.hanging import open_transactions
+    from ..durations import parse_duration_ms
     from .confirm import Plan, confirm
 
     if (yes or dry_run) and not abort:
         _fail("--yes and --dry-run go with --abort")
+    try:
+        hang_minutes = parse_duration_ms(max_transaction_timeout, "--max-transaction-timeout", "m") / 60_000
+    except ValueError as exc:
+        _fail(str(exc))
     if abort:  # aborting changes a cluster: never on a target the operator did not name
         from ._target import resolve_for
 
@@ -615,7 +631,7 @@ def find_hanging(ctx: typer.Context,
 
     def look(admin):
         every = open_transactions(admin, coordinator_id)
-        found = find(admin, max_transaction_timeout, coordinator_id)
+        found = find(admin, hang_minutes, coordinator_id)
         if touches is not None:
             every = [r for r in every if touches(r)]
             found = [r for r in found if touches(r)]
@@ -627,7 +643,7 @@ def find_hanging(ctx: typer.Context,
         if row["coordinatorId"] is not None:  # an odd key (see its note) names nothing abort-transaction takes
             row["abortCommand"] = _target(ctx).command("transactions abort-transaction", "--txn-id", row["txnId"])
     where = _target_url(ctx)
-    title = f"{len(rows)} hanging of {open_count} open transactions on {where}"
+    title = f"{len(rows)} hanging of {counted(open_count, 'open transaction')} on {where}"
     if not abort:
         def table(v: list[dict]) -> None:
             _txn_table(v, title)
@@ -639,39 +655,29 @@ def find_hanging(ctx: typer.Context,
         _print([], output or "table", table=lambda v: typer.echo(f"{title}: nothing to abort"))
         raise typer.Exit(0)
     target = _target(ctx)
-    plan = Plan(f"abort {len(rows)} hanging transactions", f"{target.url} (from {target.source})",
-                [f"abort {r['txnId']}: {'; '.join(r['reasons'])}" for r in rows], {"transactions": len(rows)})
+    plan = Plan(f"abort {counted(len(rows), 'hanging transaction')}", f"{target.url} (from {target.source})",
+                [f"abort {r['txnId']}: {'; '.join(r['reasons'])}" for r in rows],
+                {"transactions": [{k: r.get(k) for k in ("txnId", "coordinatorId", "owner", "status", "ageMs")}
+                                  for r in rows]}, summary=_plan_summary(rows, {}))
     try:
         proceed = confirm(plan, yes=yes, dry_run=dry_run, output=output or "table")
     except typer.Exit as exc:
         raise typer.Exit(1 if exc.exit_code else 0) from None  # pulsar-admin's codes: any failure is 1
     if not proceed:
         raise typer.Exit(0)
-    from ..admin.protocol import AdminError, TxnId
+    from ..procedures.bulk_abort import all_done, summary
+    from .aborting import abort_rows, account
 
-    results = []
-
-    def abort_all(admin):
-        for row in rows:
-            if row["coordinatorId"] is None:
-                results.append({"txnId": row["txnId"], "status": "FAILED", "reason": row["note"]})
-                continue
-            try:
-                admin.abort_transaction(TxnId.parse(row["txnId"]))
-                results.append({"txnId": row["txnId"], "status": "ABORTED"})
-            except AdminError as exc:  # one that ended meanwhile must not stop the others
-                results.append({"txnId": row["txnId"], "status": "FAILED", "reason": exc.reason})
-
-    _run(ctx, abort_all)
-    failed = [r for r in results if r["status"] != "ABORTED"]
-    if output in ("json", "yaml"):
-        _print(results, output)
+    # the one abort procedure and its outcomes, as `transactions abort` reports them
+    as_document = output in ("json", "yaml")
+    results = abort_rows(lambda call: _run(ctx, call), rows, None if as_document else typer.echo)
+    if as_document:
+        _print({"target": target.url, "plan": plan.to_json(), "planned": len(rows), "results": results,
+                "summary": summary(results)}, output)
     else:
-        for r in results:
-            typer.echo(f"{'aborted' if r['status'] == 'ABORTED' else 'FAILED to abort'} {r['txnId']}"
-                       + (f": {r['reason']}" if r.get("reason") else ""))
-        typer.echo(f"{len(results) - len(failed)} of {len(results)} hanging transactions aborted on {where}")
-    raise typer.Exit(1 if failed else 0)
+        for line in account(results, where, "hanging transaction"):
+            typer.echo(line)
+    raise typer.Exit(0 if all_done(results) else 1)
 
 
 def _abort_hints(rows: list[dict]) -> None:

@@ -230,12 +230,19 @@ def write_dynamic(directory: Path, values: dict[str, str]) -> None:
 
 def update_dynamic(directory: Path, name: str, value: str | None) -> dict[str, str]:
     """Validate and store one override (None removes it), like POST/DELETE /admin/v2/brokers/configuration."""
-    if name not in EngineConfig.DYNAMIC_KEYS:
-        raise ConfigError(f"Can't update non-dynamic configuration {name}")
+    return update_dynamic_values(directory, {name: value})
+
+
+def update_dynamic_values(directory: Path, changes: dict[str, str | None]) -> dict[str, str]:
+    """:func:`update_dynamic` for several overrides at once: every one is checked before any is stored, so a bad
+    one leaves the file as it was."""
     values = read_dynamic(directory)
-    if value is None:
-        values.pop(name, None)
-    else:
+    for name, value in changes.items():
+        if name not in EngineConfig.DYNAMIC_KEYS:
+            raise ConfigError(f"Can't update non-dynamic configuration {name}")
+        if value is None:
+            values.pop(name, None)
+            continue
         # Only the value's type is checked, as Pulsar's dynamic update does: turning batching on later is accepted
         # whatever the thresholds (the startup check saw batching off), and the writer copes with any of them.
         probe = EngineConfig()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import ConfigError, EngineConfig, update_dynamic
+from .config import ConfigError, EngineConfig, update_dynamic, update_dynamic_values
 from .engine import Engine
 
 
@@ -73,3 +73,8 @@ def dump_engine(directory: Path, dest: Path) -> dict:
 
 def set_dynamic(directory: Path, name: str, value: str | None) -> dict[str, str]:
     return update_dynamic(require_engine(directory), name, value)
+
+
+def set_dynamic_values(directory: Path, changes: dict[str, str | None]) -> dict[str, str]:
+    """Several dynamic settings at once, all checked before any is stored."""
+    return update_dynamic_values(require_engine(directory), changes)

@@ -1,7 +1,8 @@
 """Select open transactions by state, owner, age, coordinator, topic and id; then abort every one selected.
 
 `transactions list` filters with :class:`TxnFilter` and :func:`select`; `transactions abort` shows the same
-selection as its plan and calls :func:`abort_selected`, which gives every planned transaction an outcome:
+selection as its plan and calls :func:`abort_selected`, the one abort procedure (`find-hanging --abort` and `doctor
+--fix` abort through it too), which gives every planned transaction an outcome:
 
 - ``ABORTED``: our abort succeeded;
 - ``ENDED``: it ended by itself between the plan and the abort (committed, aborted by its client or its timeout,
@@ -21,6 +22,7 @@ from typing import Callable, Optional
 
 from ..admin.hanging import open_transactions, open_transactions_by_coordinator
 from ..admin.protocol import AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin, TxnId
+from ..durations import parse_duration_ms
 from ..names import normalize_topic
 
 # Pulsar's TxnStatus values (the TransactionMetadata `status` field).
@@ -28,34 +30,12 @@ STATES = ("OPEN", "COMMITTING", "COMMITTED", "ABORTING", "ABORTED")
 ENDING = ("COMMITTING", "ABORTING")
 TERMINAL = ("COMMITTED", "ABORTED")
 
-_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_MAX_DURATION_MS = 100 * 365 * 86_400_000  # a century: anything longer is a typo, not an age
-_PART = re.compile(r"(\d+)([a-zA-Z]*)")
+OLDER_THAN_BARE = "s"  # --older-than's bare number: seconds, as it always was (txnadmin/durations.py)
 
 
-def parse_duration(text: str) -> int:
-    """``90s``, ``5m``, ``2h``, ``1d``, ``1h30m`` (parts add up) or a bare number of seconds → milliseconds.
-
-    Raises ValueError naming the input for anything else (empty, negative, fractions, unknown units)."""
-    spec = text.strip()
-    if not spec:
-        raise ValueError(f"invalid duration '{text}': give e.g. 90s, 5m, 2h, 1d or 1h30m")
-    if spec.isdigit():
-        spec += "s"
-    total, pos = 0, 0
-    while pos < len(spec):
-        m = _PART.match(spec, pos)
-        if not m or m.group(2).lower() not in _UNIT_MS:
-            raise ValueError(f"invalid duration '{text}': give e.g. 90s, 5m, 2h, 1d or 1h30m "
-                             "(units s, m, h, d; a bare number is seconds)")
-        digits = m.group(1)
-        if len(digits) > 15:  # int() of a huge digit string is slow and the value absurd anyway
-            raise ValueError(f"invalid duration '{text}': longer than 100 years")
-        total += int(digits) * _UNIT_MS[m.group(2).lower()]
-        pos = m.end()
-    if total > _MAX_DURATION_MS:
-        raise ValueError(f"invalid duration '{text}': longer than 100 years")
-    return total
+def parse_older_than(text: str) -> int:
+    """--older-than as milliseconds: the one duration grammar (txnadmin/durations.py), a bare number in seconds."""
+    return parse_duration_ms(text, "--older-than", OLDER_THAN_BARE)
 
 
 _PATTERN_CHARS = set("0123456789(),*?[]!-")
@@ -111,7 +91,7 @@ class TxnFilter:
                 wanted.append(name)
         if coordinator_id is not None and coordinator_id < 0:
             raise ValueError(f"invalid --coordinator-id {coordinator_id}: coordinator ids start at 0")
-        return cls(tuple(wanted), owner, parse_duration(older_than) if older_than is not None else None,
+        return cls(tuple(wanted), owner, parse_older_than(older_than) if older_than is not None else None,
                    coordinator_id, normalize_topic(topic) if topic is not None else None, id_pattern,
                    id_matcher(id_pattern) if id_pattern is not None else None)
 
@@ -246,7 +226,10 @@ def abort_one(admin: TransactionsAdmin, row: dict) -> dict:
     """Abort one planned transaction and say what became of it (see the module docstring for the outcomes).
 
     Raises TargetUnreachableError when the target cannot be reached (the caller stops there)."""
-    txn = TxnId.parse(row["txnId"])
+    try:
+        txn = TxnId.parse(row["txnId"])
+    except ValueError:  # a listing's odd key (admin/hanging.py): nothing names it to abort
+        return _outcome(row, "FAILED", row.get("status"), row.get("note") or "its key is not a transaction id")
     try:
         admin.abort_transaction(txn)
         return _outcome(row, "ABORTED", "ABORTED")

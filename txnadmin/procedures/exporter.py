@@ -82,7 +82,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "poll_errors": ("counter", "Polls that failed (the last values stay served, with their age) or read only part "
                                "of the target (what was not read is left out)."),
     "last_poll_success_timestamp_seconds": ("gauge", "Unix time at which the last poll that read everything "
-                                                     "finished."),
+                                                     "finished (the exporter's start time until one has)."),
 }
 
 Labels = tuple[tuple[str, str], ...]
@@ -463,7 +463,10 @@ class Exporter:
         self.snapshot: Optional[Snapshot] = None  # replaced whole by the poll loop; read once per scrape
         self.errors = 0
         self.last_duration: Optional[float] = None
-        self.last_success: Optional[float] = None  # wall clock
+        # wall clock; served from the start, so that "no successful poll for 5 min" can fire for one that never had
+        # any (an absent series fires no rule), counted from the exporter's start: a new one is not stale at once
+        self.started_wall = time.time()
+        self.last_success: Optional[float] = None
         self.polls = 0
         self.stop_event = threading.Event()
         self._thread = threading.Thread(target=self._run, name="exporter-poll", daemon=True)
@@ -524,8 +527,8 @@ class Exporter:
         values["poll_errors"] = (((), float(self.errors)),)
         if self.last_duration is not None:
             values["poll_duration_seconds"] = (((), self.last_duration),)
-        if self.last_success is not None:
-            values["last_poll_success_timestamp_seconds"] = (((), self.last_success),)
+        success = self.last_success if self.last_success is not None else self.started_wall
+        values["last_poll_success_timestamp_seconds"] = (((), success),)
         for name, (kind, help_text) in METRICS.items():
             if name in values:
                 yield PREFIX + name, kind, help_text, values[name]

@@ -94,9 +94,10 @@ class RehearsalResult:
     workload: Optional[dict] = None
     flags_on: Optional[dict] = None  # broker → batching flags read on at the verdict ({}: off everywhere)
     moving: dict = field(default_factory=dict)  # what the cluster did meanwhile and how the wait rode it out
+    kept: bool = True  # False: the directory was removed when the rehearsal ended (discard)
 
     def to_json(self) -> dict:
-        return {"directory": self.directory, "safe": self.safe, "steps": self.steps,
+        return {"directory": self.directory, "kept": self.kept, "safe": self.safe, "steps": self.steps,
                 "workload": self.workload, "status": self.status, "scan": self.scan,
                 "engineCensusLiveBatchedEntries": self.census_batched_live, "flagsOnAtVerdict": self.flags_on,
                 "movingCluster": self.moving}
@@ -134,11 +135,30 @@ class _RestartableBroker:
 
 def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s: float = 120.0,
              scan_engine: str = "auto", on_step: Optional[Callable[[str, dict], None]] = None,
-             shed_s: float = SHED_S, force: bool = False, verbose: bool = False) -> RehearsalResult:
+             shed_s: float = SHED_S, force: bool = False, verbose: bool = False,
+             discard: bool = False) -> RehearsalResult:
     """The whole downgrade under load, on a cluster that moves: a topic and a coordinator unloaded every ``shed_s``
     seconds (bundle shedding), and one engine restart in the middle of the wait. `start` runs once; `wait
     --rerecord` rides out the rest. An earlier rehearsal in ``directory`` is refused (RehearsalDirError) unless
-    ``force``. ``verbose`` lets Spark's logging through (see run_scan)."""
+    ``force``. ``verbose`` lets Spark's logging through (see run_scan). ``discard``: work in a new temporary
+    directory and remove it when the rehearsal ends, whatever the verdict (a ``directory`` given is always kept)."""
+    import shutil
+
+    if discard and directory is not None:
+        raise RehearsalDirError("--discard goes without --dir: a directory you name is kept")
+    root: Path = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="txnadmin-rehearsal-"))
+    try:
+        result = _rehearse_in(root, warmup_s, timeout_s, scan_engine, on_step, shed_s, force, verbose)
+    finally:
+        if discard:
+            shutil.rmtree(root, ignore_errors=True)
+    result.kept = not discard
+    return result
+
+
+def _rehearse_in(root: Path, warmup_s: float, timeout_s: float, scan_engine: str,
+                 on_step: Optional[Callable[[str, dict], None]], shed_s: float, force: bool,
+                 verbose: bool) -> RehearsalResult:
     from ..engine.engine import Engine
     from ..engine.faults import Shedder
     from ..engine.manage import init_engine
@@ -149,7 +169,6 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
     from .downgrade import record_verification, start, wait
     from .downgrade.checklist import DEFAULT_STATE, load_state
 
-    root: Path = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="txnadmin-rehearsal-"))
     prepare_directory(root, force)
     result = RehearsalResult(str(root), False)
 

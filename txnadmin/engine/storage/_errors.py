@@ -8,7 +8,11 @@ class StorageError(Exception):
 
 
 class EngineLockedError(StorageError):
-    """Another process holds the directory for writing."""
+    """Another process holds the directory for writing; ``holder`` is its pid as it recorded it, when known."""
+
+    def __init__(self, message: str, holder: "str | None" = None):
+        super().__init__(message)
+        self.holder = holder
 
 
 class LedgerNotFoundError(StorageError):

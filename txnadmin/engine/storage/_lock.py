@@ -20,7 +20,7 @@ def _flock_or_raise(fd: int, directory: Path, mode: int, refusal: str) -> None:
     except BlockingIOError:
         holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise EngineLockedError(f"{directory}: {refusal.format(holder=holder)}") from None
+        raise EngineLockedError(f"{directory}: {refusal.format(holder=holder)}", holder) from None
 
 
 def take_writer_lock(directory: Path) -> int:

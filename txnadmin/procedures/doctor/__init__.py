@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from ...admin.cluster import RECORD, ClusterView
 from ...admin.protocol import TransactionsAdmin, TxnId
 from .checks import CHECK_HELP, CHECKS, TOPIC_CHECKS
-from .knowledge import THRESHOLDS, parse_duration_ms, parse_thresholds
+from .knowledge import THRESHOLDS, parse_thresholds
 from .report import (
     EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_UNREADABLE, SEVERITIES, DoctorError, Finding, Report, exit_code, fix_plan,
     sort_findings, unknown,
 )
-from .survey import MALFORMED, Progress, Survey, malformed, problem, survey
+from .survey import MALFORMED, Progress, Survey, malformed, survey
 
 __all__ = [
     "CHECKS", "CHECK_HELP", "EXIT_HEALTHY", "EXIT_UNHEALTHY", "EXIT_UNREADABLE", "SEVERITIES", "THRESHOLDS",
-    "DoctorError", "Finding", "Report", "Survey", "apply_fix", "exit_code", "fix_plan", "parse_duration_ms",
+    "DoctorError", "Finding", "Report", "Survey", "apply_fix", "exit_code", "fix_plan", "fix_rows",
     "judge", "parse_thresholds", "run", "select_checks", "survey",
 ]
 
@@ -72,12 +71,16 @@ def judge(s: Survey, target: str, names: list[str], t: dict[str, float]) -> Repo
                   s.clock, names, sort_findings(findings), lost=s.lost)
 
 
-def apply_fix(admin: TransactionsAdmin, plan: list[TxnId]) -> list[dict]:
-    """Abort each planned transaction; one that ended meanwhile is reported, not an error."""
-    view = ClusterView(admin, on_error=RECORD)  # an unreachable target stops the fix; any other failure is a result
-    results = []
-    for txn in plan:
-        _, error = view.attempt(f"abort {txn}", admin.abort_transaction, txn)
-        results.append({"txnId": str(txn), "result": "aborted"} if error is None else
-                       {"txnId": str(txn), "result": "not aborted", "reason": problem(error)})
-    return results
+def fix_rows(plan: list[TxnId]) -> list[dict]:
+    """The fix plan as the abort procedure's planned rows (each OPEN past its timeout, so planned as OPEN)."""
+    return [{"txnId": str(txn), "coordinatorId": txn.most_bits, "status": "OPEN"} for txn in plan]
+
+
+def apply_fix(admin: TransactionsAdmin, plan: list[TxnId],
+              on_outcome: Optional[Callable[[dict], None]] = None) -> list[dict]:
+    """Abort each planned transaction through the one abort procedure (procedures/bulk_abort.abort_selected, which
+    `transactions abort` and `find-hanging --abort` use): its outcomes (ABORTED, ENDED, FAILED, UNKNOWN,
+    NOT_ATTEMPTED), each passed to ``on_outcome`` as soon as it is known."""
+    from ..bulk_abort import abort_selected
+
+    return abort_selected(admin, fix_rows(plan), on_outcome)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from ...durations import parse_duration_ms
+
 PULSAR = "apache/pulsar"
 
 # Thresholds (ms unless said otherwise): name → (default, what it bounds).
@@ -106,15 +108,6 @@ def ref(number: int) -> str:
     return f"{PULSAR}#{number}"
 
 
-def parse_duration_ms(text: str) -> float:
-    """``90s``, ``5m``, ``2h``, ``1d``, ``500ms`` or a bare number of ms."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", text)
-    if not m:
-        raise ValueError(f"{text!r} is not a duration (use e.g. 500ms, 90s, 5m, 2h, 1d)")
-    factor = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}[m.group(2)]
-    return float(m.group(1)) * factor
-
-
 def parse_thresholds(pairs: list[str]) -> dict[str, float]:
     """``name=value`` pairs over the defaults; unknown names and bad values raise ValueError naming them."""
     out = {name: default for name, (default, _) in THRESHOLDS.items()}
@@ -123,10 +116,13 @@ def parse_thresholds(pairs: list[str]) -> dict[str, float]:
         name = name.strip()
         if not sep or name not in THRESHOLDS:
             raise ValueError(f"--threshold {pair!r}: use name=value with name one of {', '.join(THRESHOLDS)}")
-        try:
-            out[name] = float(value) if name == "snapshot-share" else parse_duration_ms(value)
-        except ValueError as exc:
-            raise ValueError(f"--threshold {pair!r}: {exc}") from None
+        if name == "snapshot-share":
+            try:
+                out[name] = float(value)
+            except ValueError:
+                raise ValueError(f"--threshold {pair!r}: snapshot-share is a fraction, e.g. 0.5") from None
+        else:  # a unit is required: a bare number meant ms here once, and means seconds or minutes elsewhere
+            out[name] = float(parse_duration_ms(value, f"--threshold {name}"))
     return out
 
 
