@@ -36,3 +36,49 @@ def test_an_admin_url_that_is_no_url_is_a_usage_error_in_every_own_command(tmp_p
     assert "Traceback" not in result.output
     after = runner.invoke(app, [*args[:1], "-u", url, *args[1:]], env=_env(tmp_path))
     assert after.exit_code == 2, after.output
+
+
+# -- point 4: "Error connecting to Pulsar" only after a connection that failed ---------------------------------------
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when this returns: nothing listens there
+
+
+@pytest.mark.parametrize("args,cause", [
+    (["transactions", "abort", "--owner", "x", "--dry-run"], "needs a named target"),
+    (["-u", "", "transactions", "list"], "--admin-url is empty"),
+    (["-u", "localhost:8080", "transactions", "list"], "use http(s)://host:port"),
+    (["--context", "nope", "transactions", "list"], "no context named 'nope'"),
+    (["transactions", "list"], "cannot read the contexts file"),  # contexts.json damaged (below)
+    (["transactions", "coordinators-list"], "no cluster named and no engine"),
+])
+def test_a_target_not_named_right_is_not_called_a_connection_error(tmp_path, args, cause):
+    env = _env(tmp_path)
+    if "cannot read" in cause:
+        os.makedirs(env["TXNADMIN_HOME"])
+        (tmp_path / "home" / "contexts.json").mkdir()  # a directory where the file belongs: it cannot be read
+    result = runner.invoke(app, args, env=env)
+    assert result.exit_code == 1, result.output  # pulsar-admin's code for every failure
+    assert cause in result.stderr and "Error connecting" not in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+
+
+def test_a_damaged_contexts_file_is_not_called_a_connection_error(tmp_path):
+    env = _env(tmp_path)
+    os.makedirs(env["TXNADMIN_HOME"])
+    (tmp_path / "home" / "contexts.json").write_text("{not json")
+    result = runner.invoke(app, ["transactions", "list"], env=env)
+    assert result.exit_code == 1 and "contexts.json" in result.stderr, result.output
+    assert "Error connecting" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_a_connection_refused_is_called_a_connection_error(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}"
+    result = runner.invoke(app, ["-u", url, "transactions", "coordinators-list"], env=_env(tmp_path))
+    assert result.exit_code == 1, result.output
+    assert "cannot connect" in result.stderr and result.stderr.endswith("\n\nError connecting to Pulsar\n"), \
+        result.stderr

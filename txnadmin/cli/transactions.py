@@ -43,8 +43,9 @@ def _fail(message: str) -> NoReturn:
 
 
 def _unreachable(exc: "TargetUnreachableError") -> NoReturn:
-    """pulsar-admin's answer when the target cannot be resolved or reached (exit 1, as every failure here)."""
-    _fail(f"{exc.reason}\n\nError connecting to Pulsar")
+    """pulsar-admin's answer when the target cannot be resolved or reached (exit 1, as every failure here); its
+    "Error connecting to Pulsar" only after a connection that failed, never after a target that was not named right."""
+    _fail(f"{exc.reason}\n\nError connecting to Pulsar" if exc.connection_failed else exc.reason)
 
 
 def _run(ctx: typer.Context, call: Callable[[Any], Any]) -> Any:
