@@ -82,3 +82,74 @@ def test_a_connection_refused_is_called_a_connection_error(tmp_path):
     assert result.exit_code == 1, result.output
     assert "cannot connect" in result.stderr and result.stderr.endswith("\n\nError connecting to Pulsar\n"), \
         result.stderr
+
+
+# -- point 3: a web server that is not Pulsar is "cannot read the target" (exit 3) for every command --------------
+
+@pytest.fixture(scope="module")
+def plain_web_server(tmp_path_factory):
+    """Python's own http.server in a process of its own: answers 404 to every admin path, as any web server does."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    root = tmp_path_factory.mktemp("www")
+    port = _closed_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                               "--directory", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url + "/", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _checklist_for(url: str, tmp_path) -> str:
+    """A checklist recorded on ``url`` when a broker answered there (an engine's, with the URL rewritten): the
+    server on that port is no broker now."""
+    import json
+
+    engine, state = tmp_path / "e", tmp_path / "recorded.json"
+    env = _env(tmp_path)
+    assert runner.invoke(app, ["engine", "init", str(engine), "-c", "1"], env=env).exit_code == 0
+    started = runner.invoke(app, ["-u", f"local:{engine}", "downgrade", "start", "--yes", "--state", str(state)],
+                            env=env)
+    assert started.exit_code == 0, started.output
+    text = state.read_text().replace(f"local:{engine}", url)
+    assert json.loads(text)["identity"]["adminUrl"] == url
+    state.write_text(text)
+    return str(state)
+
+
+@pytest.mark.parametrize("args", [
+    ["downgrade", "start", "--dry-run", "--state", "{new}"],
+    ["downgrade", "start", "--yes", "--state", "{new}"],
+    ["downgrade", "status", "--state", "{new}"],
+    ["downgrade", "status", "--state", "{recorded}"],
+    ["downgrade", "wait", "--state", "{recorded}", "--timeout", "5", "--interval", "1"],
+    ["doctor"],
+    ["upgrade", "--dry-run"],
+    ["upgrade", "--preflight", "--to", "4.2.5"],
+], ids=["start --dry-run", "start --yes", "status, no checklist", "status", "wait", "doctor", "upgrade",
+        "upgrade --preflight"])
+def test_a_web_server_that_is_not_pulsar_cannot_be_read_whatever_the_command(plain_web_server, tmp_path, args):
+    env = _env(tmp_path)
+    fill = {"new": str(tmp_path / "new.json")}
+    if "{recorded}" in args:
+        fill["recorded"] = _checklist_for(plain_web_server, tmp_path)
+    argv = [a.format(**fill) for a in args]
+    result = runner.invoke(app, ["-u", plain_web_server, *argv], env=env)
+    assert result.exit_code == 3, result.output
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "cannot read the target" in error[0], result.stderr
+    assert "--debug" not in result.stderr and "Traceback" not in result.output  # an answer, not a bug of ours
+    assert "recorded on another target" not in result.stderr
+    assert not (tmp_path / "new.json").exists()

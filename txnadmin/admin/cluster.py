@@ -48,7 +48,8 @@ from ..metrics.exposition import (
 )
 from ..names import is_pending_ack_store, partitioned_topic, pending_ack_guess, pending_ack_readings
 from .protocol import (
-    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin,
+    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, BadReplyError, NotFoundError, TargetUnreachableError,
+    TransactionsAdmin,
 )
 
 BATCH_FLAGS = (TC_BATCH_FLAG, PENDING_ACK_BATCH_FLAG)
@@ -159,7 +160,13 @@ class ClusterView:
         """What a checklist is about: the admin URL, the cluster's own name and its metadata/BookKeeper URIs."""
         def read() -> dict[str, Any]:
             clusters = self.clusters()
-            internal = self.ask("internal configuration", self.admin.internal_configuration, absent_ok=True) or {}
+            internal = self.ask("internal configuration", self.admin.internal_configuration, absent_ok=True)
+            if internal is None and not clusters and "clusters" not in self.answered and self.on_error == RAISE:
+                # every broker answers both; a 404 to each is another web server on that port, not an empty cluster
+                raise BadReplyError(f"{self.admin_url or 'the target'} answers 404 to GET /admin/v2/clusters and "
+                                    "GET /admin/v2/brokers/internal-configuration, as no Pulsar broker does: is it "
+                                    "the admin URL of a broker?")
+            internal = internal or {}
             ident: dict[str, Any] = {"adminUrl": self.admin_url,
                                      "clusterName": clusters[0] if len(clusters) == 1 else None,
                                      "clusters": sorted(clusters)}

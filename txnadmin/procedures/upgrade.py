@@ -80,8 +80,8 @@ def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION,
         raise UpgradeError(f"cannot list the brokers whose versions must be checked: {exc.reason}",
                            3 if exc.status in (0, 401, 403) or exc.status >= 500 or is_transient(exc) else 1) from None
     if not brokers:
-        raise UpgradeError("cannot list the brokers whose versions must be checked: the target lists no active "
-                           "brokers (GET /admin/v2/brokers/{cluster})", 3)
+        raise UpgradeError("cannot read the target: it lists no active brokers (GET /admin/v2/clusters, "
+                           "/admin/v2/brokers/{cluster}), so the brokers whose versions must be checked are unknown", 3)
     versions: dict[str, str] = {}
     unreachable: list[str] = []
     for broker in brokers:
@@ -168,7 +168,8 @@ def transaction_preflight(admin: TransactionsAdmin, to: str) -> TransactionPrefl
         coordinators, error = view.attempt("coordinators", admin.list_coordinators)
         transactions: dict[str, dict] = {}
         if error is not None and error.status != 503:  # 503: transactions off, so no owner to judge
-            raise UpgradeError(f"cannot list the transaction coordinators: {error.reason}", 3)
+            raise UpgradeError(f"cannot read the target: its transaction coordinators cannot be listed: "
+                               f"{error.reason}", 3)
         for c in coordinators or []:
             listed, failed = view.attempt(f"slowTransactions {c['id']}", admin.slow_transactions, 0, int(c["id"]))
             if failed is not None:
