@@ -7,17 +7,18 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Optional
 
 from ..admin.batchlog import pending_ack_batch_log_stat, set_batch_log, tc_batch_log_stat
-from ..admin.cluster import RECORD, ClusterView
-from ..admin.protocol import AdminError, TargetUnreachableError, TransactionsAdmin, is_transient
+from ..admin.cluster import (
+    BATCH_READER_VERSION, RECORD, BrokerVersionError, ClusterView, VersionCheck, parse_version,
+)
+from ..admin.protocol import AdminError, TargetUnreachableError, TransactionsAdmin
 from .doctor.knowledge import PARTICIPANT_CHECKS, fixed_text, is_fixed, release
 from .preflight import Preflight, judge
 
-MIN_VERSION = "2.11.0"
+MIN_VERSION = BATCH_READER_VERSION
 WATCH = [
     "pulsar_txn_tc_bufferedwriter_batch_records (records per entry; PIP-160 pays off when this is well above 1)",
     "pulsar_txn_tc_bufferedwriter_flush_trigger_max_delay_total vs _max_records_total (who decides the flushes)",
@@ -34,13 +35,6 @@ class UpgradeError(Exception):
     def __init__(self, message: str, exit_code: int = 1):
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
-    if not m:
-        raise ValueError(f"unrecognised version {text!r}")
-    return tuple(int(x or 0) for x in m.groups())
 
 
 @dataclass
@@ -67,60 +61,32 @@ class UpgradeResult:
 
 def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION,
                    assume_ok: Optional[list[str]] = None) -> tuple[dict[str, str], str]:
-    """Ask every active broker of the cluster its version; refuse (exit 1) when any is older than ``min_version``.
+    """Ask every active broker of the cluster its version (ClusterView's rule); refuse (exit 1) when any is older
+    than ``min_version``, exit 3 when one cannot be asked and the operator did not vouch for it by name
+    (``assume_ok``). Runs before anything is asked or changed."""
+    check = _check(admin, min_version, assume_ok)
+    return check.versions, check.checked
 
-    A broker that cannot be asked directly (e.g. behind a proxy) stops it with exit 3 unless the operator vouches for
-    it by name (``assume_ok``). Runs before anything is asked or changed.
-    """
-    assume = set(assume_ok or [])
-    view = ClusterView(admin)
+
+def _check(admin: TransactionsAdmin, min_version: str, assume_ok: Optional[list[str]]) -> VersionCheck:
     try:
-        brokers = view.active_brokers()
-    except AdminError as exc:
-        raise UpgradeError(f"cannot list the brokers whose versions must be checked: {exc.reason}",
-                           3 if exc.status in (0, 401, 403) or exc.status >= 500 or is_transient(exc) else 1) from None
-    if not brokers:
-        raise UpgradeError("cannot read the target: it lists no active brokers (GET /admin/v2/clusters, "
-                           "/admin/v2/brokers/{cluster}), so the brokers whose versions must be checked are unknown", 3)
-    versions: dict[str, str] = {}
-    unreachable: list[str] = []
-    for broker in brokers:
-        try:
-            versions[broker] = view.broker_version(broker)
-        except AdminError as exc:
-            if exc.status in (401, 403):
-                raise UpgradeError(f"cannot read broker versions: {exc.reason}", 3) from None
-            if broker in assume:
-                versions[broker] = "assumed ok (--assume-version-ok)"
-            else:
-                unreachable.append(f"{broker} ({exc.reason})")
-    if unreachable:
-        raise UpgradeError("cannot ask these brokers their version directly: " + ", ".join(unreachable)
-                             + "; check them yourself and name them with --assume-version-ok BROKER,...", 3)
-    floor = parse_version(min_version)
-    old = {b: v for b, v in versions.items() if b not in assume and parse_version(v) < floor}
-    checked = ("asked every active broker (GET /admin/v2/brokers/version on each): "
-               + ", ".join(f"{b} runs {v}" for b, v in sorted(versions.items()))
-               + f"; every version must be >= {min_version}, the first release whose brokers read batched entries")
-    if old:
-        raise UpgradeError("brokers too old to read batched entries: "
-                             + ", ".join(f"{b} runs {v}" for b, v in sorted(old.items()))
-                             + f" (need >= {min_version}); finish the rolling upgrade first", 1)
-    return versions, checked
+        return ClusterView(admin).check_batch_readers(min_version, assume_ok)
+    except BrokerVersionError as exc:
+        raise UpgradeError(str(exc), 3 if exc.cannot_tell else 1) from None
 
 
 def upgrade(admin: TransactionsAdmin, target: str, min_version: str = MIN_VERSION, reload: bool = True,
             thresholds: Optional[dict[str, str]] = None, assume_ok: Optional[list[str]] = None) -> UpgradeResult:
-    versions, checked = check_versions(admin, min_version, assume_ok)
-    result = UpgradeResult(versions, checked)
+    check = _check(admin, min_version, assume_ok)
+    result = UpgradeResult(check.versions, check.checked)
     for name, value in (thresholds or {}).items():
         try:
             admin.update_dynamic_config(name, value)
             result.thresholds[name] = value
         except AdminError as exc:
             result.warnings.append(f"{name}: {exc.reason.strip()} — set it in broker.conf and restart the brokers")
-    set_batch_log(admin, target, "tc", True, reload)
-    set_batch_log(admin, target, "pending-ack", True, reload)
+    set_batch_log(admin, target, "tc", True, reload, checked=check)
+    set_batch_log(admin, target, "pending-ack", True, reload, checked=check)
     result.enabled = True
     result.coordinators = tc_batch_log_stat(admin, target)["coodinatorArray"]
     result.subscriptions = pending_ack_batch_log_stat(admin, target)["subscriptionArray"]
