@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from .._fs import atomic_write_text
 from ..names import coordinator_assign_partition
@@ -25,6 +25,25 @@ from .protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, NotFoundError, Tran
 
 DERIVATION = ("derived: a store batches when the flag was on at its last open; it counts as reopened since "
               "txnadmin's last change when its newest ledger was created after that change")
+
+
+# Pulsar's ServiceConfiguration marks only the two ...Enabled switches dynamic: the batched writers' thresholds
+# (…MaxRecords, …MaxSize, …MaxDelayInMillis) are read from broker.conf when the broker starts.
+THRESHOLDS_NOT_DYNAMIC = ("not dynamic in Pulsar (only transactionLogBatchedWriteEnabled and "
+                          "transactionPendingAckBatchedWriteEnabled are): add to broker.conf on every broker and "
+                          "restart it")
+
+
+def broker_conf_lines(values: Mapping[str, object]) -> list[str]:
+    """The broker.conf lines that set ``values`` (name → value), as an operator pastes them."""
+    return [f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}" for name, value in values.items()]
+
+
+def thresholds_not_in_effect(runtime: dict[str, object], asked: dict[str, str]) -> dict[str, str]:
+    """Of the thresholds ``asked`` (name → value), those a broker's runtime configuration shows otherwise (its value,
+    or "unset")."""
+    return {name: str(runtime.get(name, "unset")) for name, value in asked.items()
+            if str(runtime.get(name, "")).strip() != str(value)}
 
 
 def changes_file() -> Path:

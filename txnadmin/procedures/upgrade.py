@@ -2,7 +2,8 @@
 
 1. Check every broker reports a version that reads batched entries (PIP-160's reader and writer
    shipped in Pulsar 2.11.0); 2. enable both flags (dynamic config); 3. reload coordinators and
-   topics with pending-ack stores so they reopen batching; 4. confirm every store reports enabled.
+   topics with pending-ack stores so they reopen batching; 4. confirm every store reports enabled, and every
+   broker's runtime configuration shows the thresholds asked (those are broker.conf settings, never set here).
 """
 
 from __future__ import annotations
@@ -10,11 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..admin.batchlog import pending_ack_batch_log_stat, set_batch_log, tc_batch_log_stat
+from ..admin.batchlog import (
+    THRESHOLDS_NOT_DYNAMIC, broker_conf_lines, pending_ack_batch_log_stat, set_batch_log, tc_batch_log_stat,
+    thresholds_not_in_effect,
+)
 from ..admin.cluster import (
     BATCH_READER_VERSION, RECORD, BrokerVersionError, ClusterView, VersionCheck, parse_version,
 )
 from ..admin.protocol import AdminError, TargetUnreachableError, TransactionsAdmin
+from ..engine.config import BATCHED_WRITE_MINIMUMS, BATCHED_WRITE_PREFIXES
 from .doctor.knowledge import PARTICIPANT_CHECKS, fixed_text, is_fixed, release
 from .preflight import Preflight, judge
 
@@ -42,7 +47,8 @@ class UpgradeResult:
     versions: dict[str, str]
     checked: str
     enabled: bool = False
-    thresholds: dict = field(default_factory=dict)
+    thresholds: dict = field(default_factory=dict)  # asked: they belong in broker.conf, never set by txnadmin
+    not_in_effect: dict = field(default_factory=dict)  # broker → asked thresholds its runtime config does not show
     warnings: list[str] = field(default_factory=list)
     coordinators: list = field(default_factory=list)
     subscriptions: list = field(default_factory=list)
@@ -51,12 +57,32 @@ class UpgradeResult:
     def confirmed(self) -> bool:
         tc_ok = all(list(c.values())[0] for c in self.coordinators)
         sub_ok = all(s["batchLogEnabled"] for s in self.subscriptions)
-        return self.enabled and tc_ok and sub_ok
+        return self.enabled and tc_ok and sub_ok and not self.not_in_effect
 
     def to_json(self) -> dict:
         return {"versions": self.versions, "checked": self.checked, "enabled": self.enabled,
-                "thresholds": self.thresholds, "warnings": self.warnings, "confirmed": self.confirmed,
+                "thresholds": {"asked": self.thresholds, "brokerConf": broker_conf_lines(self.thresholds),
+                               "notInEffect": self.not_in_effect, "note": THRESHOLDS_NOT_DYNAMIC}
+                if self.thresholds else {},
+                "warnings": self.warnings, "confirmed": self.confirmed,
                 "coodinatorArray": self.coordinators, "subscriptionArray": self.subscriptions, "watch": WATCH}
+
+
+def threshold_settings(max_records: Optional[int], max_size: Optional[int],
+                       max_delay_ms: Optional[int]) -> dict[str, str]:
+    """The broker.conf settings the upgrade's --max-records/--max-size/--max-delay-ms ask, for both logs; ValueError
+    naming the flag when a value is below what Pulsar's broker accepts at start with batching on."""
+    flags = {"MaxRecords": "--max-records", "MaxSize": "--max-size", "MaxDelayInMillis": "--max-delay-ms"}
+    out: dict[str, str] = {}
+    for (suffix, minimum), value in zip(BATCHED_WRITE_MINIMUMS, (max_records, max_size, max_delay_ms), strict=True):
+        if value is None:
+            continue
+        if value < minimum:
+            raise ValueError(f"{flags[suffix]} {value}: must be at least {minimum} (a broker with batching on "
+                             "refuses to start below it)")
+        for prefix in BATCHED_WRITE_PREFIXES:
+            out[f"{prefix}{suffix}"] = str(value)
+    return out
 
 
 def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION,
@@ -79,18 +105,32 @@ def upgrade(admin: TransactionsAdmin, target: str, min_version: str = MIN_VERSIO
             thresholds: Optional[dict[str, str]] = None, assume_ok: Optional[list[str]] = None) -> UpgradeResult:
     check = _check(admin, min_version, assume_ok)
     result = UpgradeResult(check.versions, check.checked)
-    for name, value in (thresholds or {}).items():
-        try:
-            admin.update_dynamic_config(name, value)
-            result.thresholds[name] = value
-        except AdminError as exc:
-            result.warnings.append(f"{name}: {exc.reason.strip()} — set it in broker.conf and restart the brokers")
     set_batch_log(admin, target, "tc", True, reload, checked=check)
     set_batch_log(admin, target, "pending-ack", True, reload, checked=check)
     result.enabled = True
     result.coordinators = tc_batch_log_stat(admin, target)["coodinatorArray"]
     result.subscriptions = pending_ack_batch_log_stat(admin, target)["subscriptionArray"]
+    if thresholds:  # never set through the admin API (Pulsar refuses them there): only read back from each broker
+        result.thresholds = dict(thresholds)
+        result.not_in_effect = thresholds_in_effect(admin, thresholds)
     return result
+
+
+def thresholds_in_effect(admin: TransactionsAdmin, thresholds: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Broker → the thresholds asked that its runtime configuration does not show yet ({} when every broker shows
+    them all); a broker whose configuration cannot be read shows none of them."""
+    view = ClusterView(admin)
+    out: dict[str, dict[str, str]] = {}
+    for broker in view.active_brokers() or ["the admin URL's broker"]:
+        try:
+            runtime = view.broker_runtime_config(broker, fresh=True)
+        except AdminError as exc:
+            out[broker] = {name: f"unknown ({exc.reason})" for name in thresholds}
+            continue
+        missing = thresholds_not_in_effect(runtime, thresholds)
+        if missing:
+            out[broker] = missing
+    return out
 
 
 @dataclass
