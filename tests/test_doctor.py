@@ -1092,7 +1092,7 @@ def test_engine_run_faults_are_found_by_doctor_and_cleared_by_the_fixes(tmp_path
         assert stuck == {"fault:stuck-open": ["OPEN"] * 3, "fault:hold-ending": ["COMMITTING"]}, stuck
         (held,) = [f for f in faulted(out["findings"]) if f["evidence"]["status"] == "COMMITTING"]
         # the fix fits a `local:` engine: restart `engine run` there; no upgrade of a broker the engine does not have
-        assert f"stop `txnadmin engine run` on {engine}" in held["fix"] and "upgrade" not in held["fix"]
+        assert f"start it again with `txnadmin engine run {engine}`" in held["fix"] and "upgrade" not in held["fix"]
         assert code == 1
         left_open = {f["subject"] for f in faulted(out["findings"]) if f["evidence"]["status"] == "OPEN"}
         fixed = runner.invoke(app, ["-u", url, "doctor", *checks, "--fix", "--yes", "-o", "json"],
