@@ -135,10 +135,11 @@ def _checklist_for(url: str, tmp_path) -> str:
     ["downgrade", "status", "--state", "{new}"],
     ["downgrade", "status", "--state", "{recorded}"],
     ["downgrade", "wait", "--state", "{recorded}", "--timeout", "5", "--interval", "1"],
+    ["downgrade", "wait", "--state", "{new}", "--timeout", "5", "--interval", "1"],
     ["doctor"],
     ["upgrade", "--dry-run"],
     ["upgrade", "--preflight", "--to", "4.2.5"],
-], ids=["start --dry-run", "start --yes", "status, no checklist", "status", "wait", "doctor", "upgrade",
+], ids=["start --dry-run", "start --yes", "status, no checklist", "status", "wait", "wait, no checklist", "doctor", "upgrade",
         "upgrade --preflight"])
 def test_a_web_server_that_is_not_pulsar_cannot_be_read_whatever_the_command(plain_web_server, tmp_path, args):
     env = _env(tmp_path)

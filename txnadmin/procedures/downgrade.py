@@ -1241,6 +1241,8 @@ def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_
     with ``rerecord_unproven``, is reloaded and re-recorded. Returns the last report; raises DowngradeError 3 when
     the target never answered or answered permanently wrong."""
     with ChecklistLock(state_path):
+        if target is not None and load_state(state_path) is None:
+            target_identity(admin, target)  # a target that cannot be read says so before a missing checklist does
         state = _require_state(state_path)
         session = Session(admin, target if target is not None else state["identity"]["adminUrl"],
                           _baselines(state), watch_period)
