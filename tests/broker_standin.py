@@ -129,6 +129,10 @@ class BrokerStandIn:
             return (s["metrics_status"], s["metrics"]) if s["metrics_status"] == 200 else (s["metrics_status"], {"reason": "Not Found"})
         if path == "/admin/v2/brokers/configuration/runtime":
             return 200, s["runtime"]
+        m = re.fullmatch(r"/admin/v2/brokers/configuration/([^/]+)/([^/]+)", path)
+        if m and method == "POST":  # brokers update-dynamic-config: the runtime configuration shows it at once
+            s["runtime"][unquote(m.group(1))] = unquote(m.group(2))
+            return 204, None
         if path == "/admin/v2/clusters" and s.get("brokers"):
             return 200, ["standin"]
         if path == "/admin/v2/brokers/standin" and s.get("brokers"):

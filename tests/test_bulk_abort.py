@@ -151,6 +151,8 @@ def test_list_without_filters_is_unchanged_and_filtered_json_keeps_the_same_rows
     (["--older-than", "-5m"], "invalid duration '-5m'"),
     (["--id-pattern", "(1;6)"], "invalid --id-pattern"),
     (["--id-pattern", ""], "invalid --id-pattern"),
+    (["--id-pattern", "(1,*"], "invalid --id-pattern '(1,*': parentheses"),  # a typo, not a glob over ids
+    (["--id-pattern", "["], "invalid --id-pattern '[': a [ without its closing ]"),
     (["--coordinator-id", "-1"], "invalid --coordinator-id"),
     (["--owner", "alice"], "--yes"),  # not on a terminal, no --yes: refused
 ])
@@ -160,6 +162,13 @@ def test_abort_refuses_and_changes_nothing(engine, args, words):
     refused = txn("abort", *args, target=target)
     assert refused.exit_code == 1 and words in refused.stderr, refused.output  # `transactions` codes: 0/1
     assert directory_fingerprint(engine) == before
+
+
+@pytest.mark.parametrize("pattern", ["(1,*", "[", "1,[0-", "(1,5))", "1,5,6", "1,5]"])
+def test_list_refuses_a_malformed_id_pattern_instead_of_matching_nothing(engine, pattern):
+    refused = txn("list", "--id-pattern", pattern, "-o", "json", target=f"local:{engine}")
+    assert refused.exit_code == 1 and refused.stdout == "", refused.output  # `transactions` codes: a usage error is 1
+    assert refused.stderr.startswith(f"invalid --id-pattern '{pattern}': ") and refused.stderr.count("\n") == 1
 
 
 def test_abort_refuses_an_implicit_target(engine, monkeypatch):
@@ -284,6 +293,15 @@ def test_any_pattern_compiles_or_says_why_and_never_raises_on_an_id(pattern, mos
         assert "--id-pattern" in str(exc)
     else:
         assert match(f"({most},{least})") in (True, False)
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1), st.integers(0, 12))
+def test_an_id_pattern_cut_short_or_with_a_set_left_open_is_refused(most, least, cut):
+    whole = f"({most},[{least % 10}]*)"
+    for broken in (whole[:-1 - cut % 3], whole.replace("]", "") , whole + ")", "(" + whole):
+        with pytest.raises(ValueError, match="invalid --id-pattern"):
+            id_matcher(broken)
+    assert id_matcher(whole)(f"({most},{least % 10}{least})")
 
 
 @given(st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1), st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1))

@@ -37,19 +37,30 @@ def bad(rep):
 
 # -- shape and exit codes -------------------------------------------------------------------------
 
+def every_check_answered(standin: BrokerStandIn) -> BrokerStandIn:
+    """The stand-in serving /metrics too (a broker without batched writers yet): nothing left unknown to doctor."""
+    standin.state["metrics_status"] = 200
+    return standin
+
+
 def test_healthy_cluster_json_shape_and_exit_0(monkeypatch, tmp_path):
-    standin = BrokerStandIn()
+    standin = every_check_answered(BrokerStandIn())
     result = run_cli(monkeypatch, standin, "-o", "json", env={"TXNADMIN_HOME": str(tmp_path)})
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
+    assert out["summary"]["verdict"] == "healthy" and out["summary"]["healthy"] is True
     assert list(out) == ["target", "checkedAt", "findings", "summary"]
     assert out["target"] == standin.base
     assert out["checkedAt"].startswith("2026-09-21T")  # the broker's clock (NOW), not this machine's
     for finding in out["findings"]:
         assert list(finding) == ["check", "severity", "subject", "evidence", "why", "fix", "refs"]
-        assert finding["severity"] in ("info", "unknown")
+        assert finding["severity"] == "info"  # an unknown would make it "not all checked" (exit 3)
     assert out["summary"]["healthy"] is True and out["summary"]["clock"] == "target"
-    # /metrics answers 404 here: an unknown finding that says so, which only --strict counts
+    standin.state["metrics_status"] = 404  # /metrics not reachable from here: not all checked, never healthy
+    result = run_cli(monkeypatch, standin, "-o", "json", env={"TXNADMIN_HOME": str(tmp_path)})
+    out = json.loads(result.stdout)
+    assert result.exit_code == 3 and out["summary"]["verdict"] == "not all checked"
+    # an unknown finding that says so; --strict counts it as a warning
     unknown = [f for f in out["findings"] if f["severity"] == "unknown"]
     assert [f["subject"] for f in unknown] == ["writer metrics"] and "404" in unknown[0]["evidence"]["reason"]
     strict = run_cli(monkeypatch, standin, "-o", "json", "--strict", env={"TXNADMIN_HOME": str(tmp_path)})
@@ -91,7 +102,7 @@ def test_unauthorized_target_is_exit_3(monkeypatch):
 def test_a_target_that_answers_nothing_as_pulsar_does_is_exit_3_not_healthy(monkeypatch, status, body):
     import httpx
 
-    standin = BrokerStandIn()
+    standin = every_check_answered(BrokerStandIn())
     original = standin.handle
     standin.handle = lambda request: (httpx.Response(status, json=body) if isinstance(body, dict)
                                       else httpx.Response(status, text=body))
@@ -165,7 +176,7 @@ def test_concurrency_is_bounded_by_the_flag(monkeypatch):
 
     standin.handle = handle
     result = run_cli(monkeypatch, standin, "--concurrency", "4", "-o", "json")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code in (0, 3), result.output  # 3: /metrics is not served here (not all checked)
     assert 2 <= peak[0] <= 4, peak[0]
     assert run_cli(monkeypatch, standin, "--concurrency", "0").exit_code == 2  # at least one call in flight
 
@@ -316,7 +327,7 @@ def test_fix_never_aborts_a_transaction_whose_age_the_answer_does_not_prove(monk
     del meta[missing]
     result = run_cli(monkeypatch, standin, "--only", "stuck-transactions,max-read-position", "--fix", "--yes",
                      "-o", "json")
-    assert result.exit_code in (0, 1), result.output
+    assert result.exit_code in (1, 3), result.output  # the transaction's age is unknown: never "healthy"
     assert not any("abortTransaction" in c for c in standin.calls)
     assert "nothing to abort" in result.stderr
     out = json.loads(result.stdout)
@@ -525,7 +536,7 @@ def test_unreadable_namespaces_and_buffers_are_unknown_not_healthy():
     rep = report(standin, only=["coverage", "max-read-position", "recovery"])
     (finding,) = rep.findings
     assert finding.severity == "unknown" and finding.subject == "topics of public/default"
-    assert "403" in finding.evidence["reason"] and doctor.exit_code(rep) == 0 and doctor.exit_code(rep, strict=True) == 1
+    assert "403" in finding.evidence["reason"] and doctor.exit_code(rep) == 3 and doctor.exit_code(rep, strict=True) == 1
     standin._route = original
     standin.state["topics"]["persistent://public/default/idle"] = {"subscriptions": {}}  # not loaded: stats 404
     rep = report(standin, only=["coverage"])
@@ -641,13 +652,13 @@ def test_versions_against_known_bugs(version, issues):
         assert finding.refs[0] == f"apache/pulsar#{finding.evidence['ref']}" and finding.evidence["source"]
 
 
-def test_pulsar_5_scalable_topic_transactions_are_info_not_healthy_claims():
+def test_pulsar_5_scalable_topic_transactions_are_unknown_so_never_healthy():
     standin = BrokerStandIn()
     standin.state["version"] = "5.0.0"
     rep = report(standin, only=["versions"])
     (finding,) = rep.findings
-    assert finding.severity == "info" and "PIP-473" in finding.why and "not 'healthy'" in finding.why
-    assert doctor.exit_code(rep) == 0
+    assert finding.severity == "unknown" and "PIP-473" in finding.evidence["reason"]
+    assert doctor.exit_code(rep) == 3 and rep.verdict() == "not all checked"
     standin.state["version"] = "garbage"
     assert report(standin, only=["versions"]).findings[0].severity == "unknown"
 
@@ -912,7 +923,7 @@ def test_bookie_rocksdb_checksum_an_older_rocksdb_cannot_read(monkeypatch, tmp_p
 
 def test_bookie_dir_without_databases_is_unknown(monkeypatch, tmp_path):
     result = run_cli(monkeypatch, BrokerStandIn(), "--only", "bookie-rocksdb", "--bookie-dir", str(tmp_path), "-o", "json")
-    assert result.exit_code == 0
+    assert result.exit_code == 3  # nothing to judge is not a pass
     (finding,) = json.loads(result.stdout)["findings"]
     assert finding["severity"] == "unknown" and "no RocksDB database" in finding["evidence"]["reason"]
     missing = run_cli(monkeypatch, BrokerStandIn(), "--bookie-dir", str(tmp_path / "nope"))
@@ -1093,7 +1104,7 @@ def test_engine_run_faults_are_found_by_doctor_and_cleared_by_the_fixes(tmp_path
         assert stuck == {"fault:stuck-open": ["OPEN"] * 3, "fault:hold-ending": ["COMMITTING"]}, stuck
         (held,) = [f for f in faulted(out["findings"]) if f["evidence"]["status"] == "COMMITTING"]
         # the fix fits a `local:` engine: restart `engine run` there; no upgrade of a broker the engine does not have
-        assert f"stop `txnadmin engine run` on {engine}" in held["fix"] and "upgrade" not in held["fix"]
+        assert f"start it again with `txnadmin engine run {engine}`" in held["fix"] and "upgrade" not in held["fix"]
         assert code == 1
         left_open = {f["subject"] for f in faulted(out["findings"]) if f["evidence"]["status"] == "OPEN"}
         fixed = runner.invoke(app, ["-u", url, "doctor", *checks, "--fix", "--yes", "-o", "json"],

@@ -93,3 +93,28 @@ def test_one_store_refusing_its_internal_stats_is_one_unknown_finding_not_the_en
     assert result.exit_code == 1, result.output
     (lagging,) = [f for f in out["findings"] if f["check"] == "batched-log" and f["subject"] == "pending-ack stores"]
     assert lagging["evidence"]["notReopenedSinceChange"] == [f"{TOPIC} audit", f"{TOPIC} billing"]
+
+
+@pytest.mark.parametrize("version,unknowns", [("5.0.0", ["versions"]), ("4.2.5", [])])
+def test_what_doctor_could_not_check_never_adds_up_to_healthy(monkeypatch, tmp_path, version, unknowns):
+    """Issue 34 point 2: a finding said doctor did not check Pulsar 5's scalable-topic transactions, and the last line
+    read 'healthy: 0 critical, 0 warning…' with exit 0. Unknown is "not all checked", exit 3 (cannot tell)."""
+    standin = BrokerStandIn()
+    standin.state["brokers"] = {broker: version for broker in BROKERS}
+    env = {"TXNADMIN_HOME": str(tmp_path)}
+    monkeypatch.setattr("txnadmin.admin.target.open_admin", lambda target: standin.admin())
+    shown = runner.invoke(app, ["-u", standin.base, "doctor", "--only", "versions"], env=env)
+    result = runner.invoke(app, ["-u", standin.base, "doctor", "-o", "json", "--only", "versions"], env=env)
+    out = json.loads(result.stdout)  # one JSON document whatever the verdict
+    strict = runner.invoke(app, ["-u", standin.base, "doctor", "--only", "versions", "--strict"], env=env)
+    last = shown.stdout.strip().splitlines()[-1]
+    if unknowns:
+        assert [f["check"] for f in out["findings"]] == unknowns * len(BROKERS)
+        assert shown.exit_code == result.exit_code == 3, shown.output  # docs/exit-codes.md: 3 is "cannot tell"
+        assert last.startswith("not all checked: 0 critical, 0 warning, 3 unknown") and "healthy" not in last
+        assert out["summary"]["healthy"] is False and out["summary"]["verdict"] == "not all checked"
+        assert strict.exit_code == 1 and strict.stdout.strip().splitlines()[-1].startswith("NOT healthy")
+    else:  # every check ran and found nothing: healthy, 0
+        assert shown.exit_code == result.exit_code == strict.exit_code == 0, shown.output
+        assert last.startswith("healthy: 0 critical, 0 warning, 0 unknown")
+        assert out["summary"]["healthy"] is True and out["summary"]["verdict"] == "healthy"

@@ -20,11 +20,11 @@ def _engine(tmp_path, version="3.3.2"):
 
 def test_upgrade_enables_and_confirms(tmp_path):
     d = _engine(tmp_path)
-    result = runner.invoke(app, ["upgrade", "--yes", "-u", f"local:{d}", "--max-records", "100", "-o", "json"],
+    result = runner.invoke(app, ["upgrade", "--yes", "-u", f"local:{d}", "-o", "json"],
                            env={"TXNADMIN_HOME": str(tmp_path / "home")})
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert out["confirmed"] and out["enabled"]
+    assert out["confirmed"] and out["enabled"] and out["thresholds"] == {}
     # the version the engine's broker reports (set at init), not the minimum the message always quotes
     assert list(out["versions"].values()) == ["3.3.2"]
     assert f"{next(iter(out['versions']))} runs 3.3.2" in out["checked"]
@@ -33,12 +33,43 @@ def test_upgrade_enables_and_confirms(tmp_path):
     from txnadmin.engine.config import read_dynamic
 
     stored = read_dynamic(d)
-    key = "transactionLogBatchedWriteMaxRecords"
-    # not dynamic in Pulsar (only the two switches are): refused, and the upgrade says where to set it instead
-    assert key not in stored and key not in out["thresholds"]
-    assert any(w.startswith(f"{key}: Can't update non-dynamic configuration") and "broker.conf" in w
-               for w in out["warnings"]), out["warnings"]
     assert stored["transactionLogBatchedWriteEnabled"] == stored["transactionPendingAckBatchedWriteEnabled"] == "true"
+
+
+THRESHOLD_LINES = ["transactionLogBatchedWriteMaxRecords=100", "transactionPendingAckBatchedWriteMaxRecords=100"]
+
+
+def test_thresholds_are_broker_conf_lines_in_the_plan_and_the_run_is_not_complete_until_brokers_show_them(tmp_path):
+    """Issue 34 point 12: Pulsar marks only the two ...Enabled flags dynamic. The plan said `set
+    transactionLogBatchedWriteMaxRecords=100`, the run warned Pulsar refused it, then ended 'enabled everywhere', 0."""
+    from txnadmin.engine.config import read_dynamic
+
+    d = _engine(tmp_path)
+    env = {"TXNADMIN_HOME": str(tmp_path / "home")}
+    plan = runner.invoke(app, ["upgrade", "--dry-run", "-u", f"local:{d}", "--max-records", "100"], env=env)
+    assert plan.exit_code == 0, plan.output
+    assert "not dynamic in Pulsar" in plan.stdout and "broker.conf" in plan.stdout and "restart" in plan.stdout
+    assert all(f"broker.conf: {line}" in plan.stdout for line in THRESHOLD_LINES), plan.stdout
+    assert "set transactionLogBatchedWriteMaxRecords" not in plan.stdout  # no promise of a change it cannot make
+    assert read_dynamic(d) == {}  # the dry run changed nothing
+    run = runner.invoke(app, ["upgrade", "--yes", "-u", f"local:{d}", "--max-records", "100"], env=env)
+    assert run.exit_code == 1, run.output  # batching is on, but what was asked is not in effect: not complete
+    assert "verdict: not complete" in run.stdout and "enabled everywhere" not in run.stdout
+    assert "transactionLogBatchedWriteMaxRecords is 512" in run.stdout
+    assert all(f"  {line}" in run.stdout.splitlines() for line in THRESHOLD_LINES)
+    again = next(line for line in run.stdout.splitlines() if line.startswith("then run"))
+    assert f"txnadmin -u local:{d} upgrade --max-records 100" in again
+    stored = read_dynamic(d)
+    assert "transactionLogBatchedWriteMaxRecords" not in stored and stored["transactionLogBatchedWriteEnabled"] == "true"
+    as_json = runner.invoke(app, ["upgrade", "--yes", "-u", f"local:{d}", "--max-records", "100", "-o", "json"], env=env)
+    out = json.loads(as_json.stdout)
+    assert as_json.exit_code == 1 and not out["confirmed"] and out["thresholds"]["brokerConf"] == THRESHOLD_LINES
+    assert list(out["thresholds"]["notInEffect"].values())[0]["transactionLogBatchedWriteMaxRecords"] == "512"
+    # the operator adds the lines to the broker's configuration and restarts it: now the upgrade is complete
+    settings = [arg for line in THRESHOLD_LINES for arg in ("--set", line)]
+    assert runner.invoke(app, ["engine", "init", str(d), "--exist-ok", *settings]).exit_code == 0
+    done = runner.invoke(app, ["upgrade", "--yes", "-u", f"local:{d}", "--max-records", "100"], env=env)
+    assert done.exit_code == 0 and "verdict: enabled everywhere" in done.stdout, done.output
 
 
 def test_old_brokers_stop_the_upgrade(tmp_path):
@@ -116,7 +147,10 @@ def test_bad_flags_are_usage_errors_before_any_call(tmp_path):
     d = tmp_path / "never-created"
     for args, says in ((["--min-version", "garbage"], "--min-version 'garbage'"),
                        (["--max-records", "-1"], "--max-records -1"), (["--max-size", "0"], "--max-size 0"),
-                       (["--max-delay-ms", "-5"], "--max-delay-ms -5")):
+                       (["--max-delay-ms", "-5"], "--max-delay-ms -5"),
+                       # below Pulsar's startup minimums: the broker.conf lines would stop the broker from starting
+                       (["--max-records", "9"], "--max-records 9: must be at least 10"),
+                       (["--max-size", "131071"], "--max-size 131071: must be at least 131072")):
         result = runner.invoke(app, ["-u", f"local:{d}", "upgrade", "--dry-run", *args])
         assert result.exit_code == 2 and result.stderr.startswith(f"error: {says}"), (args, result.output)
         assert "unexpected" not in result.stderr

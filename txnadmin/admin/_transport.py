@@ -481,7 +481,9 @@ def exchange_direct(transport: KeepAliveTransport, route: DirectRoute, method: s
 def _time_left(deadline: float, where: str, timeout: float) -> float:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
-        raise TargetUnreachableError(f"{where}: no answer within --request-timeout {timeout:g} s (timeout)")
+        error = TargetUnreachableError(f"{where}: no answer within --request-timeout {timeout:g} s (timeout)")
+        error.connection_failed = True
+        raise error
     return remaining
 
 
@@ -508,6 +510,7 @@ def _unreachable(exc: httpx.TransportError, where: str, timeout: float, sent: bo
     else:
         error = TargetUnreachableError(f"{where}: connection failed ({short(exc)})")
         error.before_send = not sent and isinstance(exc, httpx.ProxyError)
+    error.connection_failed = True
     return error
 
 

@@ -15,16 +15,35 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from .._fs import atomic_write_text
 from ..names import coordinator_assign_partition
-from .cluster import ClusterView, PendingAckStore, flag_is_on
+from .cluster import ClusterView, PendingAckStore, VersionCheck, flag_is_on
 from .endpoints import coordinator_ids, log_stats
 from .protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, NotFoundError, TransactionsAdmin
 
 DERIVATION = ("derived: a store batches when the flag was on at its last open; it counts as reopened since "
               "txnadmin's last change when its newest ledger was created after that change")
+
+
+# Pulsar's ServiceConfiguration marks only the two ...Enabled switches dynamic: the batched writers' thresholds
+# (…MaxRecords, …MaxSize, …MaxDelayInMillis) are read from broker.conf when the broker starts.
+THRESHOLDS_NOT_DYNAMIC = ("not dynamic in Pulsar (only transactionLogBatchedWriteEnabled and "
+                          "transactionPendingAckBatchedWriteEnabled are): add to broker.conf on every broker and "
+                          "restart it")
+
+
+def broker_conf_lines(values: Mapping[str, object]) -> list[str]:
+    """The broker.conf lines that set ``values`` (name → value), as an operator pastes them."""
+    return [f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}" for name, value in values.items()]
+
+
+def thresholds_not_in_effect(runtime: dict[str, object], asked: dict[str, str]) -> dict[str, str]:
+    """Of the thresholds ``asked`` (name → value), those a broker's runtime configuration shows otherwise (its value,
+    or "unset")."""
+    return {name: str(runtime.get(name, "unset")) for name, value in asked.items()
+            if str(runtime.get(name, "")).strip() != str(value)}
 
 
 def changes_file() -> Path:
@@ -65,8 +84,16 @@ def reload_units(admin: TransactionsAdmin, component: str, concurrency: int = 16
 
 
 def set_batch_log(admin: TransactionsAdmin, target: str, component: str, enable: bool, reload: bool = False,
-                  concurrency: int = 16) -> dict:
+                  concurrency: int = 16, assume_version_ok: Optional[list[str]] = None,
+                  checked: Optional[VersionCheck] = None) -> dict:
+    """Switch ``component``'s batching flag (and reopen its stores with ``reload``).
+
+    Switching it on first asks every active broker its version (ClusterView.check_batch_readers: BrokerVersionError
+    when one is too old or cannot say and is not in ``assume_version_ok``), unless ``checked`` is that check,
+    made by the caller before its plan. Switching it off is never held back."""
     flag = TC_BATCH_FLAG if component == "tc" else PENDING_ACK_BATCH_FLAG
+    if enable and checked is None:
+        checked = ClusterView(admin).check_batch_readers(assume_ok=assume_version_ok)
     previous = _flag_value(admin, flag)
     admin.update_dynamic_config(flag, "true" if enable else "false")
     _save_change(target, flag, enable, previous)
@@ -76,7 +103,8 @@ def set_batch_log(admin: TransactionsAdmin, target: str, component: str, enable:
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             list(pool.map(admin.unload_topic, units))
         reloaded = units
-    return {"config": flag, "value": enable, "previous": previous, "reloaded": reloaded}
+    return {"config": flag, "value": enable, "previous": previous, "reloaded": reloaded,
+            **({"versionsChecked": checked.versions} if enable and checked is not None else {})}
 
 
 def _created_ms(internal_ml: dict) -> Optional[int]:

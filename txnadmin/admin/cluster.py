@@ -23,6 +23,10 @@ The rules live here and nowhere else:
   than the moment we read them;
 - every active broker's version is asked of that broker; a target that lists no broker at all (no cluster
   answers) is one broker, the one behind the admin URL, which speaks for itself;
+- batching may be switched on only when every active broker reads batched entries (PIP-160: release
+  ``BATCH_READER_VERSION`` or later): a broker older than that, or one that cannot say and that the operator did not
+  vouch for by name (``--assume-version-ok``), stops it (:meth:`ClusterView.check_batch_readers`, for ``upgrade``
+  and both batch-log enable commands alike); switching batching off is never held back;
 - the namespaces are every tenant's; a namespace's topics are listed with the system topics (that is where the
   pending-ack stores are);
 - a topic's grants are asked of the partitioned topic for a partition (``-partition-N`` cut off: Pulsar keeps and
@@ -42,6 +46,7 @@ any other under the area it was reading (``errors``), so a walk goes on past a n
 
 from __future__ import annotations
 
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -53,10 +58,12 @@ from ..metrics.exposition import (
 )
 from ..names import is_pending_ack_store, partitioned_topic, pending_ack_guess, pending_ack_readings
 from .protocol import (
-    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TargetUnreachableError, TransactionsAdmin,
+    PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, BadReplyError, NotFoundError, TargetUnreachableError,
+    TransactionsAdmin, is_transient,
 )
 
 BATCH_FLAGS = (TC_BATCH_FLAG, PENDING_ACK_BATCH_FLAG)
+BATCH_READER_VERSION = "2.11.0"  # PIP-160's reader and writer shipped together in Pulsar 2.11.0
 DEFAULT_STATS_PERIOD_S = 60.0  # Pulsar's managedLedgerStatsPeriodSeconds default
 RAISE, RECORD = "raise", "record"  # the error policies (module docstring)
 T = TypeVar("T")
@@ -73,6 +80,38 @@ def flags_on(runtime: dict[str, Any]) -> list[str]:
 
 def _label_matches(label: str, broker: str) -> bool:
     return label == broker or label == broker.rsplit(":", 1)[0]
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """A broker's release as numbers (``4.0.12`` → (4, 0, 12)); ValueError for a text that is none."""
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        raise ValueError(f"unrecognised version {text!r}")
+    return tuple(int(x or 0) for x in m.groups())
+
+
+class BrokerVersionError(Exception):
+    """Batching may not be switched on: a broker too old to read batched entries (``cannot_tell`` False), or the
+    brokers or their versions could not be read (True)."""
+
+    def __init__(self, message: str, cannot_tell: bool):
+        super().__init__(message)
+        self.cannot_tell = cannot_tell
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    """Every active broker's version, each at least ``min_version`` (or vouched for by the operator)."""
+
+    versions: dict[str, str]
+    min_version: str
+
+    @property
+    def checked(self) -> str:
+        return ("asked every active broker (GET /admin/v2/brokers/version on each): "
+                + ", ".join(f"{b} runs {v}" for b, v in sorted(self.versions.items()))
+                + f"; every version must be >= {self.min_version}, the first release whose brokers read batched "
+                  "entries")
 
 
 @dataclass(frozen=True)
@@ -169,7 +208,13 @@ class ClusterView:
         """What a checklist is about: the admin URL, the cluster's own name and its metadata/BookKeeper URIs."""
         def read() -> dict[str, Any]:
             clusters = self.clusters()
-            internal = self.ask("internal configuration", self.admin.internal_configuration, absent_ok=True) or {}
+            internal = self.ask("internal configuration", self.admin.internal_configuration, absent_ok=True)
+            if internal is None and not clusters and "clusters" not in self.answered and self.on_error == RAISE:
+                # every broker answers both; a 404 to each is another web server on that port, not an empty cluster
+                raise BadReplyError(f"{self.admin_url or 'the target'} answers 404 to GET /admin/v2/clusters and "
+                                    "GET /admin/v2/brokers/internal-configuration, as no Pulsar broker does: is it "
+                                    "the admin URL of a broker?")
+            internal = internal or {}
             ident: dict[str, Any] = {"adminUrl": self.admin_url,
                                      "clusterName": clusters[0] if len(clusters) == 1 else None,
                                      "clusters": sorted(clusters)}
@@ -228,6 +273,52 @@ class ClusterView:
         with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(brokers)))) as pool:
             asked = list(pool.map(lambda b: (b, self.ask(f"version of {b}", self.broker_version, b)), brokers))
         return {b: v for b, v in asked if v is not None}
+
+    def check_batch_readers(self, min_version: str = BATCH_READER_VERSION,
+                            assume_ok: Optional[list[str]] = None) -> VersionCheck:
+        """Every active broker asked its version before batching is switched on (the rule in the module docstring).
+
+        BrokerVersionError names the brokers too old (``cannot_tell`` False), or those that could not be asked and
+        were not vouched for by name in ``assume_ok``, or why the brokers could not be listed (True)."""
+        assume = set(assume_ok or [])
+        try:
+            brokers = self.active_brokers()
+        except AdminError as exc:
+            raise BrokerVersionError(f"cannot list the brokers whose versions must be checked: {exc.reason}",
+                                     exc.status in (0, 401, 403) or exc.status >= 500 or is_transient(exc)) from None
+        if not brokers:
+            raise BrokerVersionError("cannot read the target: it lists no active brokers (GET /admin/v2/clusters, "
+                                     "/admin/v2/brokers/{cluster}), so the brokers whose versions must be checked "
+                                     "are unknown", True)
+        versions: dict[str, str] = {}
+        unaskable: list[str] = []
+        for broker in brokers:
+            try:
+                versions[broker] = self.broker_version(broker)
+            except AdminError as exc:
+                if exc.status in (401, 403):
+                    raise BrokerVersionError(f"cannot read broker versions: {exc.reason}", True) from None
+                if broker in assume:
+                    versions[broker] = "assumed ok (--assume-version-ok)"
+                else:
+                    unaskable.append(f"{broker} ({exc.reason})")
+                continue
+            try:
+                parse_version(versions[broker])
+            except ValueError:
+                if broker not in assume:  # an answer that is no release proves nothing about what it reads
+                    unaskable.append(f"{broker} (answers {versions[broker]!r}, no release number)")
+        if unaskable:
+            raise BrokerVersionError("cannot ask these brokers their version directly: " + ", ".join(unaskable)
+                                     + "; check them yourself and name them with --assume-version-ok BROKER,...",
+                                     True)
+        floor = parse_version(min_version)
+        old = {b: v for b, v in versions.items() if b not in assume and parse_version(v) < floor}
+        if old:
+            raise BrokerVersionError("brokers too old to read batched entries: "
+                                     + ", ".join(f"{b} runs {v}" for b, v in sorted(old.items()))
+                                     + f" (need >= {min_version}); finish the rolling upgrade first", False)
+        return VersionCheck(versions, min_version)
 
     def flags_on_brokers(self, brokers: Optional[list[str]] = None) -> dict[str, list[str]]:
         """Broker → batching flags on in its runtime config, read afresh ({} when off everywhere); AdminError when a

@@ -66,6 +66,7 @@ class TargetUnreachableError(AdminError):
     expected ones are raised ``from None``. The CLI shows that cause's traceback under ``--debug``."""
 
     before_send = False  # True when the request surely never left: HttpAdmin may then retry even a write
+    connection_failed = False  # True for a connection that failed (refused, reset, DNS, TLS, timeout), not a bad name
 
     def __init__(self, reason: str):
         super().__init__(reason, 0)

@@ -296,7 +296,8 @@ def _normalize(url: str) -> str:
     url = url.strip()
     if url.startswith(("http://", "https://", "local:")):
         return url.rstrip("/") if not url.startswith("local:") else url
-    raise TargetUnreachableError(f"admin URL {url!r}: use http(s)://host:port or local:PATH")
+    # what the operator typed is not an admin URL: a usage error, like -u "" (nothing was tried)
+    raise TargetUsageError(f"admin URL {url!r}: use http(s)://host:port or local:PATH")
 
 
 def open_admin(target: Target, running_only: bool = False) -> TransactionsAdmin:

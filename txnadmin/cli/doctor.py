@@ -24,7 +24,8 @@ def doctor(
                                         "stalled, recovery, idle (durations with their unit: 500ms, 90s, 5m, 2h; a bare number "
                                         "is refused) and snapshot-share (a fraction)."),
     output: str = output_option("table"),
-    strict: bool = typer.Option(False, "--strict", help="Count 'unknown' findings (checks that could not run) as warnings."),
+    strict: bool = typer.Option(False, "--strict", help="Count 'unknown' findings (checks that could not run) as "
+                                "warnings (exit 1 instead of 3)."),
     fix: bool = typer.Option(False, "--fix", help="Abort the transactions that are OPEN past their timeout (judged on "
                              "the target's clock), after showing the plan."),
     yes: bool = typer.Option(False, "--yes", "-y", help="With --fix: apply the plan without asking."),
@@ -37,8 +38,9 @@ def doctor(
 ) -> None:
     """Check a cluster's transactions and say, for each problem, the evidence, why it matters and the fix.
 
-    Exit 0 healthy (info and unknown findings only), 1 any warning or critical, 2 usage, 3 the target cannot be
-    read at all. --strict counts unknown as warning. See docs/doctor.md for every check.
+    Exit 0 healthy (info findings only), 1 any warning or critical, 2 usage, 3 not all checked (an unknown
+    finding: a check that could not run) or the target cannot be read at all. --strict counts unknown as warning.
+    See docs/doctor.md for every check.
     """
     from ..procedures import doctor as proc
 
@@ -143,8 +145,7 @@ def _render(report, target, strict: bool) -> None:
         if f.refs:
             console.print(f"  refs: {escape(', '.join(f.refs))}")
     counts = report.counts()
-    verdict = ("NOT healthy" if not report.healthy(strict) else
-               "cannot tell (the target stopped answering)" if report.lost else "healthy")
+    verdict = report.verdict(strict)
     console.print(f"{verdict}: " + ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning", "unknown", "info"))
                   + f" ({counted(len(report.checks), 'check')})")
 

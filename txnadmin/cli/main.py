@@ -99,9 +99,9 @@ def describe_failure(exc: BaseException, ctx: Optional[Any] = None) -> str:
     opts = (ctx.obj or {}) if ctx else {}
     where = opts.get("admin_url") or (str(opts["conf"]) if opts.get("conf") else None)
     text = " ".join(str(exc).split())[:400]
-    if isinstance(exc, AdminError):
-        line = exc.reason
-    elif "JAVA_GATEWAY" in text or type(exc).__name__.startswith("PySpark") and "java" in text.lower():
+    if isinstance(exc, AdminError):  # the target's own answer, not a bug here: no traceback to ask for
+        return mask(f"error: cannot read the target: {' '.join(exc.reason.split())}")
+    if "JAVA_GATEWAY" in text or type(exc).__name__.startswith("PySpark") and "java" in text.lower():
         java_home = os.environ.get("JAVA_HOME") or "unset"
         line = (f"Java could not start for Spark (JAVA_HOME={java_home}): install Java 17 and put it on PATH or fix "
                 "JAVA_HOME, or use the in-process engine (--engine python / --scan-engine python)")

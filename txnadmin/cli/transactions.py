@@ -43,8 +43,9 @@ def _fail(message: str) -> NoReturn:
 
 
 def _unreachable(exc: "TargetUnreachableError") -> NoReturn:
-    """pulsar-admin's answer when the target cannot be resolved or reached (exit 1, as every failure here)."""
-    _fail(f"{exc.reason}\n\nError connecting to Pulsar")
+    """pulsar-admin's answer when the target cannot be resolved or reached (exit 1, as every failure here); its
+    "Error connecting to Pulsar" only after a connection that failed, never after a target that was not named right."""
+    _fail(f"{exc.reason}\n\nError connecting to Pulsar" if exc.connection_failed else exc.reason)
 
 
 def _run(ctx: typer.Context, call: Callable[[Any], Any]) -> Any:
@@ -298,20 +299,32 @@ def _target_url(ctx: typer.Context) -> str:
 
 
 def _set_batch(ctx, component: str, enable: Optional[bool], reload: bool, output: Optional[str],
-               yes: bool = False, dry_run: bool = False) -> None:
+               yes: bool = False, dry_run: bool = False, assume_version_ok: Optional[str] = None) -> None:
     from ..admin.batchlog import reload_units, set_batch_log
+    from ..admin.cluster import BrokerVersionError, ClusterView
     from ._target import resolve_for
     from .confirm import Plan, confirm
 
     if enable is None:
         _fail("give --enable or --disable")
+    if assume_version_ok is not None and not enable:
+        _fail("--assume-version-ok goes with --enable (switching batching off checks no version)")
     name = "set-txn-tc-batch-log" if component == "tc" else "set-txn-pending-ack-batch-log"
     # a cluster-wide change: never on a target the operator did not name
     target = resolve_for(ctx, require_named=name, on_error=_unreachable)
+    checked = None
+    if enable:  # PIP-160: never switched on while a broker cannot read batched entries (disabling is never held)
+        assume = [b.strip() for b in (assume_version_ok or "").split(",") if b.strip()]
+        try:
+            checked = _run(ctx, lambda a: ClusterView(a).check_batch_readers(assume_ok=assume))
+        except BrokerVersionError as exc:
+            _fail(f"{name} --enable refused: {exc}")
     if reload or dry_run:
         units = _run(ctx, lambda a: reload_units(a, component)) if reload else []
         flag = "transactionLogBatchedWriteEnabled" if component == "tc" else "transactionPendingAckBatchedWriteEnabled"
-        steps = [f"set {flag}={str(enable).lower()} (dynamic config)"]
+        steps = [f"brokers checked: {', '.join(f'{b} runs {v}' for b, v in sorted(checked.versions.items()))} "
+                 f"(all >= {checked.min_version})"] if checked is not None else []
+        steps.append(f"set {flag}={str(enable).lower()} (dynamic config)")
         if reload:
             steps.append(f"unload {len(units)} {'coordinators' if component == 'tc' else 'topics'} so their stores "
                          "reopen with the new setting")
@@ -319,10 +332,12 @@ def _set_batch(ctx, component: str, enable: Optional[bool], reload: bool, output
                             steps, {"unloads": len(units)}), yes=yes, dry_run=dry_run,
                        output="json" if output == "json" else "table"):
             return
-    result = _run(ctx, lambda a: set_batch_log(a, _target_url(ctx), component, enable, reload))
+    result = _run(ctx, lambda a: set_batch_log(a, _target_url(ctx), component, enable, reload, checked=checked))
     if output in ("json", "yaml"):
         _print(result, output)
         return
+    if checked is not None:
+        typer.echo(f"checked: {checked.checked}")
     typer.echo(f"{result['config']} = {str(enable).lower()} (was {str(result['previous']).lower()})")
     if reload:
         typer.echo(f"reloaded {len(result['reloaded'])} {'coordinators' if component == 'tc' else 'topics'}: "
@@ -332,15 +347,22 @@ def _set_batch(ctx, component: str, enable: Optional[bool], reload: bool, output
                    "they were until reloaded (use --reload, or restart brokers)")
 
 
+AssumeVersionOk = typer.Option(None, "--assume-version-ok", help="With --enable, BROKER,...: brokers that cannot be "
+                                "asked their version directly (behind a proxy) and that you checked yourself.")
+
+
 @app.command("set-txn-tc-batch-log")
 def set_tc_batch_log(ctx: typer.Context,
                      enable: Optional[bool] = typer.Option(None, "--enable/--disable", help="Switch batching."),
                      reload: bool = typer.Option(False, "--reload", help="Unload every coordinator so it reopens "
                                                  "(shows the plan and asks; --yes to skip)."),
-                     yes: bool = YesOpt, dry_run: bool = DryRunOpt,
+                     yes: bool = YesOpt, dry_run: bool = DryRunOpt, assume_version_ok: Optional[str] = AssumeVersionOk,
                      output: Optional[str] = Output) -> None:
-    """Enable or disable batched writes of the transaction coordinator log (PIP-160)."""
-    _set_batch(ctx, "tc", enable, reload, output, yes, dry_run)
+    """Enable or disable batched writes of the transaction coordinator log (PIP-160).
+
+    --enable first asks every active broker its version and refuses while one is older than 2.11.0 or cannot say.
+    """
+    _set_batch(ctx, "tc", enable, reload, output, yes, dry_run, assume_version_ok)
 
 
 @app.command("set-txn-pending-ack-batch-log")
@@ -350,9 +372,13 @@ def set_pending_ack_batch_log(ctx: typer.Context,
                                                           help="Unload every topic with a pending-ack store (shows "
                                                                "the plan and asks; --yes to skip)."),
                               yes: bool = YesOpt, dry_run: bool = DryRunOpt,
+                              assume_version_ok: Optional[str] = AssumeVersionOk,
                               output: Optional[str] = Output) -> None:
-    """Enable or disable batched writes of the pending-ack stores (PIP-160)."""
-    _set_batch(ctx, "pending-ack", enable, reload, output, yes, dry_run)
+    """Enable or disable batched writes of the pending-ack stores (PIP-160).
+
+    --enable first asks every active broker its version and refuses while one is older than 2.11.0 or cannot say.
+    """
+    _set_batch(ctx, "pending-ack", enable, reload, output, yes, dry_run, assume_version_ok)
 
 
 @app.command("get-txn-tc-batch-log-stat")

@@ -17,9 +17,13 @@ def upgrade(
     ctx: typer.Context,
     min_version: str = typer.Option("2.11.0", "--min-version", help="Oldest broker version that reads batched entries."),
     no_reload: bool = typer.Option(False, "--no-reload", help="Do not unload stores; confirm after your own restart."),
-    max_records: Optional[int] = typer.Option(None, "--max-records", help="…BatchedWriteMaxRecords for both logs."),
-    max_size: Optional[int] = typer.Option(None, "--max-size", help="…BatchedWriteMaxSize (bytes) for both logs."),
-    max_delay_ms: Optional[int] = typer.Option(None, "--max-delay-ms", help="…BatchedWriteMaxDelayInMillis."),
+    max_records: Optional[int] = typer.Option(None, "--max-records", help="…BatchedWriteMaxRecords for both logs: "
+                                              "not dynamic in Pulsar, so the plan prints the broker.conf lines and "
+                                              "the run checks every broker shows them."),
+    max_size: Optional[int] = typer.Option(None, "--max-size", help="…BatchedWriteMaxSize (bytes) for both logs "
+                                           "(broker.conf, as --max-records)."),
+    max_delay_ms: Optional[int] = typer.Option(None, "--max-delay-ms", help="…BatchedWriteMaxDelayInMillis "
+                                               "(broker.conf, as --max-records)."),
     assume_version_ok: Optional[str] = typer.Option(
         None, "--assume-version-ok", help="BROKER,...: brokers that cannot be asked directly (behind a proxy) and "
                                           "that you checked yourself."),
@@ -39,7 +43,8 @@ def upgrade(
     """Check broker versions, enable batching for coordinators and pending-ack stores, confirm every store batches.
 
     Shows its plan and asks first (--yes to skip, --dry-run to only print it). Exit 0 when every store reports
-    enabled, 1 when not (or brokers are too old), 2 without confirmation, 3 when the target is unreadable.
+    enabled (and every broker shows the thresholds asked), 1 when not (or brokers are too old), 2 without
+    confirmation, 3 when the target is unreadable.
     """
     from ..procedures.upgrade import UpgradeError, check_versions, parse_version, upgrade as run
     from ._common import EXIT_USAGE
@@ -50,14 +55,13 @@ def upgrade(
         fail(f"--min-version {min_version!r}: not a version such as 2.11.0", EXIT_USAGE)
     if preflight or to is not None:
         _preflight(ctx, preflight, to, admin_url, conf, output)
-    thresholds = {}
-    for suffix, value in (("MaxRecords", max_records), ("MaxSize", max_size), ("MaxDelayInMillis", max_delay_ms)):
-        if value is not None and value < 1:  # Pulsar's buffered writer takes only positive thresholds
-            flag = {"MaxRecords": "--max-records", "MaxSize": "--max-size", "MaxDelayInMillis": "--max-delay-ms"}[suffix]
-            fail(f"{flag} {value}: must be at least 1", EXIT_USAGE)
-        if value is not None:
-            thresholds[f"transactionLogBatchedWrite{suffix}"] = str(value)
-            thresholds[f"transactionPendingAckBatchedWrite{suffix}"] = str(value)
+    from ..admin.batchlog import THRESHOLDS_NOT_DYNAMIC, broker_conf_lines
+    from ..procedures.upgrade import threshold_settings
+
+    try:
+        thresholds = threshold_settings(max_records, max_size, max_delay_ms)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
     target, admin = open_target(ctx, admin_url, conf, require_named="upgrade")  # closed when the command ends
     try:
         if output != "json" and not dry_run:
@@ -68,9 +72,12 @@ def upgrade(
         steps = [f"brokers checked: {', '.join(f'{b} runs {v}' for b, v in sorted(versions.items()))} "
                  f"(all >= {min_version})",
                  "set transactionLogBatchedWriteEnabled=true and transactionPendingAckBatchedWriteEnabled=true"]
-        steps += [f"set {k}={v}" for k, v in thresholds.items()]
         steps.append("unload nothing (--no-reload)" if no_reload else
                      "unload every coordinator and every topic with a pending-ack store so they reopen batching")
+        if thresholds:  # said before anything changes: txnadmin cannot set them, the operator must
+            steps.append(f"the thresholds asked are {THRESHOLDS_NOT_DYNAMIC} (txnadmin sets none of them, and the "
+                         "upgrade is complete only once every broker's runtime configuration shows them):")
+            steps += [f"broker.conf: {line}" for line in broker_conf_lines(thresholds)]
         if not confirm(Plan("PIP-160 upgrade: enable batching", target.label, steps, {"reload": not no_reload}),
                        yes=yes, dry_run=dry_run, output=output):
             return
@@ -88,10 +95,23 @@ def upgrade(
         on_sub = sum(1 for s in result.subscriptions if s["batchLogEnabled"])
         typer.echo(f"batching enabled: {on_tc}/{len(result.coordinators)} coordinators, "
                    f"{on_sub}/{len(result.subscriptions)} pending-ack stores")
+        for broker, missing in sorted(result.not_in_effect.items()):
+            typer.echo(f"thresholds not in effect on {broker}: "
+                       + ", ".join(f"{k} is {v}" for k, v in missing.items()))
+        if result.not_in_effect:
+            typer.echo(f"the thresholds are {THRESHOLDS_NOT_DYNAMIC}; the lines:")
+            for line in broker_conf_lines(result.thresholds):
+                typer.echo(f"  {line}")
+            again = " ".join(f"{flag} {value}" for flag, value in (("--max-records", max_records),
+                                                                    ("--max-size", max_size),
+                                                                    ("--max-delay-ms", max_delay_ms)) if value)
+            typer.echo(hint(ctx, f"then run `txnadmin upgrade {again}` again to confirm them"))
         typer.echo("watch next:")
         for item in result.to_json()["watch"]:
             typer.echo(hint(ctx, f"  - {item}"))
-        typer.echo("verdict: " + ("enabled everywhere" if result.confirmed else "not confirmed everywhere yet"))
+        typer.echo("verdict: " + ("enabled everywhere" if result.confirmed else
+                                  "not complete: the thresholds asked are not in effect yet"
+                                  if result.not_in_effect and result.enabled else "not confirmed everywhere yet"))
     raise typer.Exit(EXIT_OK if result.confirmed else EXIT_FAILURE)
 
 

@@ -55,8 +55,39 @@ def id_matcher(pattern: str) -> Callable[[str], bool]:
                          "(ids print as (most,least), e.g. (1,6); use *, ? and [...] as in a shell)")
     if "(" not in spec and ")" not in spec:
         spec = f"({spec})"
+    malformed = _malformed(spec)
+    if malformed:
+        raise ValueError(f"invalid --id-pattern '{pattern}': {malformed} (ids print as (most,least), e.g. (1,6); "
+                         "use *, ? and [...] as in a shell)")
     compiled = re.compile(fnmatch.translate(spec))
     return lambda txn_id: compiled.match(txn_id) is not None
+
+
+def _malformed(spec: str) -> str:
+    """What keeps ``spec`` (parentheses added) from being the shape of an id, ``(most,least)``; "" when nothing does.
+
+    A glob fnmatch would take but that is not shaped as an id would match nothing, or something else than meant."""
+    rest, inside = [], False
+    for i, ch in enumerate(spec):  # the text outside [...] sets, where the id's own punctuation must be
+        if inside:
+            inside = ch != "]" or spec[i - 1] == "[" or spec[i - 2:i] == "[!"
+            if ch in "(),":
+                return ("a [ without its closing ]" if "]" not in spec[i:] else
+                        f"{ch!r} inside [...], where only digits belong")
+        elif ch == "[":
+            inside = True
+        else:
+            rest.append(ch)
+    if inside:
+        return "a [ without its closing ]"
+    outside = "".join(rest)
+    if outside.count("(") != 1 or outside.count(")") != 1 or not (outside[0] == "(" and outside[-1] == ")"):
+        return "parentheses must enclose the whole id, once: (most,least)"
+    if outside.count(",") > 1 or (outside.count(",") == 0 and "*" not in outside):
+        return "an id has one comma, between its two numbers"
+    if "]" in outside or "!" in outside:
+        return "a ] or ! outside a [...] set"
+    return ""
 
 
 def touches_topic(row: dict, topic: str) -> bool:

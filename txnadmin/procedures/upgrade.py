@@ -2,22 +2,28 @@
 
 1. Check every broker reports a version that reads batched entries (PIP-160's reader and writer
    shipped in Pulsar 2.11.0); 2. enable both flags (dynamic config); 3. reload coordinators and
-   topics with pending-ack stores so they reopen batching; 4. confirm every store reports enabled.
+   topics with pending-ack stores so they reopen batching; 4. confirm every store reports enabled, and every
+   broker's runtime configuration shows the thresholds asked (those are broker.conf settings, never set here).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..admin.batchlog import pending_ack_batch_log_stat, set_batch_log, tc_batch_log_stat
-from ..admin.cluster import RECORD, ClusterView
-from ..admin.protocol import AdminError, TargetUnreachableError, TransactionsAdmin, is_transient
+from ..admin.batchlog import (
+    THRESHOLDS_NOT_DYNAMIC, broker_conf_lines, pending_ack_batch_log_stat, set_batch_log, tc_batch_log_stat,
+    thresholds_not_in_effect,
+)
+from ..admin.cluster import (
+    BATCH_READER_VERSION, RECORD, BrokerVersionError, ClusterView, VersionCheck, parse_version,
+)
+from ..admin.protocol import AdminError, TargetUnreachableError, TransactionsAdmin
+from ..engine.config import BATCHED_WRITE_MINIMUMS, BATCHED_WRITE_PREFIXES
 from .doctor.knowledge import PARTICIPANT_CHECKS, fixed_text, is_fixed, release
 from .preflight import Preflight, judge
 
-MIN_VERSION = "2.11.0"
+MIN_VERSION = BATCH_READER_VERSION
 WATCH = [
     "pulsar_txn_tc_bufferedwriter_batch_records (records per entry; PIP-160 pays off when this is well above 1)",
     "pulsar_txn_tc_bufferedwriter_flush_trigger_max_delay_total vs _max_records_total (who decides the flushes)",
@@ -36,19 +42,13 @@ class UpgradeError(Exception):
         self.exit_code = exit_code
 
 
-def parse_version(text: str) -> tuple[int, ...]:
-    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
-    if not m:
-        raise ValueError(f"unrecognised version {text!r}")
-    return tuple(int(x or 0) for x in m.groups())
-
-
 @dataclass
 class UpgradeResult:
     versions: dict[str, str]
     checked: str
     enabled: bool = False
-    thresholds: dict = field(default_factory=dict)
+    thresholds: dict = field(default_factory=dict)  # asked: they belong in broker.conf, never set by txnadmin
+    not_in_effect: dict = field(default_factory=dict)  # broker → asked thresholds its runtime config does not show
     warnings: list[str] = field(default_factory=list)
     coordinators: list = field(default_factory=list)
     subscriptions: list = field(default_factory=list)
@@ -57,74 +57,80 @@ class UpgradeResult:
     def confirmed(self) -> bool:
         tc_ok = all(list(c.values())[0] for c in self.coordinators)
         sub_ok = all(s["batchLogEnabled"] for s in self.subscriptions)
-        return self.enabled and tc_ok and sub_ok
+        return self.enabled and tc_ok and sub_ok and not self.not_in_effect
 
     def to_json(self) -> dict:
         return {"versions": self.versions, "checked": self.checked, "enabled": self.enabled,
-                "thresholds": self.thresholds, "warnings": self.warnings, "confirmed": self.confirmed,
+                "thresholds": {"asked": self.thresholds, "brokerConf": broker_conf_lines(self.thresholds),
+                               "notInEffect": self.not_in_effect, "note": THRESHOLDS_NOT_DYNAMIC}
+                if self.thresholds else {},
+                "warnings": self.warnings, "confirmed": self.confirmed,
                 "coodinatorArray": self.coordinators, "subscriptionArray": self.subscriptions, "watch": WATCH}
+
+
+def threshold_settings(max_records: Optional[int], max_size: Optional[int],
+                       max_delay_ms: Optional[int]) -> dict[str, str]:
+    """The broker.conf settings the upgrade's --max-records/--max-size/--max-delay-ms ask, for both logs; ValueError
+    naming the flag when a value is below what Pulsar's broker accepts at start with batching on."""
+    flags = {"MaxRecords": "--max-records", "MaxSize": "--max-size", "MaxDelayInMillis": "--max-delay-ms"}
+    out: dict[str, str] = {}
+    for (suffix, minimum), value in zip(BATCHED_WRITE_MINIMUMS, (max_records, max_size, max_delay_ms), strict=True):
+        if value is None:
+            continue
+        if value < minimum:
+            raise ValueError(f"{flags[suffix]} {value}: must be at least {minimum} (a broker with batching on "
+                             "refuses to start below it)")
+        for prefix in BATCHED_WRITE_PREFIXES:
+            out[f"{prefix}{suffix}"] = str(value)
+    return out
 
 
 def check_versions(admin: TransactionsAdmin, min_version: str = MIN_VERSION,
                    assume_ok: Optional[list[str]] = None) -> tuple[dict[str, str], str]:
-    """Ask every active broker of the cluster its version; refuse (exit 1) when any is older than ``min_version``.
+    """Ask every active broker of the cluster its version (ClusterView's rule); refuse (exit 1) when any is older
+    than ``min_version``, exit 3 when one cannot be asked and the operator did not vouch for it by name
+    (``assume_ok``). Runs before anything is asked or changed."""
+    check = _check(admin, min_version, assume_ok)
+    return check.versions, check.checked
 
-    A broker that cannot be asked directly (e.g. behind a proxy) stops it with exit 3 unless the operator vouches for
-    it by name (``assume_ok``). Runs before anything is asked or changed.
-    """
-    assume = set(assume_ok or [])
-    view = ClusterView(admin)
+
+def _check(admin: TransactionsAdmin, min_version: str, assume_ok: Optional[list[str]]) -> VersionCheck:
     try:
-        brokers = view.active_brokers()
-    except AdminError as exc:
-        raise UpgradeError(f"cannot list the brokers whose versions must be checked: {exc.reason}",
-                           3 if exc.status in (0, 401, 403) or exc.status >= 500 or is_transient(exc) else 1) from None
-    if not brokers:
-        raise UpgradeError("cannot list the brokers whose versions must be checked: the target lists no active "
-                           "brokers (GET /admin/v2/brokers/{cluster})", 3)
-    versions: dict[str, str] = {}
-    unreachable: list[str] = []
-    for broker in brokers:
-        try:
-            versions[broker] = view.broker_version(broker)
-        except AdminError as exc:
-            if exc.status in (401, 403):
-                raise UpgradeError(f"cannot read broker versions: {exc.reason}", 3) from None
-            if broker in assume:
-                versions[broker] = "assumed ok (--assume-version-ok)"
-            else:
-                unreachable.append(f"{broker} ({exc.reason})")
-    if unreachable:
-        raise UpgradeError("cannot ask these brokers their version directly: " + ", ".join(unreachable)
-                             + "; check them yourself and name them with --assume-version-ok BROKER,...", 3)
-    floor = parse_version(min_version)
-    old = {b: v for b, v in versions.items() if b not in assume and parse_version(v) < floor}
-    checked = ("asked every active broker (GET /admin/v2/brokers/version on each): "
-               + ", ".join(f"{b} runs {v}" for b, v in sorted(versions.items()))
-               + f"; every version must be >= {min_version}, the first release whose brokers read batched entries")
-    if old:
-        raise UpgradeError("brokers too old to read batched entries: "
-                             + ", ".join(f"{b} runs {v}" for b, v in sorted(old.items()))
-                             + f" (need >= {min_version}); finish the rolling upgrade first", 1)
-    return versions, checked
+        return ClusterView(admin).check_batch_readers(min_version, assume_ok)
+    except BrokerVersionError as exc:
+        raise UpgradeError(str(exc), 3 if exc.cannot_tell else 1) from None
 
 
 def upgrade(admin: TransactionsAdmin, target: str, min_version: str = MIN_VERSION, reload: bool = True,
             thresholds: Optional[dict[str, str]] = None, assume_ok: Optional[list[str]] = None) -> UpgradeResult:
-    versions, checked = check_versions(admin, min_version, assume_ok)
-    result = UpgradeResult(versions, checked)
-    for name, value in (thresholds or {}).items():
-        try:
-            admin.update_dynamic_config(name, value)
-            result.thresholds[name] = value
-        except AdminError as exc:
-            result.warnings.append(f"{name}: {exc.reason.strip()} — set it in broker.conf and restart the brokers")
-    set_batch_log(admin, target, "tc", True, reload)
-    set_batch_log(admin, target, "pending-ack", True, reload)
+    check = _check(admin, min_version, assume_ok)
+    result = UpgradeResult(check.versions, check.checked)
+    set_batch_log(admin, target, "tc", True, reload, checked=check)
+    set_batch_log(admin, target, "pending-ack", True, reload, checked=check)
     result.enabled = True
     result.coordinators = tc_batch_log_stat(admin, target)["coodinatorArray"]
     result.subscriptions = pending_ack_batch_log_stat(admin, target)["subscriptionArray"]
+    if thresholds:  # never set through the admin API (Pulsar refuses them there): only read back from each broker
+        result.thresholds = dict(thresholds)
+        result.not_in_effect = thresholds_in_effect(admin, thresholds)
     return result
+
+
+def thresholds_in_effect(admin: TransactionsAdmin, thresholds: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Broker → the thresholds asked that its runtime configuration does not show yet ({} when every broker shows
+    them all); a broker whose configuration cannot be read shows none of them."""
+    view = ClusterView(admin)
+    out: dict[str, dict[str, str]] = {}
+    for broker in view.active_brokers() or ["the admin URL's broker"]:
+        try:
+            runtime = view.broker_runtime_config(broker, fresh=True)
+        except AdminError as exc:
+            out[broker] = {name: f"unknown ({exc.reason})" for name in thresholds}
+            continue
+        missing = thresholds_not_in_effect(runtime, thresholds)
+        if missing:
+            out[broker] = missing
+    return out
 
 
 @dataclass
@@ -168,7 +174,8 @@ def transaction_preflight(admin: TransactionsAdmin, to: str) -> TransactionPrefl
         coordinators, error = view.attempt("coordinators", admin.list_coordinators)
         transactions: dict[str, dict] = {}
         if error is not None and error.status != 503:  # 503: transactions off, so no owner to judge
-            raise UpgradeError(f"cannot list the transaction coordinators: {error.reason}", 3)
+            raise UpgradeError(f"cannot read the target: its transaction coordinators cannot be listed: "
+                               f"{error.reason}", 3)
         for c in coordinators or []:
             listed, failed = view.attempt(f"slowTransactions {c['id']}", admin.slow_transactions, 0, int(c["id"]))
             if failed is not None:

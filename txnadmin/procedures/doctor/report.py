@@ -1,7 +1,8 @@
 """Doctor's findings, their severities, the report and its exit code, and the ``--fix`` plan.
 
-Severities: ``info`` and ``unknown`` (a check that could not run, with the reason) leave a target healthy;
-``warning`` and ``critical`` do not. ``strict`` counts ``unknown`` as a warning.
+Severities: ``info`` leaves a target healthy; ``warning`` and ``critical`` do not; ``unknown`` (a check that could
+not run, with the reason) proves nothing either way, so a report with one is "not all checked" (exit 3, cannot
+tell), never "healthy". ``strict`` counts ``unknown`` as a warning.
 """
 
 from __future__ import annotations
@@ -58,15 +59,24 @@ class Report:
         return {sev: sum(1 for f in self.findings if f.severity == sev) for sev in SEVERITIES}
 
     def healthy(self, strict: bool = False) -> bool:
+        """Nothing wrong found (``strict``: an unknown counts as wrong). Not yet "healthy": see :meth:`verdict`."""
         bad = {"warning", "critical"} | ({"unknown"} if strict else set())
         return not any(f.severity in bad for f in self.findings)
+
+    def verdict(self, strict: bool = False) -> str:
+        """The one-line verdict: "healthy" only when every check ran and found nothing wrong."""
+        if not self.healthy(strict):
+            return "NOT healthy"
+        if any(f.severity == "unknown" for f in self.findings):
+            return "not all checked"
+        return "cannot tell (the target stopped answering)" if self.lost else "healthy"
 
     def to_json(self, strict: bool = False) -> dict:
         return {"target": self.target,
                 "checkedAt": datetime.fromtimestamp(self.checked_at / 1000, timezone.utc).isoformat(timespec="seconds"),
                 "findings": [f.to_json() for f in self.findings],
                 "summary": dict(self.counts(), checks=self.checks, clock=self.clock, strict=strict,
-                                healthy=self.healthy(strict) and self.lost is None,
+                                healthy=self.verdict(strict) == "healthy", verdict=self.verdict(strict),
                                 **({"targetLost": self.lost} if self.lost else {})),
                 **({"fix": self.fix} if self.fix is not None else {})}
 
@@ -78,10 +88,10 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 
 def exit_code(report: Report, strict: bool = False) -> int:
-    """1 when anything is wrong (it wins); else 3 when the target stopped answering mid-run; else 0."""
-    if not report.healthy(strict):
-        return EXIT_UNHEALTHY
-    return EXIT_UNREADABLE if report.lost else EXIT_HEALTHY
+    """1 when anything is wrong (it wins); else 3 when a check could not run or the target stopped answering mid-run
+    (cannot tell); else 0."""
+    verdict = report.verdict(strict)
+    return EXIT_HEALTHY if verdict == "healthy" else EXIT_UNHEALTHY if verdict == "NOT healthy" else EXIT_UNREADABLE
 
 
 def fix_plan(report: Report) -> list[TxnId]:

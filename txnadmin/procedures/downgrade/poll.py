@@ -32,12 +32,14 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     polls, which let a reopen be accepted when the watch proves it harmless; without one, a reopen is unproven.
     ``require_counters``: a safe verdict also needs every broker's flush counters read live, covering this poll
     (always, once a safe verdict was recorded, and for `guard`)."""
-    state = _require_state(state_path)
-    admin_url = target if target is not None else state["identity"]["adminUrl"]
-    view = session.view if session is not None else ClusterView(admin, admin_url)
+    view = session.view if session is not None else ClusterView(admin, target or "")
     if session is not None:
         view.forget()  # identity and brokers are read afresh at every poll
-    ident = target_identity(admin, admin_url, view)
+    # a target that cannot be read says so before a checklist is looked for: none could be about it
+    ident = target_identity(admin, target, view) if target is not None else None
+    state = _require_state(state_path)
+    if ident is None:
+        ident = target_identity(admin, state["identity"]["adminUrl"], view)
     check_identity(state, ident, state_path)
     brokers = active_brokers(admin, ident, view)
     on = flags_on_brokers(view, brokers)

@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ...admin.protocol import TransactionsAdmin
-from .checklist import ChecklistLock, _baselines, _require_state, discharge_flushes, flush_facts, save_state
+from .checklist import (
+    ChecklistLock, _baselines, _require_state, discharge_flushes, flush_facts, load_state, save_state,
+)
 from .logs import _Log
 from .poll import status
 from .recording import _count_flushes, _record_logs
 from .reopen import Session
 from .report import DowngradeError, LogStatus, Report, Waiting
-from .target import _pending_ack_stores, active_brokers, confirm_flags_off, flush_baselines
+from .target import _pending_ack_stores, active_brokers, confirm_flags_off, flush_baselines, target_identity
 from .watch import WATCH_PERIOD_S
 
 
@@ -101,6 +103,8 @@ def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_
     with ``rerecord_unproven``, is reloaded and re-recorded. Returns the last report; raises DowngradeError 3 when
     the target never answered or answered permanently wrong."""
     with ChecklistLock(state_path):
+        if target is not None and load_state(state_path) is None:
+            target_identity(admin, target)  # a target that cannot be read says so before a missing checklist does
         state = _require_state(state_path)
         session = Session(admin, target if target is not None else state["identity"]["adminUrl"],
                           _baselines(state), watch_period)

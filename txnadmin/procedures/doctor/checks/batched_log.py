@@ -10,8 +10,10 @@ from ....admin.batchlog import pending_ack_batch_log_from, tc_batch_log_from
 from ....admin.cluster import BATCH_FLAGS, PendingAckStore, flag_is_on
 from ....admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, NotFoundError
 from ....metrics import MetricsError, analyze_text
+from ....metrics.analyze import COMPONENTS
 from ..report import Finding, unknown
 from ..survey import Survey, problem
+from .common import metrics_source, threshold_fix
 
 NAME = "batched-log"
 SUMMARY = "PIP-160 flags against what the coordinators do; writer metrics and their tuning advice"
@@ -51,8 +53,9 @@ def _coordinators(s: Survey, flags: dict[str, bool]) -> list[Finding]:
              "derived": stat["derived"]},
             "these coordinators opened before the flag last changed, so they still write as the old value said; "
             "a downgrade plan that trusts the flag would be wrong",
-            "reopen them: `txnadmin transactions set-txn-tc-batch-log --enable|--disable --reload`, or unload "
-            "each transaction_coordinator_assign partition", []))
+            f"reopen them with the flag as it is: `txnadmin transactions set-txn-tc-batch-log "
+            f"{_switch(flags[TC_BATCH_FLAG])} --reload` (it shows the plan and asks), or unload each "
+            "transaction_coordinator_assign partition", []))
     return out
 
 
@@ -66,8 +69,9 @@ def _pending_ack_stores(s: Survey, flags: dict[str, bool]) -> list[Finding]:
                                                              "recordedChange": None},
                         "txnadmin recorded no change of the flag on this target, so every store is taken to follow "
                         "it since its last open; a change made with pulsar-admin is invisible here",
-                        "change the flag with `txnadmin transactions set-txn-pending-ack-batch-log` so doctor and "
-                        "downgrade can tell which stores reopened since", [])]
+                        "set the flag as it is with txnadmin, reopening every store, so doctor and downgrade can tell "
+                        "which stores reopened since: `txnadmin transactions set-txn-pending-ack-batch-log "
+                        f"{_switch(flags[PENDING_ACK_BATCH_FLAG])} --reload` (it shows the plan and asks)", [])]
     out: list[Finding] = []
     judged: list[tuple[PendingAckStore, dict | None]] = []
     unread = []
@@ -95,8 +99,9 @@ def _pending_ack_stores(s: Survey, flags: dict[str, bool]) -> list[Finding]:
                             "notReopenedSinceChange": lagging[:50], "count": len(lagging),
                             "lastChange": stat["lastChange"], "derived": stat["derived"]},
                            "these stores opened before the flag last changed and still write as the old value said",
-                           "reopen them: `txnadmin transactions set-txn-pending-ack-batch-log --enable|--disable "
-                           "--reload`, or unload their topics", []))
+                           "reopen them with the flag as it is: `txnadmin transactions set-txn-pending-ack-batch-log "
+                           f"{_switch(flags[PENDING_ACK_BATCH_FLAG])} --reload` (it shows the plan and asks), or "
+                           "unload their topics", []))
     return out
 
 
@@ -104,22 +109,44 @@ def _writer_metrics(s: Survey, flags: dict[str, bool]) -> list[Finding]:
     text, reason = s.metrics or (None, "not read (the target stopped answering)")
     if text is None:
         return [unknown(NAME, "writer metrics", f"/metrics: {reason}", "expose /metrics to doctor's host, or run "
-                        "`txnadmin metrics <broker>/metrics` where it is reachable")]
+                        f"`txnadmin metrics {metrics_source(s)}` where it is reachable")]
     try:
-        reports = analyze_text(text, {})
+        reports = analyze_text(text, _thresholds(s.runtime or {}))
     except MetricsError as exc:
         if exc.unreadable:  # a login page or garbage where /metrics should be: it says nothing about the writers
             return [unknown(NAME, "writer metrics", f"/metrics: {exc}", "point doctor at the broker itself (not a "
-                            "proxy or login page), or run `txnadmin metrics <broker>/metrics` where it is reachable")]
+                            f"proxy or login page), or run `txnadmin metrics {metrics_source(s)}` where it is "
+                            "reachable")]
         return [Finding(NAME, "info", "writer metrics", {"flags": flags, "metrics": str(exc)},
                         "no batched writer has flushed since the broker started (batching off, or no traffic)",
                         "nothing to do", [])]
     out = []
     for report in reports:
+        evidence = {"flushes": report.flushes, "triggerShares": report.trigger_shares(),
+                    "recordsPerEntry": round(report.records.mean, 2), "flags": flags}
+        flag = COMPONENTS[report.component]["config"] + "Enabled"
+        if not flags.get(flag, False):  # counters count since the broker started: batching may have been on then
+            out.append(Finding(NAME, "info", report.component, evidence,
+                               f"{flag} is false now, so these flushes are from before it was switched off: there is "
+                               "nothing to tune while batching is off", "nothing to do", []))
+            continue
         rec = report.recommendation
-        out.append(Finding(NAME, "info", report.component,
-                           {"flushes": report.flushes, "triggerShares": report.trigger_shares(),
-                            "recordsPerEntry": round(report.records.mean, 2), "flags": flags},
-                           rec.get("reason", ""), ", ".join(f"set {k}={v:g}" for k, v in rec.get("set", {}).items())
-                           or "nothing to do", []))
+        out.append(Finding(NAME, "info", report.component, evidence, rec.get("reason", ""),
+                           threshold_fix(s, rec["set"]) if rec.get("set") else "nothing to do", []))
+    return out
+
+
+def _switch(on: bool) -> str:
+    return "--enable" if on else "--disable"
+
+
+def _thresholds(runtime: dict) -> dict[str, float]:
+    """The batched writers' thresholds as the broker runs with them (the tuning advice starts from these)."""
+    out = {}
+    for name, value in runtime.items():
+        if "BatchedWriteMax" in name:
+            try:
+                out[name] = float(value)
+            except (TypeError, ValueError):
+                continue  # a value no number reads: the advice assumes Pulsar's default for it
     return out

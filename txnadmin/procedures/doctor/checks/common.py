@@ -3,7 +3,10 @@ the finding every transaction check gives when coordinators are switched off."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Optional
+
+from ....admin.batchlog import THRESHOLDS_NOT_DYNAMIC, broker_conf_lines
 
 from ..knowledge import KNOWN_BUGS, first_fixed, fixed_text, is_fixed, release
 from ..report import Finding, unknown
@@ -29,13 +32,34 @@ def is_local(s: Survey) -> bool:
     return s.target.startswith("local:")
 
 
+def engine_dir(s: Survey) -> str:
+    """The engine directory of a ``local:PATH`` target, quoted for a command line."""
+    return shlex.quote(s.target[len("local:"):])
+
+
 def reload_fix(s: Survey, topic: str, what: str) -> str:
     """How to make ``topic`` (a topic, or a coordinator's assign partition) load again, for this kind of target."""
     if is_local(s):
-        return (f"reopen {what}: stop `txnadmin engine run` on {s.target[len('local:'):]} and start it again (the "
-                "engine recovers it from its log as a broker does on load); while it runs, its server (URL and token "
-                f"in server.json there) also takes `pulsar-admin topics unload {topic}`")
+        return (f"reopen {what}: stop the engine running there (Ctrl-C) and start it again with `txnadmin engine run "
+                f"{engine_dir(s)}` (the engine recovers it from its log as a broker does on load); while it runs, its "
+                f"server (URL and token in server.json there) also takes `pulsar-admin topics unload {topic}`")
     return f"unload {what} so it loads again: `pulsar-admin topics unload {topic}`"
+
+
+def metrics_source(s: Survey) -> str:
+    """What `txnadmin metrics` reads for this target: the broker's /metrics URL, or the engine itself."""
+    return s.target if is_local(s) else f"{s.target}/metrics/"
+
+
+def threshold_fix(s: Survey, settings: dict) -> str:
+    """How to set batched-writer thresholds (``settings``: name → value), which Pulsar reads only at start."""
+    lines = broker_conf_lines(settings)
+    if is_local(s):
+        sets = " ".join(f"--set {line}" for line in lines)
+        return (f"stop the engine running there, then `txnadmin engine init {engine_dir(s)} --exist-ok {sets}` and "
+                f"start it again with `txnadmin engine run {engine_dir(s)}` (its engine.conf is read at start; the "
+                "thresholds are not dynamic, as in Pulsar)")
+    return f"{THRESHOLDS_NOT_DYNAMIC}: " + ", ".join(lines)
 
 
 def upgrade_advice(s: Survey, bug: dict) -> str:

@@ -9,7 +9,7 @@ from ....metrics.exposition import ExpositionError, parse_exposition, process_st
 from ..knowledge import ref
 from ..report import Finding
 from ..survey import Survey, missing_subscription
-from .common import age_text, is_local
+from .common import age_text, engine_dir, is_local
 
 NAME = "leftovers"
 SUMMARY = "pending-ack stores whose topic or subscription no longer exists; idle stores (from /metrics)"
@@ -34,7 +34,7 @@ def check(s: Survey, t: dict) -> list[Finding]:
             delete = f"`pulsar-admin topics delete {store.name}` (after checking the subscription is really gone)"
             if is_local(s):  # the engine takes it through its server: `engine run`'s, or `txnadmin serve`'s
                 delete += (" through the engine's server (URL and token in server.json; with no engine running, "
-                           "start `txnadmin serve` on the directory first)")
+                           f"start one with `txnadmin serve {engine_dir(s)}` first)")
             out.append(Finding(name, "warning", store.name, gone, why, delete,
                                [ref(11000), ref(11023)]))
     out += idle_stores(s, t)
