@@ -15,6 +15,7 @@ LAYERS = [
     {"transaction_log", "pending_ack", "tb_snapshot", "preserver", "topic"},
     {"single_snapshot_processor", "segmented_snapshot_processor"},  # over tb_snapshot's service
     {"coordinator"},
+    {"coordinator_service"},  # the broker's coordinator role, mixed into Engine
     {"engine"},
     {"stats", "manage", "observe", "workload", "faults"},
 ]

@@ -19,11 +19,13 @@ from typing import Callable
 from ..names import (
     encodes_pending_ack_subscription, normalize_topic, pending_ack_topic, subscription_fits_store_name,
 )
-from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig, read_dynamic
+from .coordinator_service import (  # noqa: F401 (EngineError, NotAcceptable, writer_config: re-exported)
+    META_COORDINATORS, CoordinatorService, EngineError, NotAcceptable, NotFound, writer_config,
+)
 from .coordinator import (
     ABORTED, ABORTING, COMMITTED, COMMITTING, OPEN, STATUS_NAMES,
-    CoordinatorError, InvalidTxnStatus, TransactionCoordinator, TransactionNotFound, TxnMeta,
+    InvalidTxnStatus, TransactionCoordinator, TransactionNotFound, TxnMeta,
 )
 from .ops import Op, run as run_op
 from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -32,7 +34,7 @@ from .pending_ack_metrics import PendingAckMetrics
 from .tb_client_metrics import TransactionBufferClientMetrics
 from .position import Position
 from .preserver import (
-    ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver, preserver_log_name,
+    ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver,
 )
 from .snapshot_metrics import SnapshotMetrics
 from .storage import LedgerStorage
@@ -41,12 +43,10 @@ from .segmented_snapshot_processor import SegmentedSnapshotProcessor
 from .single_snapshot_processor import SingleSnapshotProcessor
 from .tb_snapshot import SnapshotService, segment_capacity
 from .topic import Topic
-from .transaction_log import TransactionLog
 from .writer_metrics import BufferedWriterMetrics
 
 log = logging.getLogger(__name__)
 
-META_COORDINATORS = "engine/coordinators"
 META_TOPICS = "engine/topics/"
 META_PENDING_ACK = "engine/pending-ack/"
 META_ENGINE_ID = "engine/id"  # persistent identity: a downgrade checklist refuses another engine's
@@ -55,34 +55,11 @@ META_ENGINE_ID = "engine/id"  # persistent identity: a downgrade checklist refus
 META_OPENED = "engine/opened/"
 
 
-class EngineError(Exception):
-    """Base of the engine's own errors; the admin layer (admin/local.py) maps each to an HTTP status."""
-
-
-class NotFound(EngineError):
-    """No such coordinator, topic, subscription or store."""
-
-
-class NotAcceptable(EngineError):
-    """A request the engine refuses as it stands (e.g. scaling coordinators down)."""
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def writer_config(config: EngineConfig, component: str) -> BufferedWriterConfig:
-    prefix = "transactionLogBatchedWrite" if component == "tc" else "transactionPendingAckBatchedWrite"
-    return BufferedWriterConfig(
-        enabled=getattr(config, prefix + "Enabled"),
-        max_records=getattr(config, prefix + "MaxRecords"),
-        max_size=getattr(config, prefix + "MaxSize"),
-        max_delay_ms=getattr(config, prefix + "MaxDelayInMillis"),
-        key_prefix=prefix,  # so a pending-ack writer's error names the pending-ack key, not the coordinator's
-    )
-
-
-class Engine:
+class Engine(CoordinatorService):
     def __init__(self, directory: Path, config: EngineConfig | None = None, *, read_only: bool = False,
                  clock_ms: Callable[[], int] = _now_ms, maintenance: bool = True):
         # Wall-clock seconds when this open began: /metrics' process_start_time_seconds, so a restart shows as a new
@@ -169,10 +146,6 @@ class Engine:
     def ml_config(self) -> ManagedLedgerConfig:
         return ManagedLedgerConfig(**self.config.ledger_rollover(), clock=lambda: float(self.clock_ms()))
 
-    def coordinator_count(self) -> int:
-        raw = self.storage.meta_get(META_COORDINATORS)
-        return int(raw) if raw else self.config.transactionCoordinatorCount
-
     # -- opening ----------------------------------------------------------------------------
     def _open_all(self) -> None:
         if self.storage.meta_get(META_COORDINATORS) is None and not self.read_only:
@@ -231,25 +204,6 @@ class Engine:
             items, self._unsaved_opens = self._unsaved_opens, {}
             self.storage.meta_put_many(items)
 
-    def _open_coordinator(self, tc_id: int) -> TransactionCoordinator:
-        wc = writer_config(self.config, "tc")
-        log = TransactionLog(self.factory, tc_id, self.ml_config(), wc, self.tc_metrics)
-        tc = TransactionCoordinator(tc_id, log, self.clock_ms)
-        if self.config.transactionMetaPersistCount > 0 and not (self.read_only and not self.factory.exists(
-                preserver_log_name(tc_id))):
-            old = self.preservers.pop(tc_id, None)
-            if old:
-                old.close()
-            self.preservers[tc_id] = TransactionPreserver(
-                self.factory, tc_id, per_client=self.config.transactionMetaPersistCount,
-                retention_ms=int(self.config.transactionMetaPersistTimeInHour * 3_600_000),
-                max_total=self.config.engineTransactionMetaPersistMaxTotal, clock_ms=self.clock_ms,
-                ml_config=self.ml_config())
-        self._pending_end[tc_id] = tc.recover()
-        self._opened(f"tc/{tc_id}", tc)
-        self.coordinators[tc_id] = tc
-        return tc
-
     def _distinct_open(self, key: str, started_ms: int) -> int:
         """Each reopen of a store shows a new recoverStartTime, even within one millisecond (or a frozen test
         clock): `downgrade` proves a reopen by that value changing, as it does on a real broker."""
@@ -257,11 +211,6 @@ class Engine:
         value = started_ms if last is None or started_ms > last else last + 1
         self._opened_at[key] = value
         return value
-
-    def _finish_recovered(self, tc_id: int) -> None:
-        tc = self.coordinators[tc_id]
-        for meta in self._pending_end.pop(tc_id, []):
-            self._drive_end(tc, meta, commit=meta.status == COMMITTING)
 
     def _open_topic(self, name: str) -> Topic:
         topic = self._new_topic(normalize_topic(name))
@@ -356,23 +305,6 @@ class Engine:
             raise EngineError(f"engine {self.directory} is open read-only")
 
     # -- transactions (what a Pulsar client does) --------------------------------------------
-    def coordinator_ids(self) -> list[int]:
-        with self._lock:
-            return sorted(self.coordinators)
-
-    def coordinator(self, tc_id: int) -> TransactionCoordinator:
-        tc = self.coordinators.get(tc_id)
-        if tc is None:
-            raise NotFound(f"Transaction coordinator not found! coordinator id : {tc_id}")
-        return tc
-
-    def loaded_coordinator(self, tc_id: int) -> TransactionCoordinator:
-        """The coordinator as a broker's admin handlers find it: a store enters their map only once it has replayed
-        its log, so while it recovers (after a failover) its stats answer 404 like a coordinator that is not there."""
-        if tc_id in self.recovering_coordinators:
-            raise NotFound(f"Transaction coordinator not found! coordinator id : {tc_id}")
-        return self.coordinator(tc_id)
-
     def begin(self, timeout_ms: int | None = None, owner: str | None = None, tc_id: int | None = None) -> tuple[int, int]:
         return run_op(self.begin_async(timeout_ms, owner, tc_id))
 
@@ -512,42 +444,6 @@ class Engine:
             self._failed_ends.pop(txn, None)
         return STATUS_NAMES[final]
 
-    def retry_failed_ends(self, now_ms: int | None = None) -> int:
-        """Drive again each end that failed part-way, a second after it failed; returns how many finished.
-
-        Pulsar's TransactionMetadataStoreService does the same (a retry timer, endTransactionRetryIntervalTime =
-        1 s): a transaction left COMMITTING or ABORTING keeps its acks held in the pending-ack stores, so its
-        subscriptions' mark-delete and the stores' logs could never move past it (a downgrade `wait` that never
-        ends). An end its client is still driving (its end lock held) is left to the client."""
-        now = self.clock_ms() if now_ms is None else now_ms
-        with self._lock:
-            due = [txn for txn, failed_at in self._failed_ends.items() if now - failed_at >= 1000]
-        finished = 0
-        for txn in due:
-            tc = self.coordinators.get(txn[0])
-            meta = tc.txns.get(txn[1]) if tc is not None else None
-            if tc is None or meta is None or meta.status not in (COMMITTING, ABORTING):
-                with self._lock:  # ended meanwhile (its client retried, or a reload's recovery drove it)
-                    self._failed_ends.pop(txn, None)
-                continue
-            if not meta.end_lock.acquire(blocking=False):
-                continue
-            try:
-                if meta.status not in (COMMITTING, ABORTING):
-                    continue
-                self._drive_end(tc, meta, commit=meta.status == COMMITTING)
-            except Exception as exc:  # noqa: BLE001 (kept for the next tick and logged, as Pulsar's retry timer does)
-                log.warning("ending transaction %s failed again, retrying in a second: %s", txn, exc)
-                with self._lock:
-                    self._failed_ends[txn] = now
-                continue
-            finally:
-                meta.end_lock.release()
-            with self._lock:
-                self._failed_ends.pop(txn, None)
-            finished += 1
-        return finished
-
     def _drive_end(self, tc: TransactionCoordinator, meta: TxnMeta, commit: bool) -> None:
         run_op(self._drive_end_async(tc, meta, commit))
 
@@ -613,30 +509,6 @@ class Engine:
         return t
 
     # -- operator actions --------------------------------------------------------------------
-    def reload_coordinator(self, tc_id: int) -> None:
-        """Close and reopen a coordinator, as unloading its transaction_coordinator_assign partition does."""
-        with self._lock:
-            self.coordinator(tc_id).close()
-            self.recovering_coordinators.discard(tc_id)
-            self._open_coordinator(tc_id)
-            self._finish_recovered(tc_id)
-
-    def stall_coordinator_recovery(self, tc_id: int) -> None:
-        """Unload a coordinator and load it again with a log replay that has not finished (a failover onto a broker
-        replaying a long log; the `engine run --fault stall-coordinator-recovery` verb): its admin stats answer 404
-        until :meth:`finish_coordinator_recovery`, or another unload (:meth:`reload_coordinator`). Only the admin
-        view waits: the engine keeps serving its transactions."""
-        with self._lock:
-            self._writable()
-            self.reload_coordinator(tc_id)
-            self.recovering_coordinators.add(tc_id)
-
-    def finish_coordinator_recovery(self, tc_id: int) -> None:
-        """The stalled replay ends: the store enters the admin handlers' map, with the recoverStartTime of the
-        open that started the replay."""
-        with self._lock:
-            self.recovering_coordinators.discard(tc_id)
-
     def _topic_to_delete_from(self, full: str):
         """The open topic a delete acts on (under the engine lock); refuses a read-only engine and unknown topics."""
         self._writable()
@@ -762,27 +634,6 @@ class Engine:
             for sub in subs:  # their pending-ack stores recover as usual, on the reloaded topic's cursors
                 self._open_store(full, sub)
 
-    def scale_coordinators(self, replicas: int) -> None:
-        with self._lock:
-            current = self.coordinator_count()
-            if replicas <= current:
-                raise NotAcceptable("Number of transaction coordinators must be more than current")
-            self.storage.meta_put(META_COORDINATORS, str(replicas).encode())
-            for tc_id in range(current, replicas):
-                self._open_coordinator(tc_id)
-
-    def abort_timed_out(self) -> list[tuple[int, int]]:
-        aborted = []
-        for tc in list(self.coordinators.values()):
-            for seq in tc.expired():
-                try:
-                    self.end_transaction((tc.tc_id, seq), commit=False)
-                    aborted.append((tc.tc_id, seq))
-                    tc.counters.timed_out()
-                except CoordinatorError:
-                    pass  # ended meanwhile by its client
-        return aborted
-
     def apply_dynamic_config(self) -> bool:
         """Pick up `update-dynamic-config` changes. Like Pulsar, open stores keep the flag they read at open."""
         values = read_dynamic(self.directory)
@@ -793,9 +644,6 @@ class Engine:
         for key in EngineConfig.DYNAMIC_KEYS:
             setattr(self.config, key, getattr(fresh, key))
         return True
-
-    def expire_preserved(self) -> int:
-        return sum(p.expire() for p in self.preservers.values())
 
     def maintenance_tick(self, sweep_ledgers: bool = True) -> None:
         self.abort_timed_out()
