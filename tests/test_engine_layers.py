@@ -15,7 +15,7 @@ LAYERS = [
     {"transaction_log", "pending_ack", "tb_snapshot", "preserver", "topic"},
     {"single_snapshot_processor", "segmented_snapshot_processor"},  # over tb_snapshot's service
     {"coordinator"},
-    {"coordinator_service"},  # the broker's coordinator role, mixed into Engine
+    {"coordinator_service", "broker_metrics"},  # the broker's coordinator role (mixed into Engine), its /metrics
     {"engine"},
     {"stats", "manage", "observe", "workload", "faults"},
 ]

@@ -20,6 +20,7 @@ from ..names import (
     encodes_pending_ack_subscription, normalize_topic, pending_ack_topic, subscription_fits_store_name,
 )
 from .config import EngineConfig, read_dynamic
+from .broker_metrics import ScrapeTimeGauges
 from .coordinator_service import (  # noqa: F401 (EngineError, NotAcceptable, writer_config: re-exported)
     META_COORDINATORS, CoordinatorService, EngineError, NotAcceptable, NotFound, writer_config,
 )
@@ -81,15 +82,14 @@ class Engine(CoordinatorService):
         broker = urlsplit(self.config.engineBrokerServiceUrl).hostname or "127.0.0.1"
         self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", self.registry, broker=broker)
         self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", self.registry, broker=broker)
-        # The coordinators' counters are read from each coordinator at scrape time (_ScrapeTimeGauges).
-        self.registry.register(_ScrapeTimeGauges(self))
+        # The coordinators' counters are read from each coordinator at scrape time (ScrapeTimeGauges).
+        self.registry.register(ScrapeTimeGauges(self))
         self.tb_client_metrics = TransactionBufferClientMetrics(self.registry)
         if not read_only:  # a stopped engine's view runs no broker: it has no process start to report
             from prometheus_client import Gauge
 
             Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
                   registry=self.registry).set(self.started_at)
-        self._metrics_buffer: tuple[int, bytes] | None = None  # (time slot, exposition): metricsBufferResponse
         self.tp_metrics = PendingAckMetrics(self.registry)
         self._lock = threading.RLock()
         self.coordinators: dict[int, TransactionCoordinator] = {}
@@ -690,14 +690,6 @@ class Engine(CoordinatorService):
         for topic in topics:
             topic.trim_expired_aborts()
 
-    def metrics_buffer(self, slot: int) -> bytes | None:
-        """The exposition kept for time slot ``slot`` (metricsBufferResponse), or None."""
-        kept = self._metrics_buffer
-        return kept[1] if kept is not None and kept[0] == slot else None
-
-    def keep_metrics_buffer(self, slot: int, text: bytes) -> None:
-        self._metrics_buffer = (slot, text)
-
     def tc_records_written(self) -> int:
         return sum(tc.log.records_written for tc in self.coordinators.values())
 
@@ -759,87 +751,3 @@ class Engine(CoordinatorService):
 def _require_open(meta: TxnMeta) -> None:
     if meta.status != OPEN:
         raise InvalidTxnStatus(f"Expect Txn {meta} to be in OPEN status but it is in {meta.status_name} status")
-
-
-def metrics_exposition(engine: "Engine") -> bytes:
-    """The engine's registry in the text format, every series labelled ``cluster`` first, as a broker's
-    ``/metrics`` is (PrometheusMetricsGenerator)."""
-    from prometheus_client import generate_latest
-
-    cluster = engine.config.clusterName
-    # Pulsar's buffered response: one exposition per managedLedgerStatsPeriodSeconds slot of the wall clock, so a
-    # scrape may show the counters as they were when its slot's first scrape came.
-    period_ms = max(1, engine.config.managedLedgerStatsPeriodSeconds) * 1000  # as Pulsar guards a hand-edited 0
-    slot = int(time.time() * 1000) // period_ms if engine.config.metricsBufferResponse else None
-    if slot is not None and (buffered := engine.metrics_buffer(slot)) is not None:
-        return buffered
-
-    class _WithCluster:
-        def collect(self):
-            for family in engine.registry.collect():
-                family.samples = [s._replace(labels={"cluster": cluster, **s.labels}) for s in family.samples]
-                yield family
-
-    text = generate_latest(_WithCluster())
-    if slot is not None:
-        engine.keep_metrics_buffer(slot, text)
-    return text
-
-
-class _ScrapeTimeGauges:
-    """What a broker computes at each exposition, read from the components: per coordinator the counters of
-    TransactionAggregator (labelled ``coordinator_id``), per topic the transaction buffer's counts of
-    TopicStats (``namespace``, ``topic``) and the sealed snapshot segments of TxnSnapshotSegmentStats."""
-
-    def __init__(self, engine: "Engine"):
-        self.engine = engine
-
-    def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
-
-        from .coordinator_metrics import COUNTER_NAMES, LATENCY_NAMES
-
-        coordinators = sorted(self.engine.coordinators.items())
-        active = GaugeMetricFamily("pulsar_txn_active_count", "-", labels=["coordinator_id"])
-        counters = [(GaugeMetricFamily(name, "-", labels=["coordinator_id"]), attr) for name, attr in COUNTER_NAMES]
-        latency = [GaugeMetricFamily(name, "-", labels=["coordinator_id"]) for name in LATENCY_NAMES]
-        for tc_id, tc in coordinators:
-            label = [str(tc_id)]
-            active.add_metric(label, len(tc.txns))
-            for family, attr in counters:
-                family.add_metric(label, getattr(tc.counters, attr))
-            for family, count in zip(latency, tc.counters.take_latency(), strict=True):
-                family.add_metric(label, count)
-        yield active
-        yield from (family for family, _ in counters)
-        yield from latency
-        topics = sorted(self.engine.topics.items())
-        ongoing = GaugeMetricFamily("pulsar_txn_tb_active_total", "-", labels=["namespace", "topic"])
-        aborted = GaugeMetricFamily("pulsar_txn_tb_aborted_total", "-", labels=["namespace", "topic"])
-        committed = GaugeMetricFamily("pulsar_txn_tb_committed_total", "-", labels=["namespace", "topic"])
-        segments = GaugeMetricFamily("pulsar_txn_tb_snapshot_index_total",
-                                     "Number of snapshot segments maintained in the Pulsar transaction buffer.",
-                                     labels=["namespace", "topic"])
-        for name, topic in topics:
-            labels = [_namespace_label(name), name]
-            held = topic.buffer.processor.segment_count() if topic.buffer.processor.snapshot_type == "Segment" else 0
-            open_now = len(topic.buffer.ongoing)
-            # Unlike a broker, Ready topics with no transaction since they loaded are left out: at 10,000 topics
-            # their zeros made every scrape (and each downgrade poll's two reads of /metrics) seconds slower.
-            if not (open_now or topic.txn_committed or topic.txn_aborted or held or topic.buffer.state != "Ready"):
-                continue
-            ongoing.add_metric(labels, open_now)
-            aborted.add_metric(labels, topic.txn_aborted)
-            committed.add_metric(labels, topic.txn_committed)
-            if topic.buffer.processor.snapshot_type == "Segment":
-                segments.add_metric(labels, held)
-        yield from (ongoing, aborted, committed, segments)
-
-
-def _namespace_label(topic: str) -> str:
-    from ..names import namespace_of
-
-    try:
-        return namespace_of(topic)
-    except ValueError:
-        return "unknown"

@@ -54,7 +54,7 @@ def _metrics_routes(engine) -> list:
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from ..engine.engine import metrics_exposition
+    from ..engine.broker_metrics import metrics_exposition
 
     def handler(request):
         return Response(metrics_exposition(engine), media_type=CONTENT_TYPE_LATEST)
