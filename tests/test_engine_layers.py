@@ -45,3 +45,21 @@ def test_imports_only_go_down():
             if RANK[target] >= RANK[path.stem] and not same_group:
                 wrong.append(f"{path.stem} → {target}")
     assert not wrong, wrong
+
+
+def test_the_cluster_room_sits_on_the_broker_layers_and_nothing_below_reaches_up_to_it():
+    """engine/cluster/ (brokers, bundles, ownership) imports the engine's modules up to the broker (never the
+    stats, workload or fault floors above it), and no engine module imports the cluster: the engine asks it through
+    the ``host_of`` callback it is opened with."""
+    ceiling = RANK["engine"]
+    wrong = []
+    for path in (ENGINE / "cluster").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module:
+                target = node.module.split(".")[0]
+                if RANK.get(target, len(LAYERS)) > ceiling:
+                    wrong.append(f"cluster/{path.stem} → {target}")
+    for path in ENGINE.glob("*.py"):
+        if "cluster" in _relative_imports(path):
+            wrong.append(f"{path.stem} → cluster")
+    assert not wrong, wrong

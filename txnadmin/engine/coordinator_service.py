@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ..names import coordinator_assign_partition
 from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig
 from .coordinator import ABORTING, COMMITTING, CoordinatorError, TransactionCoordinator
@@ -70,6 +71,7 @@ class CoordinatorService:
         storage: LedgerStorage
         read_only: bool
         tc_metrics: BufferedWriterMetrics
+        host_of: Callable[[str], Any]
 
         def ml_config(self) -> ManagedLedgerConfig: ...
         def _opened(self, key: str, component: Any) -> None: ...
@@ -82,8 +84,9 @@ class CoordinatorService:
         return int(raw) if raw else self.config.transactionCoordinatorCount
 
     def _open_coordinator(self, tc_id: int) -> TransactionCoordinator:
-        wc = writer_config(self.config, "tc")
-        log = TransactionLog(self.factory, tc_id, self.ml_config(), wc, self.tc_metrics)
+        host = self.host_of(coordinator_assign_partition(tc_id))
+        wc = writer_config(host.config, "tc")
+        log = TransactionLog(self.factory, tc_id, self.ml_config(), wc, host.tc_metrics)
         tc = TransactionCoordinator(tc_id, log, self.clock_ms)
         if self.config.transactionMetaPersistCount > 0 and not (self.read_only and not self.factory.exists(
                 preserver_log_name(tc_id))):

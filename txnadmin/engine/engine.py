@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
-from typing import Callable
+from typing import Any, Callable
 
 from ..names import (
     encodes_pending_ack_subscription, normalize_topic, pending_ack_topic, subscription_fits_store_name,
@@ -62,7 +62,8 @@ def _now_ms() -> int:
 
 class Engine(CoordinatorService):
     def __init__(self, directory: Path, config: EngineConfig | None = None, *, read_only: bool = False,
-                 clock_ms: Callable[[], int] = _now_ms, maintenance: bool = True):
+                 clock_ms: Callable[[], int] = _now_ms, maintenance: bool = True,
+                 host_of: Callable[[str], Any] | None = None):
         # Wall-clock seconds when this open began: /metrics' process_start_time_seconds, so a restart shows as a new
         # process (the broker's JVM start time in Pulsar), whatever the counters say.
         self.started_at = time.time()
@@ -71,6 +72,9 @@ class Engine(CoordinatorService):
         self.config = config or EngineConfig.load(self.directory)
         self.read_only = read_only
         self.clock_ms = clock_ms
+        # The broker a component opens on, given its topic (a coordinator: its assign partition): its flags
+        # (`config`) and writer counters (`tc_metrics`, `ack_metrics`). One broker: the engine; a cluster: the owner.
+        self.host_of: Callable[[str], Any] = host_of or (lambda name: self)
         self.storage = LedgerStorage.open(self.directory, read_only=read_only,
                                           entry_log_size_limit=self.config.engineEntryLogSizeLimitBytes)
         self.factory = ManagedLedgerFactory(self.storage)
@@ -250,8 +254,9 @@ class Engine(CoordinatorService):
             raise EngineError(f"Invalid topic name: {pending_ack_topic(topic, subscription)} (before PR #25727, in "
                               f"4.2.2 and 5.0.0, a subscription holding '/' cannot open its pending-ack store; this "
                               f"engine claims {self.config.engineBrokerVersion})")
-        wc = writer_config(self.config, "pending-ack")
-        store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
+        host = self.host_of(topic)
+        wc = writer_config(host.config, "pending-ack")
+        store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, host.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag, self.encodes_subscription)
         topic_obj = self.topics.get(topic)
         # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view judges by

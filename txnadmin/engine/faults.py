@@ -65,11 +65,15 @@ FAULTS = {
     "shed": "=SECONDS every SECONDS one topic with pending-ack stores or open transactions and one coordinator are "
             "unloaded, each in turn, as a load manager's bundle shedding does: they reopen with a new "
             "recoverStartTime and a new ledger",
+    "rolling-restart": "=SECONDS (an engine of several brokers) every SECONDS the next broker is restarted, in turn: "
+                       "its address refuses connections meanwhile, it comes back as a new process, and what it owned "
+                       "moves to the others after engineBrokerFailoverDelayMillis",
 }
 
 SHED = "shed"
+ROLLING_RESTART = "rolling-restart"
 STALL_COORDINATOR = "stall-coordinator-recovery"
-_TAKES_ARGUMENT = ("stall-buffer-recovery", STALL_COORDINATOR, SHED)
+_TAKES_ARGUMENT = ("stall-buffer-recovery", STALL_COORDINATOR, SHED, ROLLING_RESTART)
 
 
 def fault_name(spec: str) -> str:
@@ -86,10 +90,11 @@ def shown(spec: str) -> str:
 
 
 def shed_period(spec: str) -> float:
-    """The seconds of ``shed=SECONDS`` (finite, more than 0); ValueError saying what is wrong, in one line."""
-    _, sep, raw = spec.partition("=")
+    """The seconds of ``shed=SECONDS`` or ``rolling-restart=SECONDS`` (finite, more than 0); ValueError saying what
+    is wrong, in one line."""
+    name, sep, raw = spec.partition("=")
     if not sep or not raw.strip():
-        raise ValueError(f"--fault {shown(spec)}: give the period in seconds, e.g. shed=5")
+        raise ValueError(f"--fault {shown(spec)}: give the period in seconds, e.g. {shown(name)}=5")
     try:
         seconds = float(raw)
     except ValueError:
@@ -218,7 +223,7 @@ def inject(engine: Engine, names: list[str], topic: str, timeout_ms: int,
     spared = spared if spared is not None else Spared()
     said = []
     for name in names:
-        if fault_name(name) == SHED:
+        if fault_name(name) in (SHED, ROLLING_RESTART):  # run by threads beside the workload, not set once
             continue
         if name == "stuck-open":
             txns = []
