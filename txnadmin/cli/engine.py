@@ -97,7 +97,8 @@ def run(
                                     "replay that does not finish: its stats answer 404 until it is unloaded again); "
                                     "or make it a moving cluster: shed=SECONDS (every SECONDS one topic with "
                                     "pending-ack stores or open transactions and one coordinator are unloaded, in "
-                                    "turn, as bundle shedding does; what the other faults broke is left alone); "
+                                    "turn, as bundle shedding does, their bundles moved to another broker on an engine of several; "
+                                    "what the other faults broke is left alone); "
                                     "rolling-restart=SECONDS (an engine of several brokers: every SECONDS the next "
                                     "broker is restarted, in turn)."),
     client_version: Optional[str] = typer.Option(
@@ -192,10 +193,11 @@ def run(
             typer.echo(line, err=True)
 
         # -o json keeps stderr to failures and the count at the end; the table view shows every unload
-        shedder = Shedder(engine, shed_every, tell if output != "json" else (lambda _line: None), spared, tell)
+        shedder = Shedder(engine, shed_every, tell if output != "json" else (lambda _line: None), spared, tell,
+                          mover=cluster.move if cluster is not None else None)
         left = f"; left alone: {_spared_text(spared)}" if spared.topics or spared.coordinators else ""
-        typer.echo(f"fault shed: every {shed_every:g} s one topic and one coordinator unloaded in turn{left}",
-                   err=True)
+        how = "have their bundles moved to another broker" if cluster is not None else "unloaded"
+        typer.echo(f"fault shed: every {shed_every:g} s one topic and one coordinator {how} in turn{left}", err=True)
         shedder.start()
     try:
         if live:

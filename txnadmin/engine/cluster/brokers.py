@@ -230,25 +230,46 @@ class Cluster:
             self._reopen(set(moved))  # outside the lock: a reopen asks host_of under the engine's lock
         return moved
 
-    def _reopen(self, bundles: set[str]) -> None:
+    def move(self, name: str, spared: Callable[[str], bool] = lambda name: False) -> str:
+        """Shed the bundle of ``name`` (a topic, or a coordinator's assign partition) to the least loaded other
+        running broker and reopen what it holds there, as a load manager's bundle shedding does; what ``spared``
+        names stays open as it is. Returns what happened, in words; LookupError when no other broker runs."""
+        bundle = bundle_of(name)
+        with self._lock:
+            owner = self.owner(name)
+            heir = self._least_loaded(exclude=owner)
+            if heir is None:
+                raise LookupError(f"no running broker besides {owner.id} to move bundle {bundle} to")
+            self._owners[bundle] = (heir, heir.generation)
+        coordinators, topics = self._reopen({bundle}, spared)
+        return (f"bundle {bundle} moved from {owner.id} to {heir.id}: {coordinators} coordinator"
+                f"{'' if coordinators == 1 else 's'} and {topics} topic{'' if topics == 1 else 's'} reopened")
+
+    def _reopen(self, bundles: set[str], spared: Callable[[str], bool] = lambda name: False) -> tuple[int, int]:
         """Every coordinator and loaded topic of the moved bundles reopens on its new owner (new recoverStartTime,
-        the new owner's flags and counters)."""
+        the new owner's flags and counters); how many coordinators and topics did."""
         engine = self.engine
         if engine is None:
-            return
+            return 0, 0
+        coordinators = topics = 0
         for tc_id in engine.coordinator_ids():
-            if bundle_of(coordinator_assign_partition(tc_id)) in bundles:
-                self._attempt(f"coordinator {tc_id}", engine.reload_coordinator, tc_id)
+            partition = coordinator_assign_partition(tc_id)
+            if bundle_of(partition) in bundles and not spared(partition):
+                coordinators += self._attempt(f"coordinator {tc_id}", engine.reload_coordinator, tc_id)
         for topic in sorted(engine.topics):
-            if coordinator_of_assign_partition(topic) is None and bundle_of(normalize_topic(topic)) in bundles:
-                self._attempt(topic, engine.reload_topic, topic)
+            if coordinator_of_assign_partition(topic) is None and bundle_of(normalize_topic(topic)) in bundles \
+                    and not spared(topic):
+                topics += self._attempt(topic, engine.reload_topic, topic)
+        return coordinators, topics
 
     @staticmethod
-    def _attempt(what: str, reopen: Callable[[Any], Any], arg: Any) -> None:
+    def _attempt(what: str, reopen: Callable[[Any], Any], arg: Any) -> bool:
         try:
             reopen(arg)
         except Exception:  # one component failing to reopen must not keep the others on the old owner
             log.exception("moving %s to its new owner failed", what)
+            return False
+        return True
 
     def _run(self) -> None:
         while not self._stop.wait(WATCH_PERIOD_S):

@@ -1,0 +1,61 @@
+"""Motion between the brokers of an engine (engine/cluster/): a component reopens on its new owner reading that
+broker's flags and counting in its registry, and `--fault shed` moves bundles between brokers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from txnadmin.admin.local import open_engine
+from txnadmin.engine.cluster import Cluster
+from txnadmin.engine.config import EngineConfig, update_dynamic
+from txnadmin.engine.manage import init_engine
+from txnadmin.names import coordinator_assign_partition
+
+TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
+FLAG = "transactionLogBatchedWriteEnabled"
+
+
+def test_a_moved_coordinator_reopens_with_its_new_owners_flags_and_counters(tmp_path):
+    d = tmp_path / "e"
+    # the second broker's watch delivers a change only ten minutes later: it still has batching off
+    init_engine(d, {"engineBrokers": "2", "transactionCoordinatorCount": "4",
+                    "engineBrokerWatchDelaysMillis": "0,600000"})
+    cluster = Cluster(d, [1, 2])  # addresses only: nothing listens in this test
+    engine = open_engine(d, host_of=cluster.host_of, maintenance=False)
+    try:
+        cluster.attach(engine)
+        fast, slow = cluster.brokers
+        update_dynamic(d, FLAG, "true")
+        cluster.tick()
+        assert getattr(fast.config, FLAG) is True and getattr(slow.config, FLAG) is False
+        on_slow = next(i for i in engine.coordinator_ids() if cluster.owner_of_coordinator(i) is slow)
+        tc = engine.coordinator(on_slow)
+        assert tc.log.writer_config.enabled is False
+        said = cluster.move(coordinator_assign_partition(on_slow))
+        assert f"from {slow.id} to {fast.id}: 1 coordinator" in said
+        moved = engine.coordinator(on_slow)
+        assert cluster.owner_of_coordinator(on_slow) is fast
+        assert moved.log.writer_config.enabled is True  # the new owner's flag, read as it reopened
+        assert moved.recover_start_time > tc.recover_start_time
+        assert moved.log.writer.metrics is fast.tc_metrics  # it counts on its new owner's /metrics
+        back = cluster.move(coordinator_assign_partition(on_slow))
+        assert f"to {slow.id}" in back and engine.coordinator(on_slow).log.writer_config.enabled is False
+    finally:
+        cluster.close()
+        engine.close()
+    assert EngineConfig.load(d).engineBrokers == 2
+
+
+def test_shed_moves_bundles_between_the_brokers_of_a_running_engine(tmp_path):
+    d = tmp_path / "e"
+    init_engine(d, {"engineBrokers": "2", "transactionCoordinatorCount": "2"})
+    env = dict(os.environ, TXNADMIN_HOME=str(tmp_path / "home"))
+    run = subprocess.run(TXNADMIN + ["engine", "run", str(d), "--duration", "3", "--rate", "50", "--fault",
+                                     "shed=0.5"], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    moves = [line for line in run.stderr.splitlines() if line.startswith("shed: unloaded")]
+    assert moves and all(" moved from 127.0.0.1:" in line for line in moves), run.stderr
+    assert "have their bundles moved to another broker" in run.stderr
+    assert "Traceback" not in run.stderr
