@@ -140,6 +140,9 @@ def test_a_call_about_what_another_broker_owns_is_redirected_to_the_owner(cluste
         shown = cli(home, "-u", f"local:{d}", "transactions", "coordinator-internal-stats", "-c", str(tc))
         assert shown.returncode == 0, shown.stderr  # the client follows the redirect to the owner
         assert f"__transaction_log_{tc}" in shown.stdout
+    listed = cli(home, "-u", f"local:{d}", "transactions", "coordinators-list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert {c["id"]: c["brokerServiceUrl"].replace("pulsar://", "http://") for c in json.loads(listed.stdout)} == owners
     topic = "public/default/not-there"
     owner = owner_url(url, token, topic)
     stats = f"/admin/v3/transactions/transactionBufferStats/{topic}"

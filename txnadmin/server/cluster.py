@@ -78,6 +78,12 @@ class BrokerAdmin(LocalAdmin):
     def broker_versions(self) -> dict[str, str]:
         return {self.broker.id: self.broker.version}
 
+    def list_coordinators(self) -> list[dict]:
+        """Each coordinator with its owner, as Pulsar lists them from a lookup of every assign partition (the owner
+        named as the lookup endpoint names it)."""
+        listed = super().list_coordinators()
+        return [{**c, "brokerServiceUrl": f"pulsar://{self.cluster.owner_of_coordinator(c['id']).id}"} for c in listed]
+
     def active_brokers(self, cluster: str) -> list[str]:
         if cluster != self.cluster.name:
             raise NotFoundError("Cluster does not exist")
