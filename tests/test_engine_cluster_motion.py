@@ -15,6 +15,7 @@ from txnadmin.names import coordinator_assign_partition
 
 TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
 FLAG = "transactionLogBatchedWriteEnabled"
+ACK_FLAG = "transactionPendingAckBatchedWriteEnabled"
 
 
 def test_a_moved_coordinator_reopens_with_its_new_owners_flags_and_counters(tmp_path):
@@ -42,6 +43,25 @@ def test_a_moved_coordinator_reopens_with_its_new_owners_flags_and_counters(tmp_
         assert moved.log.writer.metrics is fast.tc_metrics  # it counts on its new owner's /metrics
         back = cluster.move(coordinator_assign_partition(on_slow))
         assert f"to {slow.id}" in back and engine.coordinator(on_slow).log.writer_config.enabled is False
+
+        # a pending-ack store reopens with its topic's bundle, reading the new owner's pending-ack flag
+        update_dynamic(d, ACK_FLAG, "true")
+        cluster.tick()
+        topic = "persistent://public/default/moving"
+        engine.subscribe(topic, "s")
+        position = engine.publish(topic, b"m")
+        txn = engine.begin()
+        engine.ack(txn, topic, "s", [position])
+        owner = cluster.owner(topic)
+        store = engine.stores[(topic, "s")]
+        assert store.writer_config.enabled is getattr(owner.config, ACK_FLAG)
+        cluster.move(topic)
+        heir = cluster.owner(topic)
+        assert heir is not owner and getattr(heir.config, ACK_FLAG) is not getattr(owner.config, ACK_FLAG)
+        reopened = engine.stores[(topic, "s")]
+        assert reopened is not store and reopened.writer_config.enabled is getattr(heir.config, ACK_FLAG)
+        assert reopened.writer.metrics is heir.ack_metrics
+        assert engine.commit(txn) == "COMMITTED"  # the transaction ends on the moved store
     finally:
         cluster.close()
         engine.close()

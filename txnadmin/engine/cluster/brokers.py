@@ -272,11 +272,18 @@ class Cluster:
         return True
 
     def _run(self) -> None:
+        failing: Optional[str] = None  # the failure being repeated, logged once (the thread ticks 20 times a second)
         while not self._stop.wait(WATCH_PERIOD_S):
             try:
                 self.tick()
-            except Exception:  # the watches and failovers must keep running; logged, retried next tick
-                log.exception("%s: the brokers' watch and failover tick failed", self.directory)
+            except Exception as exc:  # the watches and failovers must keep running; the next tick retries
+                if repr(exc) != failing:
+                    log.exception("%s: the brokers' watch and failover tick failed", self.directory)
+                    failing = repr(exc)
+            else:
+                if failing is not None:
+                    log.info("%s: the brokers' watch and failover tick works again", self.directory)
+                    failing = None
 
     def close(self) -> None:
         self._stop.set()
