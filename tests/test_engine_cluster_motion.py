@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 from txnadmin.admin.local import open_engine
+from txnadmin.engine.coordinator import TransactionCoordinator
+from txnadmin.engine.engine import NotFound
 from txnadmin.engine.cluster import Cluster
 from txnadmin.engine.config import EngineConfig, update_dynamic
 from txnadmin.engine.manage import init_engine
@@ -79,3 +81,31 @@ def test_shed_moves_bundles_between_the_brokers_of_a_running_engine(tmp_path):
     assert moves and all(" moved from 127.0.0.1:" in line for line in moves), run.stderr
     assert "have their bundles moved to another broker" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_a_moved_coordinator_is_not_found_on_its_new_owner_until_its_replay_ends(tmp_path, monkeypatch):
+    d = tmp_path / "e"
+    init_engine(d, {"engineBrokers": "2", "transactionCoordinatorCount": "2"})
+    cluster = Cluster(d, [1, 2])
+    engine = open_engine(d, host_of=cluster.host_of, maintenance=False)
+    seen_during_replay = []
+    replay = TransactionCoordinator.recover
+
+    def observed(self):  # what an admin handler finds while the new owner replays the log
+        try:
+            engine.loaded_coordinator(self.tc_id)
+            seen_during_replay.append("found")
+        except NotFound as exc:
+            seen_during_replay.append(str(exc))
+        return replay(self)
+
+    try:
+        cluster.attach(engine)
+        txn = engine.begin(tc_id=1)
+        monkeypatch.setattr(TransactionCoordinator, "recover", observed)
+        cluster.move(coordinator_assign_partition(1))
+        assert seen_during_replay == ["Transaction coordinator not found! coordinator id : 1"]
+        assert engine.loaded_coordinator(1).get(txn[1]).status_name == "OPEN"  # found again once replayed
+    finally:
+        cluster.close()
+        engine.close()

@@ -165,8 +165,10 @@ class CoordinatorService:
         """Close and reopen a coordinator, as unloading its transaction_coordinator_assign partition does."""
         with self._lock:
             self.coordinator(tc_id).close()
-            self.recovering_coordinators.discard(tc_id)
+            # Pulsar puts the store in the map its admin handlers read once the replay ends: 404 until then
+            self.recovering_coordinators.add(tc_id)
             self._open_coordinator(tc_id)
+            self.recovering_coordinators.discard(tc_id)
             self._finish_recovered(tc_id)
 
     def stall_coordinator_recovery(self, tc_id: int) -> None:
