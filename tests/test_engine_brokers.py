@@ -150,6 +150,20 @@ def test_a_call_about_what_another_broker_owns_is_redirected_to_the_owner(cluste
     assert get(owner, token, stats).status_code == 404  # the owner itself says the topic is not there
 
 
+def test_the_lookup_and_lifecycle_routes_need_the_token_and_refuse_bad_input(cluster3):
+    home, d, url, token = cluster3
+    victim = brokers(d)[1]["id"]
+    assert httpx.get(f"{url}/lookup/v2/topic/persistent/public/default/t", timeout=10).status_code == 401
+    control = f"{url}/txnadmin/brokers/{victim}"
+    assert httpx.post(f"{control}/stop", timeout=10).status_code == 401
+    auth = {"Authorization": f"Bearer {token}"}
+    assert httpx.post(f"{control}/explode", headers=auth, timeout=10).status_code == 404
+    assert httpx.post(f"{url}/txnadmin/brokers/127.0.0.1:1/stop", headers=auth, timeout=10).status_code == 404
+    bad = httpx.post(f"{control}/start", params={"version": "<b>9</b>"}, headers=auth, timeout=10)
+    assert bad.status_code == 400 and "expected a Pulsar version" in bad.json()["reason"]
+    assert all(b["running"] for b in brokers(d))  # nothing was stopped or started by any of them
+
+
 def test_a_dynamic_config_change_reaches_each_broker_after_its_own_watch(cluster3):
     home, d, url, token = cluster3
     flag = "transactionLogBatchedWriteEnabled"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from .run import SERVER_FILE, forget_server, free_port
 
 log = logging.getLogger(__name__)
 ACTIONS = ("stop", "start", "restart")
+VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?")  # what `--version` may claim
 CONTROL_PATH = "/txnadmin/brokers/{broker}/{action}"
 # The calls whose coordinator is named by an argument: Pulsar validates ownership of its assign partition.
 _COORDINATOR_ARG = {"coordinator_internal_stats": "coordinator_id", "coordinator_stats": "coordinator_id",
@@ -71,9 +73,6 @@ class BrokerAdmin(LocalAdmin):
 
     def runtime_config(self) -> dict[str, str]:
         return self.broker.config.to_text()
-
-    def update_dynamic_config(self, name: str, value: str) -> None:
-        super().update_dynamic_config(name, value)  # stored; each broker's watch delivers it in its own time
 
     def broker_versions(self) -> dict[str, str]:
         return {self.broker.id: self.broker.version}
@@ -173,6 +172,8 @@ class ClusterServer:
             return Response(metrics_exposition(self.engine, broker.registry), media_type=CONTENT_TYPE_LATEST)
 
         def lookup(request):
+            if not authorized(request, self.token):
+                return _error("Unauthorized", 401)
             p = request.path_params
             try:
                 topic = normalize_topic(f"{p['domain']}://{p['tenant']}/{p['namespace']}/{p['topic']}")
@@ -194,6 +195,8 @@ class ClusterServer:
             except LookupError as exc:
                 return _error(str(exc), 404)
             version = request.query_params.get("version") or None
+            if version is not None and not VERSION.fullmatch(version):
+                return _error(f"version {version[:40]!r}: expected a Pulsar version such as 4.0.13", 400)
             threading.Thread(target=self.lifecycle, args=(target.id, action, version), daemon=True).start()
             return JSONResponse({"broker": target.id, "action": action}, status_code=202)
 
@@ -306,9 +309,7 @@ def broker_lifecycle(directory: Path, broker_id: str, action: str, version: Opti
     import urllib.request
     from urllib.parse import quote
 
-    import re
-
-    if version is not None and not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?", version):
+    if version is not None and not VERSION.fullmatch(version):
         raise LifecycleError(f"--version {version!r}: expected a Pulsar version such as 4.0.13", 2)
     info = _server_info(directory)
     brokers = {b["id"]: b for b in info["brokers"]}
