@@ -140,6 +140,10 @@ def test_a_call_about_what_another_broker_owns_is_redirected_to_the_owner(cluste
         shown = cli(home, "-u", f"local:{d}", "transactions", "coordinator-internal-stats", "-c", str(tc))
         assert shown.returncode == 0, shown.stderr  # the client follows the redirect to the owner
         assert f"__transaction_log_{tc}" in shown.stdout
+    elsewhere = next(tc for tc, owner in owners.items() if owner != url)
+    aborted = cli(home, "-u", f"local:{d}", "transactions", "abort-transaction", "-m", str(elsewhere), "-l", "99")
+    assert aborted.returncode == 1 and "not found" in aborted.stderr.lower()  # the owner's answer, POST redirected
+    assert "redirect" not in aborted.stderr
     listed = cli(home, "-u", f"local:{d}", "transactions", "coordinators-list", "-o", "json")
     assert listed.returncode == 0, listed.stderr
     assert {c["id"]: c["brokerServiceUrl"].replace("pulsar://", "http://") for c in json.loads(listed.stdout)} == owners
