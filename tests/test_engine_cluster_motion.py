@@ -7,7 +7,10 @@ import os
 import subprocess
 import sys
 
+from prometheus_client import generate_latest
+
 from txnadmin.admin.local import open_engine
+from txnadmin.metrics.exposition import parse_exposition
 from txnadmin.engine.coordinator import TransactionCoordinator
 from txnadmin.engine.engine import NotFound
 from txnadmin.engine.cluster import Cluster
@@ -64,6 +67,11 @@ def test_a_moved_coordinator_reopens_with_its_new_owners_flags_and_counters(tmp_
         assert reopened is not store and reopened.writer_config.enabled is getattr(heir.config, ACK_FLAG)
         assert reopened.writer.metrics is heir.ack_metrics
         assert engine.commit(txn) == "COMMITTED"  # the transaction ends on the moved store
+        ended = [s for s in parse_exposition(generate_latest(heir.registry).decode())
+                 if s.name == "pulsar_txn_tp_committed_count_total"]
+        assert [s.value for s in ended] == [1.0]  # counted on the store's owner now
+        assert not [s for s in parse_exposition(generate_latest(owner.registry).decode())
+                    if s.name == "pulsar_txn_tp_committed_count_total"]
     finally:
         cluster.close()
         engine.close()

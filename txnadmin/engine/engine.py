@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 from typing import Any, Callable
 
 from ..names import (
-    encodes_pending_ack_subscription, normalize_topic, pending_ack_topic, subscription_fits_store_name,
+    coordinator_assign_partition, encodes_pending_ack_subscription, normalize_topic, pending_ack_topic,
+    subscription_fits_store_name,
 )
 from .config import EngineConfig, read_dynamic
 from .broker_metrics import ScrapeTimeGauges
@@ -73,7 +74,8 @@ class Engine(CoordinatorService):
         self.read_only = read_only
         self.clock_ms = clock_ms
         # The broker a component opens on, given its topic (a coordinator: its assign partition): its flags
-        # (`config`) and writer counters (`tc_metrics`, `ack_metrics`). One broker: the engine; a cluster: the owner.
+        # (`config`) and counters (`tc_metrics`, `ack_metrics`, `tb_client_metrics`, `tp_metrics`). One broker: the
+        # engine itself; a cluster: the owner.
         self.host_of: Callable[[str], Any] = host_of or (lambda name: self)
         self.storage = LedgerStorage.open(self.directory, read_only=read_only,
                                           entry_log_size_limit=self.config.engineEntryLogSizeLimitBytes)
@@ -454,6 +456,8 @@ class Engine(CoordinatorService):
 
     def _drive_end_async(self, tc: TransactionCoordinator, meta: TxnMeta, commit: bool) -> Op:
         txn = meta.txn_id
+        # The coordinator's broker sends the ends (its transaction-buffer client counts them); each store's counts
+        client = self.host_of(coordinator_assign_partition(tc.tc_id)).tb_client_metrics
         # Every marker and every pending-ack end is written at once and then awaited, as Pulsar's broker sends
         # them all and waits for all: one group commit instead of one sync per topic and subscription.
         # Each end sent is one transaction-buffer client request (Pulsar records markers and subscription ends alike).
@@ -462,7 +466,7 @@ class Engine(CoordinatorService):
         sent = [(topic, None) for topic in list(meta.produced_partitions)] + list(meta.acked_partitions)
         for topic, sub in sent:
             started = time.perf_counter_ns()
-            self.tb_client_metrics.sent()
+            client.sent()
             try:
                 with self._lock:  # a delete of the topic or subscription comes wholly before or after the queueing
                     t = self._end_destination(topic, sub)
@@ -472,30 +476,30 @@ class Engine(CoordinatorService):
                         waits.append((topic, t, sub, started, self.store(t.name, sub).end_async(
                             txn, commit, t.subscription(sub))))
             except Exception:
-                self.tb_client_metrics.answered(topic, commit, False, time.perf_counter_ns() - started)
+                client.answered(topic, commit, False, time.perf_counter_ns() - started)
                 for _ in waits:  # sent, but nobody will wait for their answers now
-                    self.tb_client_metrics.unwatched()
+                    client.unwatched()
                 raise
             if t is None:
                 # Pulsar's broker answers an end on a topic or subscription that no longer exists with success and
                 # touches nothing (PR #11304): the end is done there, and what was deleted stays deleted.
                 log.info("transaction %s: %s no longer exists, nothing to end there", txn,
                          topic if sub is None else f"subscription {sub} of {topic}")
-                self.tb_client_metrics.answered(topic, commit, True, time.perf_counter_ns() - started)
+                client.answered(topic, commit, True, time.perf_counter_ns() - started)
         for topic, t, sub, started, finish in waits:
             try:
                 yield finish
             except Exception as exc:  # noqa: BLE001 — wait for the others too, then raise the first failure
                 failure = failure or exc
                 nanos = time.perf_counter_ns() - started
-                self.tb_client_metrics.answered(topic, commit, False, nanos)
+                client.answered(topic, commit, False, nanos)
                 if t is not None:
-                    self.tp_metrics.record_end(t.name, sub, commit, False, nanos)
+                    self.host_of(t.name).tp_metrics.record_end(t.name, sub, commit, False, nanos)
                 continue
             nanos = time.perf_counter_ns() - started
-            self.tb_client_metrics.answered(topic, commit, True, nanos)
+            client.answered(topic, commit, True, nanos)
             if t is not None:
-                self.tp_metrics.record_end(t.name, sub, commit, True, nanos)
+                self.host_of(t.name).tp_metrics.record_end(t.name, sub, commit, True, nanos)
                 if not commit:
                     t.redeliver(sub)
         if failure is not None:

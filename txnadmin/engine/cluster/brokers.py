@@ -29,6 +29,8 @@ from typing import Any, Callable, Optional
 from ...names import coordinator_assign_partition, coordinator_of_assign_partition, normalize_topic
 from ..broker_metrics import ScrapeTimeGauges
 from ..config import EngineConfig, read_dynamic, watch_delays_ms
+from ..pending_ack_metrics import PendingAckMetrics
+from ..tb_client_metrics import TransactionBufferClientMetrics
 from ..writer_metrics import BufferedWriterMetrics
 from .bundles import bundle_of
 
@@ -66,6 +68,8 @@ class Broker:
         self.registry: Any = None
         self.tc_metrics: Any = None
         self.ack_metrics: Any = None
+        self.tb_client_metrics: Any = None
+        self.tp_metrics: Any = None
 
     def start(self, gauges: Callable[["Broker"], Any], version: Optional[str] = None) -> None:
         """A new process: a new start time, a fresh registry whose counters start from zero."""
@@ -79,6 +83,8 @@ class Broker:
               registry=self.registry).set(self.started_at)
         self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", self.registry, broker=self.id)
         self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", self.registry, broker=self.id)
+        self.tb_client_metrics = TransactionBufferClientMetrics(self.registry)  # as a coordinator's broker sends ends
+        self.tp_metrics = PendingAckMetrics(self.registry)  # the ends its pending-ack stores took
         self.registry.register(gauges(self))
         if self._started:
             self.generation += 1
