@@ -33,6 +33,8 @@ def test_a_moved_coordinator_reopens_with_its_new_owners_flags_and_counters(tmp_
     try:
         cluster.attach(engine)
         fast, slow = cluster.brokers
+        for i in engine.coordinator_ids():  # opened as the engine opened, before the brokers started: still theirs
+            assert engine.coordinator(i).log.writer.metrics is cluster.owner_of_coordinator(i).tc_metrics
         update_dynamic(d, FLAG, "true")
         cluster.tick()
         assert getattr(fast.config, FLAG) is True and getattr(slow.config, FLAG) is False

@@ -64,19 +64,12 @@ class Broker:
         self.generation = 1  # one more at each restart: what it owned under an older one goes at the failover
         self.left_at: dict[int, float] = {}  # generation -> when that process stopped
         self._started = False
-        self.started_at = 0.0
-        self.registry: Any = None
-        self.tc_metrics: Any = None
-        self.ack_metrics: Any = None
-        self.tb_client_metrics: Any = None
-        self.tp_metrics: Any = None
+        self._new_process()
 
-    def start(self, gauges: Callable[["Broker"], Any], version: Optional[str] = None) -> None:
-        """A new process: a new start time, a fresh registry whose counters start from zero."""
+    def _new_process(self) -> None:
+        """A new start time and a fresh registry whose counters start from zero."""
         from prometheus_client import CollectorRegistry, Gauge
 
-        if version is not None:
-            self.version = version
         self.started_at = time.time()
         self.registry = CollectorRegistry()
         Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
@@ -85,9 +78,16 @@ class Broker:
         self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", self.registry, broker=self.id)
         self.tb_client_metrics = TransactionBufferClientMetrics(self.registry)  # as a coordinator's broker sends ends
         self.tp_metrics = PendingAckMetrics(self.registry)  # the ends its pending-ack stores took
-        self.registry.register(gauges(self))
+
+    def start(self, gauges: Callable[["Broker"], Any], version: Optional[str] = None) -> None:
+        """Start: the first time (as the engine opens) over the registry made with the broker, which the components
+        opened meanwhile already count in; a restart as a new process. ``gauges`` makes its scrape-time gauges."""
+        if version is not None:
+            self.version = version
         if self._started:
+            self._new_process()
             self.generation += 1
+        self.registry.register(gauges(self))
         self._started = True
         self.running = True
 
@@ -135,7 +135,6 @@ class Cluster:
         self.engine: Any = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._started = False
 
     # -- brokers ------------------------------------------------------------------------------
     def attach(self, engine: Any) -> "Cluster":
