@@ -228,6 +228,9 @@ def test_a_broker_stops_its_bundles_move_and_it_restarts_as_a_new_process(tmp_pa
             assert cli(home, "engine", "broker", "stop", str(d), "--broker", b["id"]).returncode == 0
         last = cli(home, "engine", "broker", "stop", str(d), "--broker", first["id"])
         assert last.returncode == 1 and "last one running" in last.stderr
+        asked = httpx.post(f"{first['url']}/txnadmin/brokers/{first['id']}/stop", timeout=10,
+                           headers={"Authorization": f"Bearer {token}"})
+        assert asked.status_code == 409  # the server refuses it too, whoever asks
         assert not refuses(first["id"])
 
 

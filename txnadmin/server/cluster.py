@@ -142,6 +142,7 @@ class ClusterServer:
         self._record_file = record
         self._listeners: dict[str, tuple[Any, threading.Thread]] = {}
         self._lock = threading.RLock()
+        self._closed = False
 
     @property
     def url(self) -> str:
@@ -194,6 +195,9 @@ class ClusterServer:
                 target = cluster.broker(request.path_params["broker"])
             except LookupError as exc:
                 return _error(str(exc), 404)
+            if action == "stop" and target.running and cluster.active() == [target]:
+                return _error(f"broker {target.id} is the last one running: with it stopped nothing could start a "
+                              "broker again; stop the engine instead", 409)
             version = request.query_params.get("version") or None
             if version is not None and not VERSION.fullmatch(version):
                 return _error(f"version {version[:40]!r}: expected a Pulsar version such as 4.0.13", 400)
@@ -239,6 +243,8 @@ class ClusterServer:
     def lifecycle(self, broker_id: str, action: str, version: Optional[str] = None) -> None:
         """Stop, start or restart one broker (its listener and its process state), then record server.json."""
         with self._lock:
+            if self._closed:
+                return
             try:
                 broker = self.cluster.broker(broker_id)
                 if action in ("stop", "restart") and broker.running:
@@ -260,9 +266,10 @@ class ClusterServer:
         atomic_write_text(self.cluster.directory / SERVER_FILE, json.dumps(info), mode=0o600)
 
     def stop(self) -> None:
-        if self._record_file:
-            forget_server(self.cluster.directory)
-        with self._lock:
+        with self._lock:  # after a lifecycle change in progress; none starts (nor writes server.json) after this
+            self._closed = True
+            if self._record_file:
+                forget_server(self.cluster.directory)
             for broker in self.cluster.brokers:
                 self._silence(broker)
         self.cluster.close()
