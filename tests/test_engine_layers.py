@@ -15,6 +15,7 @@ LAYERS = [
     {"transaction_log", "pending_ack", "tb_snapshot", "preserver", "topic"},
     {"single_snapshot_processor", "segmented_snapshot_processor"},  # over tb_snapshot's service
     {"coordinator"},
+    {"coordinator_service", "broker_metrics"},  # the broker's coordinator role (mixed into Engine), its /metrics
     {"engine"},
     {"stats", "manage", "observe", "workload", "faults"},
 ]
@@ -43,4 +44,22 @@ def test_imports_only_go_down():
             same_group = RANK[target] == RANK[path.stem] and RANK[path.stem] == 1
             if RANK[target] >= RANK[path.stem] and not same_group:
                 wrong.append(f"{path.stem} → {target}")
+    assert not wrong, wrong
+
+
+def test_the_cluster_room_sits_on_the_broker_layers_and_nothing_below_reaches_up_to_it():
+    """engine/cluster/ (brokers, bundles, ownership) imports the engine's modules up to the broker (never the
+    stats, workload or fault floors above it), and no engine module imports the cluster: the engine asks it through
+    the ``host_of`` callback it is opened with."""
+    ceiling = RANK["engine"]
+    wrong = []
+    for path in (ENGINE / "cluster").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module:
+                target = node.module.split(".")[0]
+                if RANK.get(target, len(LAYERS)) > ceiling:
+                    wrong.append(f"cluster/{path.stem} → {target}")
+    for path in ENGINE.glob("*.py"):
+        if "cluster" in _relative_imports(path):
+            wrong.append(f"{path.stem} → cluster")
     assert not wrong, wrong

@@ -8,7 +8,7 @@ import pytest
 
 from engine_helpers import Clock, open_engine
 from pulsar_metric_names import BY_NAME, PULSAR_METRICS, family_of
-from txnadmin.engine.engine import metrics_exposition
+from txnadmin.engine.broker_metrics import metrics_exposition
 from txnadmin.engine.topic import TransactionBufferNotReady
 
 TOPIC = "persistent://public/default/orders"

@@ -45,6 +45,9 @@ def init(
     dir_option: Optional[Path] = DirOpt,
     coordinators: Optional[int] = typer.Option(
         None, "--coordinators", "-c", min=1, help="Number of transaction coordinators of a new engine [default: 16]."),
+    brokers: Optional[int] = typer.Option(
+        None, "--brokers", min=1, help="Number of brokers a served engine plays, each on its own 127.0.0.1 port, all in "
+                                       "one process (kept in engine.conf as engineBrokers) [default: 1]."),
     settings: list[str] = typer.Option([], "--set", help="broker.conf-style key=value (repeatable)."),
     exist_ok: bool = typer.Option(False, "--exist-ok", help="Update the settings of an existing engine."),
 ) -> None:
@@ -57,6 +60,8 @@ def init(
         values = parse_settings(settings)
         if coordinators is not None:
             values.setdefault("transactionCoordinatorCount", str(coordinators))
+        if brokers is not None:
+            values.setdefault("engineBrokers", str(brokers))
         config = init_engine(path, values, exist_ok)
     except ConfigError as exc:  # refused before anything was written (init_engine validates first)
         fail(f"{path}: {str(exc).strip()}; nothing was saved", EXIT_USAGE)
@@ -64,7 +69,8 @@ def init(
         fail(str(exc), EXIT_USAGE)
     from .render import counted
 
-    typer.echo(f"engine ready at {path} ({counted(config.transactionCoordinatorCount, 'coordinator')})")
+    brokers_said = f", {config.engineBrokers} brokers" if config.engineBrokers > 1 else ""
+    typer.echo(f"engine ready at {path} ({counted(config.transactionCoordinatorCount, 'coordinator')}{brokers_said})")
 
 
 @app.command("run")
@@ -93,7 +99,10 @@ def run(
                                     "replay that does not finish: its stats answer 404 until it is unloaded again); "
                                     "or make it a moving cluster: shed=SECONDS (every SECONDS one topic with "
                                     "pending-ack stores or open transactions and one coordinator are unloaded, in "
-                                    "turn, as bundle shedding does; what the other faults broke is left alone)."),
+                                    "turn, as bundle shedding does, their bundles moved to another broker on an engine of several; "
+                                    "what the other faults broke is left alone); "
+                                    "rolling-restart=SECONDS (an engine of several brokers: every SECONDS the next "
+                                    "broker is restarted, in turn)."),
     client_version: Optional[str] = typer.Option(
         None, "--client-version", help="Connect the workload's clients as producers that report this client "
                                        "version in topic stats (`publishers[].clientVersion`), e.g. "
@@ -103,7 +112,7 @@ def run(
     """Run a transactional workload; Ctrl-C stops cleanly, kill -9 loses nothing acknowledged."""
     import math
 
-    from ..engine.faults import FAULTS, SHED, Shedder, Spared, fault_name, inject, shed_period, shown
+    from ..engine.faults import FAULTS, ROLLING_RESTART, SHED, Shedder, Spared, fault_name, inject, shed_period, shown
     from ..engine.workload import WorkloadSpec, run_workload
 
     if abort_ratio + timeout_ratio > 1:
@@ -116,19 +125,28 @@ def run(
     if concurrency < 1:
         fail(f"--concurrency {concurrency}: must be at least 1", EXIT_USAGE)
     shed_every = None
+    restart_every = None
     for name in fault:
-        if fault_name(name) == SHED:
-            if shed_every is not None:
-                fail(f"--fault {shown(name)}: give --fault shed=SECONDS once", EXIT_USAGE)
+        if fault_name(name) in (SHED, ROLLING_RESTART):
+            if (shed_every if fault_name(name) == SHED else restart_every) is not None:
+                fail(f"--fault {shown(name)}: give --fault {fault_name(name)}=SECONDS once", EXIT_USAGE)
             try:
-                shed_every = shed_period(name)
+                period = shed_period(name)
             except ValueError as exc:
                 fail(str(exc), EXIT_USAGE)
+            if fault_name(name) == SHED:
+                shed_every = period
+            else:
+                restart_every = period
         elif fault_name(name) not in FAULTS or name.endswith("="):
             fail(f"--fault {shown(name)}: use one of {', '.join(FAULTS)}", EXIT_USAGE)
     given = _given(directory, dir_option)
     path, source = engine_dir_for(ctx, given, "engine run", "the directory argument" if directory else "--dir")
-    engine = _open(ctx, path)
+    cluster = _served_cluster(path)
+    if restart_every is not None and cluster is None:
+        fail(f"--fault rolling-restart: {path} plays one broker; create an engine of several with `txnadmin engine "
+             "init DIR --brokers N`", EXIT_USAGE)
+    engine = _open(ctx, path, **({"host_of": cluster.host_of} if cluster is not None else {}))
     stop = threading.Event()
     interrupted = threading.Event()  # Ctrl-C ends the run cleanly, and still exits 130 as every command does
 
@@ -156,11 +174,20 @@ def run(
         fail(f"{path}: --fault: {exc}", EXIT_UNREADABLE)
     for line in said:
         typer.echo(line, err=True)
-    from ..server.run import BackgroundServer
+    from ..server.cluster import start_server
     from .render import workload_view
 
-    # Other shells reach this live engine through a loopback server recorded in the directory.
-    server = BackgroundServer(engine, token=secrets.token_urlsafe(24)).start()
+    # Other shells reach this live engine through a loopback server (one per broker) recorded in the directory.
+    server = start_server(engine, cluster, secrets.token_urlsafe(24))
+    if cluster is not None:
+        typer.echo(f"brokers: {', '.join(b.id for b in cluster.brokers)}", err=True)
+    roller = None
+    if restart_every is not None:
+        from ..server.cluster import RollingRestart
+
+        roller = RollingRestart(server, restart_every, (lambda line: typer.echo(line, err=True))
+                                if output != "json" else (lambda _line: None)).start()
+        typer.echo(f"fault rolling-restart: every {restart_every:g} s the next broker is restarted", err=True)
     live = workload_view(engine) if output == "table" and stdout_is_terminal() else None
     shedder = None
     if shed_every is not None:
@@ -168,10 +195,11 @@ def run(
             typer.echo(line, err=True)
 
         # -o json keeps stderr to failures and the count at the end; the table view shows every unload
-        shedder = Shedder(engine, shed_every, tell if output != "json" else (lambda _line: None), spared, tell)
+        shedder = Shedder(engine, shed_every, tell if output != "json" else (lambda _line: None), spared, tell,
+                          mover=cluster.move if cluster is not None else None)
         left = f"; left alone: {_spared_text(spared)}" if spared.topics or spared.coordinators else ""
-        typer.echo(f"fault shed: every {shed_every:g} s one topic and one coordinator unloaded in turn{left}",
-                   err=True)
+        how = "have their bundles moved to another broker" if cluster is not None else "unloaded"
+        typer.echo(f"fault shed: every {shed_every:g} s one topic and one coordinator {how} in turn{left}", err=True)
         shedder.start()
     try:
         if live:
@@ -183,6 +211,8 @@ def run(
         if shedder is not None and not shedder.stop():
             typer.echo("shed: an unload was still running 30 s after the workload stopped; closing the engine "
                        "under it", err=True)
+        if roller is not None:
+            roller.stop()
         server.stop()
         engine.close()
         if journal_fh:
@@ -201,6 +231,17 @@ def run(
     if interrupted.is_set():
         typer.echo("interrupted", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _served_cluster(path: Path) -> Any:
+    """The brokers `engine run` serves when engine.conf asks for several (None for one); exit 3 on a bad engine.conf."""
+    from ..engine.config import ConfigError
+    from ..server.cluster import served_cluster
+
+    try:
+        return served_cluster(path)
+    except ConfigError as exc:
+        fail(f"{path}: {str(exc).strip()}", EXIT_UNREADABLE)
 
 
 def _spared_text(spared) -> str:
@@ -272,6 +313,54 @@ def _set_words(words: list[str]) -> tuple[Optional[Path], dict[str, Optional[str
             fail(f"engine set: {name} given twice; give it once", EXIT_USAGE)
         changes[name] = value.strip()
     return (Path(lead[0]) if lead else None), changes
+
+
+broker_app = typer.Typer(help="Stop, start or restart one broker of a running engine of several brokers "
+                              "(engine init --brokers N).", no_args_is_help=True)
+app.add_typer(broker_app, name="broker")
+BrokerOpt = typer.Option(..., "--broker", help="The broker's id: its HOST:PORT, as the active brokers list and the "
+                                             "engine's server.json name it.")
+
+
+def _lifecycle(ctx: typer.Context, directory: Optional[Path], dir_option: Optional[Path], broker: str, action: str,
+               version: Optional[str] = None) -> None:
+    from ..server.cluster import LifecycleError, broker_lifecycle
+
+    path, source = engine_dir_for(ctx, _given(directory, dir_option), f"engine broker {action}",
+                                  "the directory argument" if directory else "--dir")
+    typer.echo(f"engine broker {action}: {broker} of {path} ({source})", err=True)
+    try:
+        state = broker_lifecycle(path, broker, action, version)
+    except LifecycleError as exc:
+        fail(str(exc), exc.exit_code)
+    print_json(state)
+
+
+@broker_app.command("stop")
+def broker_stop(ctx: typer.Context, directory: Optional[Path] = DirArg, dir_option: Optional[Path] = DirOpt,
+                broker: str = BrokerOpt) -> None:
+    """Stop one broker: its address refuses connections, and after engineBrokerFailoverDelayMillis its bundles move
+    to the brokers still running (their coordinators and topics reopen there)."""
+    _lifecycle(ctx, directory, dir_option, broker, "stop")
+
+
+@broker_app.command("start")
+def broker_start(ctx: typer.Context, directory: Optional[Path] = DirArg, dir_option: Optional[Path] = DirOpt,
+                 broker: str = BrokerOpt,
+                 version: Optional[str] = typer.Option(None, "--version", help="The version the broker claims from "
+                                                       "now on (a rolling upgrade or downgrade), e.g. 4.0.13.")) -> None:
+    """Start a stopped broker as a new process: a new process start time, counters from zero."""
+    _lifecycle(ctx, directory, dir_option, broker, "start", version)
+
+
+@broker_app.command("restart")
+def broker_restart(ctx: typer.Context, directory: Optional[Path] = DirArg, dir_option: Optional[Path] = DirOpt,
+                   broker: str = BrokerOpt,
+                   version: Optional[str] = typer.Option(None, "--version", help="The version the broker claims "
+                                                         "after the restart, e.g. 4.0.13.")) -> None:
+    """Stop one broker and start it again (new process start time, counters from zero); what it owned moves to the
+    others after engineBrokerFailoverDelayMillis."""
+    _lifecycle(ctx, directory, dir_option, broker, "restart", version)
 
 
 txn_app = typer.Typer(help="Act as a transactional client (begin, commit, abort) against an engine directory.",

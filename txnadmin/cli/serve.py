@@ -26,7 +26,7 @@ def serve(
     it; other clients pass it with `--auth-params token:<token>` (or `file://…`).
     """
     from ..admin.protocol import TargetUnreachableError
-    from ..server.run import serve_forever
+    from ..server.cluster import serve_engine
 
     from ._target import unopened
 
@@ -46,7 +46,13 @@ def serve(
         typer.echo(f"serving {directory} ({why}) at {url}; requests need `Authorization: Bearer <token>` with {source}, "
                    f"recorded in {directory / 'server.json'} (local:{directory} commands use it)")
 
+    from ..engine.config import ConfigError
+
     try:
-        serve_forever(directory, host, port, token, on_ready=ready)
+        serve_engine(directory, host, port, token, on_ready=ready)
     except TargetUnreachableError as exc:
         fail(unopened(ctx, exc).reason, EXIT_UNREADABLE)
+    except ConfigError as exc:  # engine.conf unreadable before the engine opens (the broker count is read first)
+        fail(f"{directory}: {str(exc).strip()}", EXIT_UNREADABLE)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)

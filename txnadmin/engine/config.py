@@ -88,6 +88,13 @@ class EngineConfig:
     engineTransactionBufferSharedSnapshotReader: bool = True  # one snapshot-log reader per namespace, not one per topic
     # Pulsar leaves an unloaded topic closed until something looks it up; the engine reloads it at once unless this is on
     engineUnloadLeavesTopicUnloaded: bool = False
+    # The brokers a served engine plays in its one process, each on its own 127.0.0.1 port (engine/cluster/)
+    engineBrokers: int = 1
+    # Per broker, in order, how long a dynamic-config change takes to reach it (its ZooKeeper watch), in ms; comma
+    # separated, the last value holding for the brokers after it
+    engineBrokerWatchDelaysMillis: str = "0"
+    # How long a stopped broker keeps its bundles before the survivors take them over (its session's expiry)
+    engineBrokerFailoverDelayMillis: int = 1000
 
     # Pulsar's ServiceConfiguration marks only the two switches dynamic; the thresholds are read from broker.conf.
     DYNAMIC_KEYS = (
@@ -122,6 +129,13 @@ class EngineConfig:
         if self.managedLedgerStatsPeriodSeconds < 1:  # Pulsar's minValue for the key
             raise ConfigError("Configuration field 'managedLedgerStatsPeriodSeconds' value must be greater than or "
                               f"equal to 1 (got {self.managedLedgerStatsPeriodSeconds})")
+        if not 1 <= self.engineBrokers <= MAX_BROKERS:
+            raise ConfigError(f"Configuration field 'engineBrokers' value must be between 1 and {MAX_BROKERS} "
+                              f"(got {self.engineBrokers})")
+        watch_delays_ms(self.engineBrokerWatchDelaysMillis, self.engineBrokers)
+        if self.engineBrokerFailoverDelayMillis < 0:
+            raise ConfigError("Configuration field 'engineBrokerFailoverDelayMillis' value must be 0 or more "
+                              f"(got {self.engineBrokerFailoverDelayMillis})")
         for prefix in BATCHED_WRITE_PREFIXES:
             check_batched_write(prefix, *(getattr(self, prefix + name) for name in
                                           ("Enabled", "MaxRecords", "MaxSize", "MaxDelayInMillis")))
@@ -134,7 +148,8 @@ class EngineConfig:
         return {name: _render(value) for name, value in self.to_dict().items()}
 
     @classmethod
-    def load(cls, directory: Path) -> "EngineConfig":
+    def load(cls, directory: Path, dynamic: bool = True) -> "EngineConfig":
+        """engine.conf, then (``dynamic``) the dynamic overrides on top."""
         config = cls()
         path = Path(directory) / CONF_FILE
         if path.exists():
@@ -153,7 +168,8 @@ class EngineConfig:
                 config.validate()
             except ConfigError as exc:
                 raise ConfigError(f"{path}: {exc}") from None
-        config.apply_dynamic(read_dynamic(directory))
+        if dynamic:
+            config.apply_dynamic(read_dynamic(directory))
         return config
 
     def save(self, directory: Path) -> Path:
@@ -178,6 +194,21 @@ class EngineConfig:
             "max_ledger_rollover_time_ms": self.managedLedgerMaxLedgerRolloverTimeMinutes * 60_000,
             "max_size_per_ledger_bytes": int(self.managedLedgerMaxSizePerLedgerMbytes * 1024 * 1024),
         }
+
+
+MAX_BROKERS = 16  # one process plays them all: a bound on threads and ports, not a Pulsar limit
+
+
+def watch_delays_ms(raw: str, brokers: int) -> list[int]:
+    """``engineBrokerWatchDelaysMillis`` as one delay per broker (the last value repeated); ConfigError if bad."""
+    try:
+        values = [int(part) for part in raw.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(v < 0 for v in values):
+        raise ConfigError("Configuration field 'engineBrokerWatchDelaysMillis' must be milliseconds of 0 or more, "
+                          f"comma separated (got {raw!r})")
+    return (values + [values[-1]] * brokers)[:brokers]
 
 
 def _convert(raw: Any, kind: Any) -> Any:

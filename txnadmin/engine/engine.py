@@ -14,16 +14,20 @@ import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
-from typing import Callable
+from typing import Any, Callable
 
 from ..names import (
-    encodes_pending_ack_subscription, normalize_topic, pending_ack_topic, subscription_fits_store_name,
+    coordinator_assign_partition, encodes_pending_ack_subscription, normalize_topic, pending_ack_topic,
+    subscription_fits_store_name,
 )
-from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig, read_dynamic
+from .broker_metrics import ProcessCpu, ScrapeTimeGauges
+from .coordinator_service import (  # noqa: F401 (EngineError, NotAcceptable, writer_config: re-exported)
+    META_COORDINATORS, CoordinatorService, EngineError, NotAcceptable, NotFound, writer_config,
+)
 from .coordinator import (
     ABORTED, ABORTING, COMMITTED, COMMITTING, OPEN, STATUS_NAMES,
-    CoordinatorError, InvalidTxnStatus, TransactionCoordinator, TransactionNotFound, TxnMeta,
+    InvalidTxnStatus, TransactionCoordinator, TransactionNotFound, TxnMeta,
 )
 from .ops import Op, run as run_op
 from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
@@ -32,7 +36,7 @@ from .pending_ack_metrics import PendingAckMetrics
 from .tb_client_metrics import TransactionBufferClientMetrics
 from .position import Position
 from .preserver import (
-    ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver, preserver_log_name,
+    ABORTED as PRESERVED_ABORTED, COMMITTED as PRESERVED_COMMITTED, TransactionPreserver,
 )
 from .snapshot_metrics import SnapshotMetrics
 from .storage import LedgerStorage
@@ -41,12 +45,10 @@ from .segmented_snapshot_processor import SegmentedSnapshotProcessor
 from .single_snapshot_processor import SingleSnapshotProcessor
 from .tb_snapshot import SnapshotService, segment_capacity
 from .topic import Topic
-from .transaction_log import TransactionLog
 from .writer_metrics import BufferedWriterMetrics
 
 log = logging.getLogger(__name__)
 
-META_COORDINATORS = "engine/coordinators"
 META_TOPICS = "engine/topics/"
 META_PENDING_ACK = "engine/pending-ack/"
 META_ENGINE_ID = "engine/id"  # persistent identity: a downgrade checklist refuses another engine's
@@ -55,36 +57,14 @@ META_ENGINE_ID = "engine/id"  # persistent identity: a downgrade checklist refus
 META_OPENED = "engine/opened/"
 
 
-class EngineError(Exception):
-    """Base of the engine's own errors; the admin layer (admin/local.py) maps each to an HTTP status."""
-
-
-class NotFound(EngineError):
-    """No such coordinator, topic, subscription or store."""
-
-
-class NotAcceptable(EngineError):
-    """A request the engine refuses as it stands (e.g. scaling coordinators down)."""
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def writer_config(config: EngineConfig, component: str) -> BufferedWriterConfig:
-    prefix = "transactionLogBatchedWrite" if component == "tc" else "transactionPendingAckBatchedWrite"
-    return BufferedWriterConfig(
-        enabled=getattr(config, prefix + "Enabled"),
-        max_records=getattr(config, prefix + "MaxRecords"),
-        max_size=getattr(config, prefix + "MaxSize"),
-        max_delay_ms=getattr(config, prefix + "MaxDelayInMillis"),
-        key_prefix=prefix,  # so a pending-ack writer's error names the pending-ack key, not the coordinator's
-    )
-
-
-class Engine:
+class Engine(CoordinatorService):
     def __init__(self, directory: Path, config: EngineConfig | None = None, *, read_only: bool = False,
-                 clock_ms: Callable[[], int] = _now_ms, maintenance: bool = True):
+                 clock_ms: Callable[[], int] = _now_ms, maintenance: bool = True,
+                 host_of: Callable[[str], Any] | None = None):
         # Wall-clock seconds when this open began: /metrics' process_start_time_seconds, so a restart shows as a new
         # process (the broker's JVM start time in Pulsar), whatever the counters say.
         self.started_at = time.time()
@@ -93,6 +73,10 @@ class Engine:
         self.config = config or EngineConfig.load(self.directory)
         self.read_only = read_only
         self.clock_ms = clock_ms
+        # The broker a component opens on, given its topic (a coordinator: its assign partition): its flags
+        # (`config`) and counters (`tc_metrics`, `ack_metrics`, `tb_client_metrics`, `tp_metrics`). One broker: the
+        # engine itself; a cluster: the owner.
+        self.host_of: Callable[[str], Any] = host_of or (lambda name: self)
         self.storage = LedgerStorage.open(self.directory, read_only=read_only,
                                           entry_log_size_limit=self.config.engineEntryLogSizeLimitBytes)
         self.factory = ManagedLedgerFactory(self.storage)
@@ -104,16 +88,15 @@ class Engine:
         broker = urlsplit(self.config.engineBrokerServiceUrl).hostname or "127.0.0.1"
         self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", self.registry, broker=broker)
         self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", self.registry, broker=broker)
-        # The coordinators' counters are read from each coordinator at scrape time (_ScrapeTimeGauges).
-        self.registry.register(_ScrapeTimeGauges(self))
+        # The coordinators' counters are read from each coordinator at scrape time (ScrapeTimeGauges).
+        self.registry.register(ScrapeTimeGauges(self))
         self.tb_client_metrics = TransactionBufferClientMetrics(self.registry)
         if not read_only:  # a stopped engine's view runs no broker: it has no process start to report
             from prometheus_client import Gauge
 
             Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
                   registry=self.registry).set(self.started_at)
-            self.registry.register(_ProcessCpu())
-        self._metrics_buffer: tuple[int, bytes] | None = None  # (time slot, exposition): metricsBufferResponse
+            self.registry.register(ProcessCpu())
         self.tp_metrics = PendingAckMetrics(self.registry)
         self._lock = threading.RLock()
         self.coordinators: dict[int, TransactionCoordinator] = {}
@@ -169,10 +152,6 @@ class Engine:
     # -- configuration ----------------------------------------------------------------------
     def ml_config(self) -> ManagedLedgerConfig:
         return ManagedLedgerConfig(**self.config.ledger_rollover(), clock=lambda: float(self.clock_ms()))
-
-    def coordinator_count(self) -> int:
-        raw = self.storage.meta_get(META_COORDINATORS)
-        return int(raw) if raw else self.config.transactionCoordinatorCount
 
     # -- opening ----------------------------------------------------------------------------
     def _open_all(self) -> None:
@@ -232,25 +211,6 @@ class Engine:
             items, self._unsaved_opens = self._unsaved_opens, {}
             self.storage.meta_put_many(items)
 
-    def _open_coordinator(self, tc_id: int) -> TransactionCoordinator:
-        wc = writer_config(self.config, "tc")
-        log = TransactionLog(self.factory, tc_id, self.ml_config(), wc, self.tc_metrics)
-        tc = TransactionCoordinator(tc_id, log, self.clock_ms)
-        if self.config.transactionMetaPersistCount > 0 and not (self.read_only and not self.factory.exists(
-                preserver_log_name(tc_id))):
-            old = self.preservers.pop(tc_id, None)
-            if old:
-                old.close()
-            self.preservers[tc_id] = TransactionPreserver(
-                self.factory, tc_id, per_client=self.config.transactionMetaPersistCount,
-                retention_ms=int(self.config.transactionMetaPersistTimeInHour * 3_600_000),
-                max_total=self.config.engineTransactionMetaPersistMaxTotal, clock_ms=self.clock_ms,
-                ml_config=self.ml_config())
-        self._pending_end[tc_id] = tc.recover()
-        self._opened(f"tc/{tc_id}", tc)
-        self.coordinators[tc_id] = tc
-        return tc
-
     def _distinct_open(self, key: str, started_ms: int) -> int:
         """Each reopen of a store shows a new recoverStartTime, even within one millisecond (or a frozen test
         clock): `downgrade` proves a reopen by that value changing, as it does on a real broker."""
@@ -258,11 +218,6 @@ class Engine:
         value = started_ms if last is None or started_ms > last else last + 1
         self._opened_at[key] = value
         return value
-
-    def _finish_recovered(self, tc_id: int) -> None:
-        tc = self.coordinators[tc_id]
-        for meta in self._pending_end.pop(tc_id, []):
-            self._drive_end(tc, meta, commit=meta.status == COMMITTING)
 
     def _open_topic(self, name: str) -> Topic:
         topic = self._new_topic(normalize_topic(name))
@@ -302,8 +257,9 @@ class Engine:
             raise EngineError(f"Invalid topic name: {pending_ack_topic(topic, subscription)} (before PR #25727, in "
                               f"4.2.2 and 5.0.0, a subscription holding '/' cannot open its pending-ack store; this "
                               f"engine claims {self.config.engineBrokerVersion})")
-        wc = writer_config(self.config, "pending-ack")
-        store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, self.ack_metrics,
+        host = self.host_of(topic)
+        wc = writer_config(host.config, "pending-ack")
+        store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, host.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag, self.encodes_subscription)
         topic_obj = self.topics.get(topic)
         # Replay checks acks against the subscription, as Pulsar's handle*AckRecover do. A read-only view judges by
@@ -357,23 +313,6 @@ class Engine:
             raise EngineError(f"engine {self.directory} is open read-only")
 
     # -- transactions (what a Pulsar client does) --------------------------------------------
-    def coordinator_ids(self) -> list[int]:
-        with self._lock:
-            return sorted(self.coordinators)
-
-    def coordinator(self, tc_id: int) -> TransactionCoordinator:
-        tc = self.coordinators.get(tc_id)
-        if tc is None:
-            raise NotFound(f"Transaction coordinator not found! coordinator id : {tc_id}")
-        return tc
-
-    def loaded_coordinator(self, tc_id: int) -> TransactionCoordinator:
-        """The coordinator as a broker's admin handlers find it: a store enters their map only once it has replayed
-        its log, so while it recovers (after a failover) its stats answer 404 like a coordinator that is not there."""
-        if tc_id in self.recovering_coordinators:
-            raise NotFound(f"Transaction coordinator not found! coordinator id : {tc_id}")
-        return self.coordinator(tc_id)
-
     def begin(self, timeout_ms: int | None = None, owner: str | None = None, tc_id: int | None = None) -> tuple[int, int]:
         return run_op(self.begin_async(timeout_ms, owner, tc_id))
 
@@ -513,47 +452,13 @@ class Engine:
             self._failed_ends.pop(txn, None)
         return STATUS_NAMES[final]
 
-    def retry_failed_ends(self, now_ms: int | None = None) -> int:
-        """Drive again each end that failed part-way, a second after it failed; returns how many finished.
-
-        Pulsar's TransactionMetadataStoreService does the same (a retry timer, endTransactionRetryIntervalTime =
-        1 s): a transaction left COMMITTING or ABORTING keeps its acks held in the pending-ack stores, so its
-        subscriptions' mark-delete and the stores' logs could never move past it (a downgrade `wait` that never
-        ends). An end its client is still driving (its end lock held) is left to the client."""
-        now = self.clock_ms() if now_ms is None else now_ms
-        with self._lock:
-            due = [txn for txn, failed_at in self._failed_ends.items() if now - failed_at >= 1000]
-        finished = 0
-        for txn in due:
-            tc = self.coordinators.get(txn[0])
-            meta = tc.txns.get(txn[1]) if tc is not None else None
-            if tc is None or meta is None or meta.status not in (COMMITTING, ABORTING):
-                with self._lock:  # ended meanwhile (its client retried, or a reload's recovery drove it)
-                    self._failed_ends.pop(txn, None)
-                continue
-            if not meta.end_lock.acquire(blocking=False):
-                continue
-            try:
-                if meta.status not in (COMMITTING, ABORTING):
-                    continue
-                self._drive_end(tc, meta, commit=meta.status == COMMITTING)
-            except Exception as exc:  # noqa: BLE001 (kept for the next tick and logged, as Pulsar's retry timer does)
-                log.warning("ending transaction %s failed again, retrying in a second: %s", txn, exc)
-                with self._lock:
-                    self._failed_ends[txn] = now
-                continue
-            finally:
-                meta.end_lock.release()
-            with self._lock:
-                self._failed_ends.pop(txn, None)
-            finished += 1
-        return finished
-
     def _drive_end(self, tc: TransactionCoordinator, meta: TxnMeta, commit: bool) -> None:
         run_op(self._drive_end_async(tc, meta, commit))
 
     def _drive_end_async(self, tc: TransactionCoordinator, meta: TxnMeta, commit: bool) -> Op:
         txn = meta.txn_id
+        # The coordinator's broker sends the ends (its transaction-buffer client counts them); each store's counts
+        client = self.host_of(coordinator_assign_partition(tc.tc_id)).tb_client_metrics
         # Every marker and every pending-ack end is written at once and then awaited, as Pulsar's broker sends
         # them all and waits for all: one group commit instead of one sync per topic and subscription.
         # Each end sent is one transaction-buffer client request (Pulsar records markers and subscription ends alike).
@@ -562,7 +467,7 @@ class Engine:
         sent = [(topic, None) for topic in list(meta.produced_partitions)] + list(meta.acked_partitions)
         for topic, sub in sent:
             started = time.perf_counter_ns()
-            self.tb_client_metrics.sent()
+            client.sent()
             try:
                 with self._lock:  # a delete of the topic or subscription comes wholly before or after the queueing
                     t = self._end_destination(topic, sub)
@@ -572,30 +477,30 @@ class Engine:
                         waits.append((topic, t, sub, started, self.store(t.name, sub).end_async(
                             txn, commit, t.subscription(sub))))
             except Exception:
-                self.tb_client_metrics.answered(topic, commit, False, time.perf_counter_ns() - started)
+                client.answered(topic, commit, False, time.perf_counter_ns() - started)
                 for _ in waits:  # sent, but nobody will wait for their answers now
-                    self.tb_client_metrics.unwatched()
+                    client.unwatched()
                 raise
             if t is None:
                 # Pulsar's broker answers an end on a topic or subscription that no longer exists with success and
                 # touches nothing (PR #11304): the end is done there, and what was deleted stays deleted.
                 log.info("transaction %s: %s no longer exists, nothing to end there", txn,
                          topic if sub is None else f"subscription {sub} of {topic}")
-                self.tb_client_metrics.answered(topic, commit, True, time.perf_counter_ns() - started)
+                client.answered(topic, commit, True, time.perf_counter_ns() - started)
         for topic, t, sub, started, finish in waits:
             try:
                 yield finish
             except Exception as exc:  # noqa: BLE001 — wait for the others too, then raise the first failure
                 failure = failure or exc
                 nanos = time.perf_counter_ns() - started
-                self.tb_client_metrics.answered(topic, commit, False, nanos)
+                client.answered(topic, commit, False, nanos)
                 if t is not None:
-                    self.tp_metrics.record_end(t.name, sub, commit, False, nanos)
+                    self.host_of(t.name).tp_metrics.record_end(t.name, sub, commit, False, nanos)
                 continue
             nanos = time.perf_counter_ns() - started
-            self.tb_client_metrics.answered(topic, commit, True, nanos)
+            client.answered(topic, commit, True, nanos)
             if t is not None:
-                self.tp_metrics.record_end(t.name, sub, commit, True, nanos)
+                self.host_of(t.name).tp_metrics.record_end(t.name, sub, commit, True, nanos)
                 if not commit:
                     t.redeliver(sub)
         if failure is not None:
@@ -614,30 +519,6 @@ class Engine:
         return t
 
     # -- operator actions --------------------------------------------------------------------
-    def reload_coordinator(self, tc_id: int) -> None:
-        """Close and reopen a coordinator, as unloading its transaction_coordinator_assign partition does."""
-        with self._lock:
-            self.coordinator(tc_id).close()
-            self.recovering_coordinators.discard(tc_id)
-            self._open_coordinator(tc_id)
-            self._finish_recovered(tc_id)
-
-    def stall_coordinator_recovery(self, tc_id: int) -> None:
-        """Unload a coordinator and load it again with a log replay that has not finished (a failover onto a broker
-        replaying a long log; the `engine run --fault stall-coordinator-recovery` verb): its admin stats answer 404
-        until :meth:`finish_coordinator_recovery`, or another unload (:meth:`reload_coordinator`). Only the admin
-        view waits: the engine keeps serving its transactions."""
-        with self._lock:
-            self._writable()
-            self.reload_coordinator(tc_id)
-            self.recovering_coordinators.add(tc_id)
-
-    def finish_coordinator_recovery(self, tc_id: int) -> None:
-        """The stalled replay ends: the store enters the admin handlers' map, with the recoverStartTime of the
-        open that started the replay."""
-        with self._lock:
-            self.recovering_coordinators.discard(tc_id)
-
     def _topic_to_delete_from(self, full: str):
         """The open topic a delete acts on (under the engine lock); refuses a read-only engine and unknown topics."""
         self._writable()
@@ -763,27 +644,6 @@ class Engine:
             for sub in subs:  # their pending-ack stores recover as usual, on the reloaded topic's cursors
                 self._open_store(full, sub)
 
-    def scale_coordinators(self, replicas: int) -> None:
-        with self._lock:
-            current = self.coordinator_count()
-            if replicas <= current:
-                raise NotAcceptable("Number of transaction coordinators must be more than current")
-            self.storage.meta_put(META_COORDINATORS, str(replicas).encode())
-            for tc_id in range(current, replicas):
-                self._open_coordinator(tc_id)
-
-    def abort_timed_out(self) -> list[tuple[int, int]]:
-        aborted = []
-        for tc in list(self.coordinators.values()):
-            for seq in tc.expired():
-                try:
-                    self.end_transaction((tc.tc_id, seq), commit=False)
-                    aborted.append((tc.tc_id, seq))
-                    tc.counters.timed_out()
-                except CoordinatorError:
-                    pass  # ended meanwhile by its client
-        return aborted
-
     def apply_dynamic_config(self) -> bool:
         """Pick up `update-dynamic-config` changes. Like Pulsar, open stores keep the flag they read at open."""
         values = read_dynamic(self.directory)
@@ -794,9 +654,6 @@ class Engine:
         for key in EngineConfig.DYNAMIC_KEYS:
             setattr(self.config, key, getattr(fresh, key))
         return True
-
-    def expire_preserved(self) -> int:
-        return sum(p.expire() for p in self.preservers.values())
 
     def maintenance_tick(self, sweep_ledgers: bool = True) -> None:
         self.abort_timed_out()
@@ -842,14 +699,6 @@ class Engine:
         # forgotten (segments tombstoned); Pulsar checks after every marker because its deletes are asynchronous.
         for topic in topics:
             topic.trim_expired_aborts()
-
-    def metrics_buffer(self, slot: int) -> bytes | None:
-        """The exposition kept for time slot ``slot`` (metricsBufferResponse), or None."""
-        kept = self._metrics_buffer
-        return kept[1] if kept is not None and kept[0] == slot else None
-
-    def keep_metrics_buffer(self, slot: int, text: bytes) -> None:
-        self._metrics_buffer = (slot, text)
 
     def tc_records_written(self) -> int:
         return sum(tc.log.records_written for tc in self.coordinators.values())
@@ -912,99 +761,3 @@ class Engine:
 def _require_open(meta: TxnMeta) -> None:
     if meta.status != OPEN:
         raise InvalidTxnStatus(f"Expect Txn {meta} to be in OPEN status but it is in {meta.status_name} status")
-
-
-def metrics_exposition(engine: "Engine") -> bytes:
-    """The engine's registry in the text format, every series labelled ``cluster`` first, as a broker's
-    ``/metrics`` is (PrometheusMetricsGenerator)."""
-    from prometheus_client import generate_latest
-
-    cluster = engine.config.clusterName
-    # Pulsar's buffered response: one exposition per managedLedgerStatsPeriodSeconds slot of the wall clock, so a
-    # scrape may show the counters as they were when its slot's first scrape came.
-    period_ms = max(1, engine.config.managedLedgerStatsPeriodSeconds) * 1000  # as Pulsar guards a hand-edited 0
-    slot = int(time.time() * 1000) // period_ms if engine.config.metricsBufferResponse else None
-    if slot is not None and (buffered := engine.metrics_buffer(slot)) is not None:
-        return buffered
-
-    class _WithCluster:
-        def collect(self):
-            for family in engine.registry.collect():
-                family.samples = [s._replace(labels={"cluster": cluster, **s.labels}) for s in family.samples]
-                yield family
-
-    text = generate_latest(_WithCluster())
-    if slot is not None:
-        engine.keep_metrics_buffer(slot, text)
-    return text
-
-
-class _ProcessCpu:
-    """``process_cpu_seconds_total`` as a broker's JVM exports it (Prometheus' standard process exports, beside
-    ``process_start_time_seconds``): it moves at every live scrape (rendering one costs CPU), so a reader can tell
-    a live exposition from a frozen copy of one."""
-
-    def collect(self):
-        from prometheus_client.core import CounterMetricFamily
-
-        yield CounterMetricFamily("process_cpu_seconds", "Total user and system CPU time spent in seconds.",
-                                  value=time.process_time())
-
-
-class _ScrapeTimeGauges:
-    """What a broker computes at each exposition, read from the components: per coordinator the counters of
-    TransactionAggregator (labelled ``coordinator_id``), per topic the transaction buffer's counts of
-    TopicStats (``namespace``, ``topic``) and the sealed snapshot segments of TxnSnapshotSegmentStats."""
-
-    def __init__(self, engine: "Engine"):
-        self.engine = engine
-
-    def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
-
-        from .coordinator_metrics import COUNTER_NAMES, LATENCY_NAMES
-
-        coordinators = sorted(self.engine.coordinators.items())
-        active = GaugeMetricFamily("pulsar_txn_active_count", "-", labels=["coordinator_id"])
-        counters = [(GaugeMetricFamily(name, "-", labels=["coordinator_id"]), attr) for name, attr in COUNTER_NAMES]
-        latency = [GaugeMetricFamily(name, "-", labels=["coordinator_id"]) for name in LATENCY_NAMES]
-        for tc_id, tc in coordinators:
-            label = [str(tc_id)]
-            active.add_metric(label, len(tc.txns))
-            for family, attr in counters:
-                family.add_metric(label, getattr(tc.counters, attr))
-            for family, count in zip(latency, tc.counters.take_latency(), strict=True):
-                family.add_metric(label, count)
-        yield active
-        yield from (family for family, _ in counters)
-        yield from latency
-        topics = sorted(self.engine.topics.items())
-        ongoing = GaugeMetricFamily("pulsar_txn_tb_active_total", "-", labels=["namespace", "topic"])
-        aborted = GaugeMetricFamily("pulsar_txn_tb_aborted_total", "-", labels=["namespace", "topic"])
-        committed = GaugeMetricFamily("pulsar_txn_tb_committed_total", "-", labels=["namespace", "topic"])
-        segments = GaugeMetricFamily("pulsar_txn_tb_snapshot_index_total",
-                                     "Number of snapshot segments maintained in the Pulsar transaction buffer.",
-                                     labels=["namespace", "topic"])
-        for name, topic in topics:
-            labels = [_namespace_label(name), name]
-            held = topic.buffer.processor.segment_count() if topic.buffer.processor.snapshot_type == "Segment" else 0
-            open_now = len(topic.buffer.ongoing)
-            # Unlike a broker, Ready topics with no transaction since they loaded are left out: at 10,000 topics
-            # their zeros made every scrape (and each downgrade poll's two reads of /metrics) seconds slower.
-            if not (open_now or topic.txn_committed or topic.txn_aborted or held or topic.buffer.state != "Ready"):
-                continue
-            ongoing.add_metric(labels, open_now)
-            aborted.add_metric(labels, topic.txn_aborted)
-            committed.add_metric(labels, topic.txn_committed)
-            if topic.buffer.processor.snapshot_type == "Segment":
-                segments.add_metric(labels, held)
-        yield from (ongoing, aborted, committed, segments)
-
-
-def _namespace_label(topic: str) -> str:
-    from ..names import namespace_of
-
-    try:
-        return namespace_of(topic)
-    except ValueError:
-        return "unknown"

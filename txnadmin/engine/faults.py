@@ -15,7 +15,7 @@ from typing import Callable, Optional, TypeVar
 
 from .coordinator import ABORTING, COMMITTING, OPEN
 from .engine import Engine
-from ..names import coordinator_assign_partition, normalize_topic
+from ..names import coordinator_assign_partition, coordinator_of_assign_partition, normalize_topic
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,15 @@ FAULTS = {
     "shed": "=SECONDS every SECONDS one topic with pending-ack stores or open transactions and one coordinator are "
             "unloaded, each in turn, as a load manager's bundle shedding does: they reopen with a new "
             "recoverStartTime and a new ledger",
+    "rolling-restart": "=SECONDS (an engine of several brokers) every SECONDS the next broker is restarted, in turn: "
+                       "its address refuses connections meanwhile, it comes back as a new process, and what it owned "
+                       "moves to the others after engineBrokerFailoverDelayMillis",
 }
 
 SHED = "shed"
+ROLLING_RESTART = "rolling-restart"
 STALL_COORDINATOR = "stall-coordinator-recovery"
-_TAKES_ARGUMENT = ("stall-buffer-recovery", STALL_COORDINATOR, SHED)
+_TAKES_ARGUMENT = ("stall-buffer-recovery", STALL_COORDINATOR, SHED, ROLLING_RESTART)
 
 
 def fault_name(spec: str) -> str:
@@ -86,10 +90,11 @@ def shown(spec: str) -> str:
 
 
 def shed_period(spec: str) -> float:
-    """The seconds of ``shed=SECONDS`` (finite, more than 0); ValueError saying what is wrong, in one line."""
-    _, sep, raw = spec.partition("=")
+    """The seconds of ``shed=SECONDS`` or ``rolling-restart=SECONDS`` (finite, more than 0); ValueError saying what
+    is wrong, in one line."""
+    name, sep, raw = spec.partition("=")
     if not sep or not raw.strip():
-        raise ValueError(f"--fault {shown(spec)}: give the period in seconds, e.g. shed=5")
+        raise ValueError(f"--fault {shown(spec)}: give the period in seconds, e.g. {shown(name)}=5")
     try:
         seconds = float(raw)
     except ValueError:
@@ -138,8 +143,11 @@ class Shedder:
     unload, which is counted while the rotation goes on."""
 
     def __init__(self, engine: Engine, period_s: float, say: Callable[[str], None],
-                 spared: Optional[Spared] = None, on_failure: Optional[Callable[[str], None]] = None):
+                 spared: Optional[Spared] = None, on_failure: Optional[Callable[[str], None]] = None,
+                 mover: Optional[Callable[[str, Callable[[str], bool]], str]] = None):
         self.engine = engine
+        # An engine of several brokers moves the bundle to another broker instead (Cluster.move)
+        self.mover = mover
         self.period_s = period_s
         self.say = say
         self.on_failure = on_failure or say
@@ -180,7 +188,8 @@ class Shedder:
         topic = _next_after(self._last_topic, topics)
         if topic is not None:
             self._last_topic = topic
-            if self._unload(topic, lambda: _stores_reopened(self.engine.reload_topic(topic))):
+            if self._unload(topic, lambda: self.mover(topic, self._is_spared) if self.mover else
+                            _stores_reopened(self.engine.reload_topic(topic))):
                 self.topic_unloads += 1
         if self._stop.is_set():
             return
@@ -188,8 +197,14 @@ class Shedder:
         tc_id = _next_after(self._last_coordinator, ids)
         if tc_id is not None:
             self._last_coordinator = tc_id
-            if self._unload(coordinator_assign_partition(tc_id), lambda: _coordinator_reopened(self.engine, tc_id)):
+            partition = coordinator_assign_partition(tc_id)
+            if self._unload(partition, lambda: self.mover(partition, self._is_spared) if self.mover else
+                            _coordinator_reopened(self.engine, tc_id)):
                 self.coordinator_unloads += 1
+
+    def _is_spared(self, name: str) -> bool:
+        tc_id = coordinator_of_assign_partition(name)
+        return tc_id in self.spared.coordinators if tc_id is not None else name in self.spared.topics
 
     def _unload(self, name: str, unload: Callable[[], str]) -> bool:
         try:
@@ -218,7 +233,7 @@ def inject(engine: Engine, names: list[str], topic: str, timeout_ms: int,
     spared = spared if spared is not None else Spared()
     said = []
     for name in names:
-        if fault_name(name) == SHED:
+        if fault_name(name) in (SHED, ROLLING_RESTART):  # run by threads beside the workload, not set once
             continue
         if name == "stuck-open":
             txns = []

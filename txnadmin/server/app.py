@@ -69,7 +69,7 @@ def _error(reason: str, status: int) -> JSONResponse:
     return JSONResponse({"reason": reason}, status_code=status)
 
 
-def _authorized(request: Request, token: Optional[str]) -> bool:
+def authorized(request: Request, token: Optional[str]) -> bool:
     """Constant-time comparison on bytes: a header with non-ASCII characters is simply not the token."""
     if token is None:
         return True
@@ -160,9 +160,26 @@ def _in_routing_order(routes: list[Route]) -> list[Route]:
     return ordered
 
 
+# (row, its arguments) → None when this broker answers, else (the owner's base URL, whether this broker is the leader)
+OwnerOf = Callable[[Endpoint, list], Optional[tuple[str, bool]]]
+
+
+def _redirect(request: Request, owner: tuple[str, bool]) -> Response:
+    """Pulsar's answer from a broker that does not own the topic or coordinator asked about (validateTopicOwnership):
+    307 to the same path and query on the owner, with ``authoritative`` set to whether this broker leads."""
+    from urllib.parse import parse_qsl, urlencode
+
+    base, leader = owner
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    query = [(k, v) for k, v in parse_qsl(request.url.query, keep_blank_values=True) if k != "authoritative"]
+    query.append(("authoritative", "true" if leader else "false"))
+    return Response(status_code=307, headers={"Location": f"{base}{raw.decode('latin-1')}?{urlencode(query)}"})
+
+
 def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
-               extra_routes: Optional[list[Route]] = None) -> Starlette:
-    """Every row of the endpoint table as a route to the same method of ``admin``."""
+               extra_routes: Optional[list[Route]] = None, owner_of: Optional[OwnerOf] = None) -> Starlette:
+    """Every row of the endpoint table as a route to the same method of ``admin``; with ``owner_of`` (a broker of a
+    cluster), a call about what another broker owns is redirected there."""
 
     def route(row: Endpoint) -> Route:
         call = getattr(admin, row.call)
@@ -172,7 +189,7 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
         # Async on purpose: every admin call is short and CPU-bound, and a thread hop per request costs
         # more than the call (measured in bench/downgrade_status.py).
         async def handler(request: Request) -> Response:
-            if not _authorized(request, token):  # before a single byte of a body is read
+            if not authorized(request, token):  # before a single byte of a body is read
                 return _error("Unauthorized", 401)
             body = None
             if row.body is not None:
@@ -183,7 +200,10 @@ def create_app(admin: TransactionsAdmin, token: Optional[str] = None,
             try:
                 params = {k: v.replace(_SLASH, "/") if isinstance(v, str) else v
                           for k, v in request.path_params.items()}
-                result = call(*arguments(request, params, body))
+                args = arguments(request, params, body)
+                if owner_of is not None and (owner := owner_of(row, args)) is not None:
+                    return _redirect(request, owner)
+                result = call(*args)
                 if result is None:
                     return Response(status_code=204)
                 if version_text:  # Pulsar sends the answering broker's version as bare text

@@ -54,7 +54,7 @@ def _metrics_routes(engine) -> list:
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from ..engine.engine import metrics_exposition
+    from ..engine.broker_metrics import metrics_exposition
 
     def handler(request):
         return Response(metrics_exposition(engine), media_type=CONTENT_TYPE_LATEST)
@@ -68,7 +68,7 @@ def _record(directory: Path, url: str, token: Optional[str]) -> Path:
     return path
 
 
-def _forget(directory: Path) -> None:
+def forget_server(directory: Path) -> None:
     try:
         info = json.loads((directory / SERVER_FILE).read_text())
         if info.get("pid") == os.getpid():
@@ -109,7 +109,7 @@ class BackgroundServer:
 
     def stop(self) -> None:
         if self._record:
-            _forget(self.engine.directory)
+            forget_server(self.engine.directory)
         self._server.should_exit = True
         self._thread.join(timeout=10)
 
@@ -142,5 +142,5 @@ def serve_forever(engine_dir: Path, host: str, port: int, token: Optional[str], 
     try:
         server.run()
     finally:
-        _forget(engine.directory)
+        forget_server(engine.directory)
         admin.close()

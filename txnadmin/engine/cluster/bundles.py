@@ -1,0 +1,37 @@
+"""Namespace bundles as Pulsar's NamespaceService cuts them.
+
+A namespace's hash space (32 bits) is split into ``defaultNumberOfNamespaceBundles`` (4) equal ranges, the last
+closed at 0xffffffff (NamespacesBase.getBundles). A topic belongs to the range holding the CRC32 of its full name
+(``persistent://t/ns/x``): NamespaceService builds its NamespaceBundleFactory with Guava's ``Hashing.crc32()``, and
+NamespaceBundles.findBundle hashes ``topicName.toString()`` with it. A bundle is named ``t/ns/0x00000000_0x40000000``.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from ...names import normalize_topic
+
+DEFAULT_BUNDLES = 4  # broker.conf defaultNumberOfNamespaceBundles
+FULL_UPPER = 0xFFFFFFFF
+
+
+def bundle_ranges(count: int = DEFAULT_BUNDLES) -> list[tuple[int, int]]:
+    """The (lower, upper) bounds of ``count`` equal bundles; each is [lower, upper) but the last, [lower, upper]."""
+    size = (FULL_UPPER + 1) // count
+    bounds = [i * size for i in range(count)] + [FULL_UPPER]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def topic_hash(topic: str) -> int:
+    return zlib.crc32(normalize_topic(topic).encode("utf-8")) & FULL_UPPER
+
+
+def bundle_of(topic: str, count: int = DEFAULT_BUNDLES) -> str:
+    """The bundle ``topic`` belongs to, named as Pulsar names it: ``t/ns/0xLLLLLLLL_0xUUUUUUUU``."""
+    full = normalize_topic(topic)
+    code = topic_hash(full)
+    ranges = bundle_ranges(count)
+    lower, upper = next(((lo, up) for lo, up in ranges if lo <= code < up), ranges[-1])
+    tenant, namespace = full.split("://", 1)[1].split("/", 2)[:2]  # the local name may itself hold "/"
+    return f"{tenant}/{namespace}/0x{lower:08x}_0x{upper:08x}"
