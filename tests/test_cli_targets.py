@@ -137,8 +137,9 @@ def test_ctrl_c_resume_line_pastes_onto_the_same_target_and_checklist(tmp_path):
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         (line,) = re.findall(r"resume with the same command: `(txnadmin [^`]*)`", err)
-        assert line == f"txnadmin -u local:{d} downgrade wait --state {state}"
-        again = _paste(line, env, "--timeout", "0")
+        # the command as given (issue #34: the --interval and --timeout given were dropped before)
+        assert line == f"txnadmin -u local:{d} downgrade wait --state {state} --timeout 60 --interval 0.5"
+        again = _paste(line.replace("--timeout 60", "--timeout 0"), env)
         assert again.returncode == 1 and f"target: local:{d} (from --admin-url)" in again.stdout, again.stderr
 
 

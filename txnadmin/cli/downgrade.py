@@ -89,9 +89,29 @@ def _header(target, output: str) -> None:
     typer.echo(f"target: {target.label}", err=output == "json")
 
 
+def _as_given(ctx: typer.Context) -> str:
+    """This command as the operator typed it: its name and every option given on the command line (the target and
+    the checklist are added by _hinted, as for every suggestion)."""
+    import shlex
+
+    words = [f"txnadmin downgrade {ctx.info_name}"]
+    for param in ctx.command.params:
+        name = param.name or ""
+        if name in ("admin_url", "conf", "state") or not param.opts or \
+                getattr(ctx.get_parameter_source(name), "name", "") != "COMMANDLINE":  # (click's, or typer's own)
+            continue
+        flag, value = max(param.opts, key=len), ctx.params.get(name)
+        if getattr(param, "is_flag", False):
+            if value:
+                words.append(flag)
+        elif value is not None:
+            words.append(f"{flag} {shlex.quote(f'{value:g}' if isinstance(value, float) else str(value))}")
+    return " ".join(words)
+
+
 def _interrupted(ctx: typer.Context, state: Path) -> None:
     typer.echo(_hinted(f"\ninterrupted: the checklist {state} is intact; resume with the same command: "
-                       f"`txnadmin downgrade {ctx.info_name}`"), err=True)
+                       f"`{_as_given(ctx)}`"), err=True)
     raise typer.Exit(EXIT_INTERRUPTED)
 
 
@@ -349,6 +369,10 @@ class _LiveView:
         self.stop.set()
         if self.live:
             self.live.__exit__(*exc)
+            if exc and exc[0] is KeyboardInterrupt and self.summary is not None:
+                # the live panel clears itself as it ends: leave its last frame on the screen, where it was
+                with self.lock:
+                    typer.echo("\n".join([f"[{self._elapsed()}] {self.summary}"] + self.detail), err=True)
 
     def _elapsed(self) -> str:
         import time
@@ -499,6 +523,11 @@ def wait(
     code = EXIT_OK if report.safe else EXIT_FAILURE
     if report.stop:
         typer.echo(f"stopped: {report.stop}", err=True)
+    elif not report.safe and not frozen:
+        # the wait ends when the next poll could not end before the deadline: say so, and how long it waited
+        typer.echo(_hinted(f"timed out: --timeout {timeout:g} s reached after {time.monotonic() - view.started:.1f} s "
+                           f"(the next poll, {interval:g} s on, would have ended after it) and not safe yet; wait "
+                           f"longer with `{_as_given(ctx)}`"), err=True)
     if frozen and not report.safe:
         typer.echo(f"not waiting: the engine at {target.engine_dir} is stopped, so nothing rolls or trims until it "
                    f"runs; start it (`txnadmin engine run {target.engine_dir}` or `txnadmin serve --engine-dir "
