@@ -137,9 +137,9 @@ def main() -> None:
                 # What `wait` polls with (#24): its watch reads every broker's flags and counters every 2 s in the
                 # background, and each poll reads them once more before and after its logs.
                 from txnadmin.procedures.downgrade import Session
-                from txnadmin.procedures.downgrade.checklist import _baselines, load_state
+                from txnadmin.procedures.downgrade.checklist import baselines_of, load_state
 
-                session = Session(admin, url, _baselines(load_state(state) or {}))
+                session = Session(admin, url, baselines_of(load_state(state) or {}))
                 session.start_watching()
                 try:
                     for _ in range(3):

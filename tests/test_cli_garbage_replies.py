@@ -171,6 +171,8 @@ def _must_fail(reply: str, command: list[str]) -> bool:
 NO_SERVER = {"target", "scan", "rehearse", "serve", "inspect entry", "downgrade reset",
              "engine init", "engine run", "engine dump", "engine set", "engine recover", "engine txn begin",
              "engine txn commit", "engine txn abort",
+             # a running engine's own brokers, reached through its server.json, never the -u target
+             "engine broker stop", "engine broker start", "engine broker restart",
              # contexts are kept in a local file; nothing is contacted
              "context add", "context use", "context list", "context show", "context remove"}
 

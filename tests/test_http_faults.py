@@ -157,11 +157,15 @@ def test_target_masks_secrets(tmp_path):
                              env={"TXNADMIN_ADMIN_URL": "http://other:8080"})
     assert json.loads(env_wins.stdout)["target"] == "http://other:8080"
     flag_wins = runner.invoke(app, ["-u", "local:/x", "target", "-o", "json"], env={"TXNADMIN_ADMIN_URL": "http://o:1"})
-    assert json.loads(flag_wins.stdout) == {"target": "local:/x", "source": "--admin-url", "named": True}
+    # (no engine at /x: the target is still shown, and said missing, exit 3: issue #34)
+    assert json.loads(flag_wins.stdout) == {"target": "local:/x", "source": "--admin-url", "named": True,
+                                            "engine": "MISSING: no engine at /x"}
+    assert flag_wins.exit_code == 3
     default = runner.invoke(app, ["target", "-o", "json"], env={"TXNADMIN_ENGINE_DIR": str(tmp_path / "eng"),
                                                                 "TXNADMIN_ADMIN_URL": "", "PULSAR_CLIENT_CONF": ""})
     assert json.loads(default.stdout) == {"target": f"local:{tmp_path / 'eng'}", "source": "embedded default",
-                                          "named": False}
+                                          "named": False, "engine": f"MISSING: no engine at {tmp_path / 'eng'}"}
+    assert default.exit_code == 3
 
 
 def test_token_from_file(tmp_path):

@@ -124,11 +124,13 @@ def test_doctor_cannot_tell_without_coordinator_ids_and_names_the_field(monkeypa
 
 
 def _recorded(path, url):
-    path.write_text(json.dumps({
+    from txnadmin.procedures.downgrade.checklist import save_state
+
+    save_state(path, {  # with its digest, as txnadmin writes it
         "version": 1, "kind": "pip160-downgrade", "target": url, "phase": "recorded", "changeTime": 1,
         "reload": True, "verification": None, "identity": {"adminUrl": url, "clusterName": "standin", "clusters": ["standin"]},
         "coordinators": {"0": {"lastBatchedLedgerId": 5, "reloaded": True, "recordedAt": 1}},
-        "pendingAckStores": {}}))
+        "pendingAckStores": {}})
     return path
 
 

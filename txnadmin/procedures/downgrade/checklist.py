@@ -99,19 +99,19 @@ class ChecklistLock:
             self._fd = None
 
 
-def _require_state(state_path: Path) -> dict[str, Any]:
+def require_state(state_path: Path) -> dict[str, Any]:
     state = load_state(state_path)
     if state is None or state["phase"] != "recorded":
         raise DowngradeError(f"{state_path}: no recorded downgrade here; run `txnadmin downgrade start` first", 1)
     return state
 
 
-def _recorded(state: dict) -> dict[tuple[str, str], dict]:
+def recorded_logs(state: dict) -> dict[tuple[str, str], dict]:
     return {**{("coordinator", k): v for k, v in state["coordinators"].items()},
             **{("pending-ack", k): v for k, v in state["pendingAckStores"].items()}}
 
 
-def _baselines(state: dict) -> dict[str, dict]:
+def baselines_of(state: dict) -> dict[str, dict]:
     if "flushBaselines" in state:
         return state["flushBaselines"]
     # A checklist recorded before the process start time was kept: its counts, process unknown.
@@ -119,7 +119,7 @@ def _baselines(state: dict) -> dict[str, dict]:
     return {b: {"processStart": None, "flushes": v} for b, v in legacy.items()}
 
 
-def _accepted_count(state: dict) -> int:
+def accepted_count(state: dict) -> int:
     return sum(len(rec.get("acceptedReopens") or []) for bucket in ("coordinators", "pendingAckStores")
                for rec in state[bucket].values())
 

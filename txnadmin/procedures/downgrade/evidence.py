@@ -11,12 +11,12 @@ from typing import Optional
 from ...admin.endpoints import log_stats
 from ...admin.protocol import NotFoundError, TransactionsAdmin, TxnId
 from ...names import TC_LOG_CURSOR, transaction_log_local_name
-from .logs import TC_OWNER_LOG, _Log, _SubscriptionGone, coordinator_not_loaded
+from .logs import TC_OWNER_LOG, LogReader, SubscriptionGone, coordinator_not_loaded
 from .report import DowngradeError, LogStatus, Waiting
-from .target import _call, _ledger_history_fits, _not_this_cluster
+from .target import admin_call, ledger_history_fits, not_this_cluster
 
 
-def _iso(ms: int) -> str:
+def iso_time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
 
 
@@ -38,7 +38,7 @@ class Evidence:
     confirmed: Optional[int]  # a newly confirmed newest ledger to remember
 
 
-def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path, state: dict,
+def read_evidence(log: LogReader, rec: dict, listed: Optional[set[str]], state_path: Path, state: dict,
               coordinators: Optional[set[int]] = None) -> Evidence:
     """What this poll's reads of one log established (see :class:`Evidence`).
     ``coordinators``: the ids the target lists this poll (a recorded one missing there is another cluster)."""
@@ -53,19 +53,19 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
     def missing(exc: NotFoundError, stats_read: bool = True) -> LogStatus:
         if log.component == "coordinator":
             if coordinators is not None and int(log.key) not in coordinators:
-                raise _not_this_cluster(log.key)
+                raise not_this_cluster(log.key)
             # The identity was checked this poll: a coordinator it lists answering 404 is between two owners.
-            return _tc_not_loaded(log.key, rec)
+            return tc_not_loaded(log.key, rec)
         if listed is not None and log.key not in listed:
             return status(Waiting.DONE, "store deleted (gone from the topic listing)", done=True)
         if not stats_read:
             try:  # its internal stats answered 404: a topic not loaded, or (the stats' 500 says) a subscription gone
                 log.recover_start()
-            except _SubscriptionGone as gone:
+            except SubscriptionGone as gone:
                 exc = gone
             except (NotFoundError, DowngradeError):
                 pass  # not loaded, or unreadable: either way it waits as not loaded
-        if isinstance(exc, _SubscriptionGone):
+        if isinstance(exc, SubscriptionGone):
             # Not "not loaded": its topic is loaded and lacks the subscription, yet the store's ledgers remain,
             # and a subscription re-created under that name would replay them.
             sub = log.info["subscription"]
@@ -117,7 +117,7 @@ def _evidence(log: _Log, rec: dict, listed: Optional[set[str]], state_path: Path
     except NotFoundError as exc:
         return Evidence(missing(exc, stats_read=False), None, None)
     if log.component == "coordinator":
-        _ledger_history_fits(state, log.key, ids, state_path)
+        ledger_history_fits(state, log.key, ids, state_path)
     newest = max(ids) if ids else None
     confirmed = None
     if rec.get("recoverStartTime") is None:
@@ -150,14 +150,14 @@ TC_NOT_LOADED_HINT = ("wait: it is judged again once it answers (as reopened, wh
                       + TC_OWNER_LOG)
 
 
-def _tc_not_loaded(key: str, rec: dict) -> LogStatus:
+def tc_not_loaded(key: str, rec: dict) -> LogStatus:
     """A recorded coordinator answering 404: never done at this poll, and not seen unchanged either."""
     return LogStatus("coordinator", transaction_log_local_name(key), rec.get("lastBatchedLedgerId"), None, False,
                      coordinator_not_loaded(key) + ": it cannot be judged until it is loaded", TC_NOT_LOADED_HINT,
                      {"coordinatorId": int(key)}, Waiting.TC_NOT_LOADED)
 
 
-def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: list[int]) -> LogStatus:
+def coordinator_status(admin: TransactionsAdmin, log: LogReader, rec: dict, ids: list[int]) -> LogStatus:
     last = rec["lastBatchedLedgerId"]
     tc_id = int(log.key)
     oldest = min(ids)
@@ -166,7 +166,7 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
     if status.done:
         status.reason = f"oldest live ledger {oldest} is newer than LastBatched {last}"
         return status
-    ml = _call(lambda: log_stats(admin.coordinator_internal_stats(tc_id), "transactionLogStats",
+    ml = admin_call(lambda: log_stats(admin.coordinator_internal_stats(tc_id), "transactionLogStats",
                                  f"coordinator {tc_id}'s internal stats"))["managedLedgerInternalStats"]
     if [i for i in ids if i <= last] == [ids[-1]]:
         status.kind = Waiting.NOT_ROLLED
@@ -175,7 +175,7 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
         return status
     mark_delete = ml.get("cursors", {}).get(TC_LOG_CURSOR, {}).get("markDeletePosition", "?")
     try:
-        open_txns = _call(admin.slow_transactions, 0, tc_id)
+        open_txns = admin_call(admin.slow_transactions, 0, tc_id)
     except (DowngradeError, NotFoundError) as exc:
         # Only names the pinning transaction: Pulsar cannot describe one whose acked subscription was deleted
         # (500 for the whole listing), and that must not stop the other logs' judgment. The log still waits.
@@ -192,7 +192,7 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
         txn = pinned[0]
         txn_id = TxnId.parse(txn["txnId"])
         status.kind = Waiting.PINNED
-        status.reason = (f"open transaction {txn['txnId']} (since {_iso(txn['openTimestamp'])}"
+        status.reason = (f"open transaction {txn['txnId']} (since {iso_time(txn['openTimestamp'])}"
                          f"{', owner ' + txn['owner'] if txn.get('owner') else ''}) pins trimming at {mark_delete}")
         status.suggestion = f"txnadmin transactions abort-transaction -m {txn_id.most_bits} -l {txn_id.least_bits}"
         status.extra["pinnedBy"] = txn["txnId"]
@@ -203,7 +203,7 @@ def _coordinator_status(admin: TransactionsAdmin, log: _Log, rec: dict, ids: lis
     return status
 
 
-def _store_status(log: _Log, rec: dict, ids: list[int]) -> LogStatus:
+def store_status(log: LogReader, rec: dict, ids: list[int]) -> LogStatus:
     last = rec["lastBatchedLedgerId"]
     extra = {"topic": log.info["topic"], "subscription": log.info["subscription"]}
     oldest = min(ids)

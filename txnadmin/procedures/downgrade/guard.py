@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 from ...admin.protocol import TransactionsAdmin
-from .checklist import _require_state
-from .evidence import _iso
+from .checklist import require_state
+from .evidence import iso_time
 from .poll import status
 from .report import DowngradeError, Report
 from .target import Progress
@@ -25,7 +25,7 @@ def guard(admin: TransactionsAdmin, state_path: Path, broker: Optional[str] = No
           concurrency: int = 16, progress: Progress = None) -> tuple[Report, dict]:
     """(the poll, the verdict it re-judged); DowngradeError 1 when no safe verdict was recorded, 3 when ``broker``
     is not an active broker of the target."""
-    state = _require_state(state_path)
+    state = require_state(state_path)
     verdict = state.get("safeVerdict")
     if verdict is None:
         raise DowngradeError(f"{state_path}: no safe verdict recorded yet; run `txnadmin downgrade wait` until it says "
@@ -42,4 +42,4 @@ def guard(admin: TransactionsAdmin, state_path: Path, broker: Optional[str] = No
 
 def describe(verdict: dict) -> str:
     at = verdict.get("at")
-    return f"the safe verdict of {_iso(at)}" if isinstance(at, int) else "the safe verdict"
+    return f"the safe verdict of {iso_time(at)}" if isinstance(at, int) else "the safe verdict"

@@ -9,12 +9,12 @@ from typing import Optional
 from ...admin.endpoints import JUDGED_LEDGERS, log_stats
 from ...admin.protocol import AdminError, BadReplyError, NotFoundError, TransactionsAdmin
 from .report import DowngradeError
-from .target import _call, _failure
+from .target import admin_call, admin_failure
 
 COORDINATOR_LOAD_WAIT_S = 30.0  # `start` gives a coordinator failing over (or replaying its log) this long to load
 
 
-class _Log:
+class LogReader:
     """How to read one log's evidence: its ledgers and its store's recoverStartTime. ``load_wait_s``: how long a
     coordinator answering 404 is asked again before it counts as not loaded (`start` cannot record it then)."""
 
@@ -49,11 +49,11 @@ class _Log:
 
     def _live_ledgers(self) -> tuple[Optional[str], list[dict]]:
         if self.component == "coordinator":
-            stats = _call(lambda: log_stats(self.admin.coordinator_internal_stats(int(self.key)),
+            stats = admin_call(lambda: log_stats(self.admin.coordinator_internal_stats(int(self.key)),
                                             "transactionLogStats", f"coordinator {self.key}'s internal stats",
                                             JUDGED_LEDGERS))
         else:
-            stats = _call(lambda: log_stats(self.admin.pending_ack_internal_stats(
+            stats = admin_call(lambda: log_stats(self.admin.pending_ack_internal_stats(
                 self.info["topic"], self.info["subscription"]), "pendingAckLogStats",
                 f"{self.key}'s internal stats", JUDGED_LEDGERS))
         name = stats.get("managedLedgerName")
@@ -61,14 +61,14 @@ class _Log:
 
     def recover_start(self) -> Optional[int]:
         if self.component == "coordinator":
-            stats = self._loaded(lambda: _call(self.admin.coordinator_stats, int(self.key)))
+            stats = self._loaded(lambda: admin_call(self.admin.coordinator_stats, int(self.key)))
         else:
             stats = self._pending_ack_stats()
         value = stats.get("recoverStartTime")
         return int(value) if value else None  # 0: not recovered yet, no evidence
 
     def _pending_ack_stats(self) -> dict:
-        """pendingAckStats; a server error there is _SubscriptionGone when the internal stats answer 404."""
+        """pendingAckStats; a server error there is SubscriptionGone when the internal stats answer 404."""
         topic, sub = self.info["topic"], self.info["subscription"]
         try:
             return self.admin.pending_ack_stats(topic, sub)
@@ -76,20 +76,20 @@ class _Log:
             raise
         except AdminError as exc:
             if exc.status < 500 or isinstance(exc, BadReplyError):
-                raise _failure(exc) from None
+                raise admin_failure(exc) from None
             failure = exc
         # Pulsar's loaded topic dereferences a missing subscription here unchecked (a NullPointerException, HTTP
         # 500) but checks it for the internal stats (404): that 404 tells a deleted subscription from a failing broker.
         try:
             self.admin.pending_ack_internal_stats(topic, sub)
         except NotFoundError:
-            raise _SubscriptionGone(failure) from None
+            raise SubscriptionGone(failure) from None
         except AdminError:
             pass  # the internal stats fail too: say what the stats call answered
-        raise _failure(failure, f"cannot read the pending-ack stats of {self.key} (HTTP {failure.status})") from None
+        raise admin_failure(failure, f"cannot read the pending-ack stats of {self.key} (HTTP {failure.status})") from None
 
 
-class _SubscriptionGone(NotFoundError):
+class SubscriptionGone(NotFoundError):
     """pendingAckStats failed with a server error while pendingAckInternalStats answered 404: the subscription is
     missing from its loaded topic. A 404 to every caller that treats the store as absent; the listing decides."""
 

@@ -11,15 +11,15 @@ from ...admin.cluster import ClusterView
 from ...admin.endpoints import coordinator_ids
 from ...admin.protocol import AdminError, NotFoundError, TransactionsAdmin
 from ...names import is_pending_ack_store, transaction_log_local_name
-from .checklist import _accepted_count, _baselines, _require_state, flush_facts, remember_flush, save_state
+from .checklist import accepted_count, baselines_of, require_state, flush_facts, remember_flush, save_state
 from .evidence import (
-    FLUSHED_HINT, RERECORD_HINT, SCAN_HINT, _coordinator_status, _evidence, _iso, _store_status, _tc_not_loaded,
+    FLUSHED_HINT, RERECORD_HINT, SCAN_HINT, coordinator_status, read_evidence, iso_time, store_status, tc_not_loaded,
 )
-from .logs import _Log
-from .reopen import Session, _counters_cover, _moved, _Poll, _reopen, _revoke
+from .logs import LogReader
+from .reopen import Session, counters_cover, counted_move, Poll, judge_reopened, revoke_accepted
 from .report import DowngradeError, LogStatus, Report, Waiting
 from .target import (
-    Progress, _call, _describe_on, _topic_listing, active_brokers, check_identity, flags_on_brokers,
+    Progress, admin_call, describe_on, topic_listing, active_brokers, check_identity, flags_on_brokers,
     target_identity,
 )
 
@@ -37,7 +37,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         view.forget()  # identity and brokers are read afresh at every poll
     # a target that cannot be read says so before a checklist is looked for: none could be about it
     ident = target_identity(admin, target, view) if target is not None else None
-    state = _require_state(state_path)
+    state = require_state(state_path)
     if ident is None:
         ident = target_identity(admin, state["identity"]["adminUrl"], view)
     check_identity(state, ident, state_path)
@@ -45,33 +45,33 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     on = flags_on_brokers(view, brokers)
     if on:
         raise DowngradeError(
-            f"batching was switched back on ({_describe_on(on)}): stores that reopen now batch again; run "
+            f"batching was switched back on ({describe_on(on)}): stores that reopen now batch again; run "
             "`txnadmin downgrade start` again to disable it and re-record what reopened", 1)
-    poll: Optional[_Poll] = None
+    poll: Optional[Poll] = None
     if session is not None:
         poll = session.new_poll(state)
         if session.watch is not None:
             session.watch.read_round()  # a read of every broker right before this poll's reads of the logs
         poll.t_reads = time.monotonic()
-    baselines = _baselines(state)
+    baselines = baselines_of(state)
     changed = False
     # Without a watch, the brokers are read here and again after the logs: the two reads show /metrics live.
     first_reads = view.read_brokers(brokers) if session is None or session.watch is None else None
-    moved = _moved(view, brokers, baselines, session, first_reads)
+    moved = counted_move(view, brokers, baselines, session, first_reads)
     if moved is not None:
-        changed |= _revoke(state, moved)
-    coord = [(_Log(admin, "coordinator", k, {}), rec) for k, rec in sorted(state["coordinators"].items(),
+        changed |= revoke_accepted(state, moved)
+    coord = [(LogReader(admin, "coordinator", k, {}), rec) for k, rec in sorted(state["coordinators"].items(),
                                                                           key=lambda kv: int(kv[0]))]
-    stores = [(_Log(admin, "pending-ack", k, rec), rec) for k, rec in sorted(state["pendingAckStores"].items())]
+    stores = [(LogReader(admin, "pending-ack", k, rec), rec) for k, rec in sorted(state["pendingAckStores"].items())]
     jobs = coord + stores
     # Logs that exist now but were never recorded may have opened while batching was on: they are part of the
     # proof too. One listing per namespace (also what tells "deleted" from "not loaded").
-    listing = _topic_listing(admin, concurrency)
+    listing = topic_listing(admin, concurrency)
     unrecorded = [LogStatus("pending-ack", name, None, None, False, "created since recording: it may have opened "
                             "while batching was on", RERECORD_HINT, kind=Waiting.UNRECORDED)
                   for name in sorted(listing) if is_pending_ack_store(name)
                   and name not in state["pendingAckStores"]]
-    tc_ids = set(_call(lambda: coordinator_ids(admin.list_coordinators())))
+    tc_ids = set(admin_call(lambda: coordinator_ids(admin.list_coordinators())))
     unrecorded += [LogStatus("coordinator", transaction_log_local_name(i), None, None, False, "created since "
                              "recording (coordinators scaled up)", RERECORD_HINT, extra={"coordinatorId": i},
                              kind=Waiting.UNRECORDED)
@@ -79,19 +79,19 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
 
     def one(job) -> tuple[LogStatus, Optional[int]]:
         log, rec = job
-        found = _evidence(log, rec, listing, state_path, state, tc_ids)
+        found = read_evidence(log, rec, listing, state_path, state, tc_ids)
         verdict, ids = found.verdict, found.ledgers
         if verdict is not None and verdict.kind == Waiting.NOT_LOADED and session is not None and poll is not None:
             return _load_its_topic(admin, session, poll, log, verdict), found.confirmed
         if verdict is not None:
             return verdict, found.confirmed
-        assert ids is not None  # _evidence gives the ledgers whenever it reaches no verdict
+        assert ids is not None  # read_evidence gives the ledgers whenever it reaches no verdict
         if log.component == "coordinator":
             try:
-                return _coordinator_status(admin, log, rec, ids), found.confirmed
+                return coordinator_status(admin, log, rec, ids), found.confirmed
             except NotFoundError:  # it went away between two reads of this poll
-                return _tc_not_loaded(log.key, rec), None
-        return _store_status(log, rec, ids), found.confirmed
+                return tc_not_loaded(log.key, rec), None
+        return store_status(log, rec, ids), found.confirmed
 
     results: list[tuple[LogStatus, Optional[int]]] = []
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -107,7 +107,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         result = outcome
         key = (log.component, log.key)
         if result.kind == Waiting.REOPENED and not rec.get("unproven"):
-            result, confirmed, decided = _reopen(session, poll, key, job, result, confirmed, one)
+            result, confirmed, decided = judge_reopened(session, poll, key, job, result, confirmed, one)
             changed |= decided
         elif session is not None and poll is not None and result.kind not in (
                 Waiting.NOT_LOADED, Waiting.TC_NOT_LOADED, Waiting.SUBSCRIPTION_GONE) and not (
@@ -129,15 +129,15 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     loads = [l.extra["topicLoad"] for l in logs if "topicLoad" in l.extra]
     # The counters again, read after every log: the poll that says safe is covered too.
     end = poll.t_end if poll is not None and poll.t_end is not None else time.monotonic()
-    moved = _moved(view, brokers, baselines, session) if moved is None else moved
+    moved = counted_move(view, brokers, baselines, session) if moved is None else moved
     # Safe is a statement about the moment of a verdict: once one was given, every later verdict re-judges the
     # counters, since a store that opened batching may write its first batched entry at any time after it.
     # (A stopped engine's read-only view runs no broker: nothing can write, and there are no counters to read.)
     frozen = bool(getattr(admin, "frozen", False))
-    counters_needed = _accepted_count(state) > 0 or (
+    counters_needed = accepted_count(state) > 0 or (
         (require_counters or "safeVerdict" in state) and not frozen)
     if moved is not None:
-        changed |= _revoke(state, moved)
+        changed |= revoke_accepted(state, moved)
         changed |= remember_flush(state, moved, f"poll {poll.number}" if poll is not None else "status")
     facts = dict(flush_facts(state))
     if moved is not None and moved.broker not in facts:
@@ -150,7 +150,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                               + FLUSHED_HINT, kind=Waiting.STILL_FLUSHING, extra={"proof": fact["evidence"]}))
     if not facts and counters_needed and all(l.done for l in logs):
         # Accepted reopens rest on "no batched flush anywhere": the verdict needs counters that cover this poll.
-        ok, why = _counters_cover(view, brokers, baselines, session, end, first_reads)
+        ok, why = counters_cover(view, brokers, baselines, session, end, first_reads)
         if not ok:
             logs.append(LogStatus("broker", "*", None, None, False, f"cannot confirm yet that no batched writer "
                                   f"flushed: {why}", "wait: the next poll reads the counters again",
@@ -166,7 +166,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         save_state(state_path, state)
     return Report(safe_now, not on, logs, verification, target={"adminUrl": ident["adminUrl"],
                                                             "clusterName": ident.get("clusterName")}, brokers=brokers,
-                  reopens_accepted=_accepted_count(state), poll=poll.number if poll is not None else None,
+                  reopens_accepted=accepted_count(state), poll=poll.number if poll is not None else None,
                   topic_loads=loads)
 
 
@@ -174,7 +174,7 @@ def _scan_not_clean(verification: dict, only_it: bool) -> LogStatus:
     """The recorded scan said batched (or incomplete): it stands until a new scan replaces it, whatever the logs do
     since. Said at once, with the command, rather than left on the summary line while `wait` waits in vain."""
     when = verification.get("verifiedAt")
-    at = f" at {_iso(when)}" if isinstance(when, int) else ""
+    at = f" at {iso_time(when)}" if isinstance(when, int) else ""
     found = verification.get("liveBatchedEntries")
     what = (f"found {found} batched entr{'y' if found == 1 else 'ies'} in live ledgers" if found
             else f"was {verification.get('verdict')}")
@@ -185,7 +185,7 @@ def _scan_not_clean(verification: dict, only_it: bool) -> LogStatus:
                      extra={"verdict": verification.get("verdict")})
 
 
-def _load_its_topic(admin: TransactionsAdmin, session: Session, poll: _Poll, log: _Log,
+def _load_its_topic(admin: TransactionsAdmin, session: Session, poll: Poll, log: LogReader,
                     verdict: LogStatus) -> LogStatus:
     """A recorded store answering 404 while listed: its topic is not loaded (unloaded, or its bundle moved, and
     nobody looked it up since). `wait` does what the suggestion asks of the operator, a read of the topic's v2

@@ -13,13 +13,13 @@ from ...admin.endpoints import JUDGED_COORDINATORS, judged
 from ...admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin
 from ...names import coordinator_assign_partition
 from .checklist import (
-    ChecklistLock, _baselines, _recorded, discharge_flushes, flush_facts, load_state, new_state, remember_flush,
+    ChecklistLock, baselines_of, recorded_logs, discharge_flushes, flush_facts, load_state, new_state, remember_flush,
     save_state,
 )
-from .logs import COORDINATOR_LOAD_WAIT_S, _Log
+from .logs import COORDINATOR_LOAD_WAIT_S, LogReader
 from .report import DowngradeError
 from .target import (
-    FLAG_PROPAGATION_S, Progress, _call, _describe_on, _now_ms, _pending_ack_stores, active_brokers,
+    FLAG_PROPAGATION_S, Progress, admin_call, describe_on, now_ms, pending_ack_stores, active_brokers,
     check_identity, confirm_flags_off, flags_on_brokers, flush_baselines, target_identity,
 )
 from .watch import WATCH_PERIOD_S, Watch, counter_problem
@@ -27,7 +27,7 @@ from .watch import WATCH_PERIOD_S, Watch, counter_problem
 logger = logging.getLogger(__name__)
 
 
-def _record(log: _Log, reload: bool, previous: Optional[dict], counted: bool = False) -> Optional[dict]:
+def _record(log: LogReader, reload: bool, previous: Optional[dict], counted: bool = False) -> Optional[dict]:
     """Record one log after the flags were confirmed off. None when the store does not exist (any more).
     ``counted``: batched flushes were counted since the last record, so whatever this store has written, its
     newest ledger included, may be batched, reopened or not (and its reopen proves nothing)."""
@@ -43,7 +43,7 @@ def _record(log: _Log, reload: bool, previous: Optional[dict], counted: bool = F
     reopened = not counted and previous is not None and previous.get("recoverStartTime") not in (None, before_start)
     last = _last_batched(before, reopened, previous)
     rec = {"lastBatchedLedgerId": last, "recoverStartTime": before_start,
-           "confirmedLedger": max(before) if before else None, "reloaded": False, "recordedAt": _now_ms()}
+           "confirmedLedger": max(before) if before else None, "reloaded": False, "recordedAt": now_ms()}
     # an earlier "batching off" holds only for the same open store (a record voided by a switch-on has none)
     same_store = previous is not None and previous.get("recoverStartTime") == before_start
     rec["batchingOff"] = bool(reopened or (same_store and (previous or {}).get("batchingOff")))
@@ -64,14 +64,14 @@ def _last_batched(ledgers: list[int], reopened: bool, previous: Optional[dict]) 
     return max(candidates) if candidates else None
 
 
-def _after_reload(log: _Log, before: list[int], before_start: Optional[int]) -> dict:
+def _after_reload(log: LogReader, before: list[int], before_start: Optional[int]) -> dict:
     """LastBatched = the largest ledger before the reopen, re-read after it (a rollover in between moves it up)."""
     try:
         after_start = log.recover_start()
         after = log.ledgers()
     except NotFoundError:
         return {"notLoaded": True, "lastBatchedLedgerId": max(before) if before else None, "recoverStartTime": None,
-                "confirmedLedger": None, "reloaded": True, "batchingOff": False, "recordedAt": _now_ms()}
+                "confirmedLedger": None, "reloaded": True, "batchingOff": False, "recordedAt": now_ms()}
     if after_start is None or after_start == before_start:
         raise DowngradeError(f"{log.component} {log.key}: the store did not reopen after the reload "
                              f"(recoverStartTime still {before_start}); run `txnadmin downgrade start` again", 1)
@@ -79,7 +79,7 @@ def _after_reload(log: _Log, before: list[int], before_start: Optional[int]) -> 
     older = sorted(after)[:-1]
     last = max([*before, *older]) if (before or older) else None
     return {"lastBatchedLedgerId": last, "recoverStartTime": after_start, "confirmedLedger": max(after),
-            "reloaded": True, "batchingOff": True, "recordedAt": _now_ms()}
+            "reloaded": True, "batchingOff": True, "recordedAt": now_ms()}
 
 
 # -- start --------------------------------------------------------------------------------------
@@ -101,21 +101,21 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
         check_identity(existing, ident, state_path)
     state = existing or new_state(target)
     state["identity"] = ident
-    coordinators = _call(lambda: judged(admin.list_coordinators(), JUDGED_COORDINATORS, "coordinators"))
+    coordinators = admin_call(lambda: judged(admin.list_coordinators(), JUDGED_COORDINATORS, "coordinators"))
     if not coordinators:
         raise DowngradeError("no transaction coordinators on the target (is transactionCoordinatorEnabled=true?)")
     brokers = active_brokers(admin, ident, view)
     if existing is not None and "flushBaselines" in existing:
         # Flushes counted since the last baselines are facts: kept before anything else, and ended only by the
         # re-record of every log below, never by the new baselines this run takes at its end.
-        _count_flushes(view, brokers, state)
+        count_flushes(view, brokers, state)
     counted_facts = dict(flush_facts(state))
     counted = bool(counted_facts)
     on = flags_on_brokers(view, brokers)
     if on:
         for flag in (TC_BATCH_FLAG, PENDING_ACK_BATCH_FLAG):
-            _call(admin.update_dynamic_config, flag, "false")
-        state["changeTime"] = _now_ms()
+            admin_call(admin.update_dynamic_config, flag, "false")
+        state["changeTime"] = now_ms()
     confirm_flags_off(view, brokers, flag_wait_s)  # before any reload or LastBatched read
     state["reload"] = reload
     state["brokersChecked"] = brokers
@@ -123,13 +123,13 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
         state["phase"] = "disabled"
     save_state(state_path, state)
 
-    stores = _pending_ack_stores(admin, concurrency)
+    stores = pending_ack_stores(admin, concurrency)
     # a coordinator answering 404 is failing over or replaying its log: asked again for a while, then exit 3
-    logs = [_Log(admin, "coordinator", str(c["id"]), {}, coordinator_wait_s) for c in coordinators]
-    logs += [_Log(admin, "pending-ack", store, info) for store, info in stores.items()]
-    recorded = _recorded(state)
+    logs = [LogReader(admin, "coordinator", str(c["id"]), {}, coordinator_wait_s) for c in coordinators]
+    logs += [LogReader(admin, "pending-ack", store, info) for store, info in stores.items()]
+    recorded = recorded_logs(state)
 
-    def needs_record(log: _Log) -> bool:
+    def needs_record(log: LogReader) -> bool:
         if counted:
             return True  # which store batched is unknown (ownership over the interval is not kept): every log
         rec = recorded.get((log.component, log.key))
@@ -146,7 +146,7 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
         todo = [log for log, need in zip(logs, pool.map(needs_record, logs), strict=True) if need]
     # The watch runs while we record: a flag switched on between two of the per-reload checks is seen too.
     with Watch(view, {}, watch_period) as watch:
-        this_run = _record_logs(admin, view, state, state_path, todo, brokers, reload, concurrency, progress, watch,
+        this_run = record_logs(admin, view, state, state_path, todo, brokers, reload, concurrency, progress, watch,
                                 counted)
     if counted:
         discharge_flushes(state, f"`start` re-recorded every log ({len(this_run)}) "
@@ -154,7 +154,7 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
     state["phase"] = "recorded"
     if this_run:
         state.pop("safeVerdict", None)  # a re-record starts the proof of those logs again: the verdict is earned anew
-    state["recordedAt"] = _now_ms()
+    state["recordedAt"] = now_ms()
     state["rerecorded"] = len(this_run)
     state["flushBaselines"] = flush_baselines(view, brokers)  # what every later poll's counters compare with
     state.pop("batchedFlushesByBroker", None)
@@ -163,21 +163,21 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
     return dict(state, countedFlushes=[fact["evidence"] for _, fact in sorted(counted_facts.items())])
 
 
-def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state_path: Path, todo: list["_Log"],
+def record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state_path: Path, todo: list["LogReader"],
                  brokers: list[str], reload: bool, concurrency: int, progress: Progress,
                  watch: Optional[Watch], counted: bool = False) -> list[tuple[str, str]]:
     """Record ``todo`` (reloaded per topic or coordinator unless ``reload`` is off), with the flags confirmed off
     after every reload and at both ends; a LastBatched already recorded is never lowered. Used by `start` and by
     `wait --rerecord`. Returns the (bucket, key) pairs recorded."""
-    recorded = _recorded(state)
-    by_unit: dict[str, list[_Log]] = {}
+    recorded = recorded_logs(state)
+    by_unit: dict[str, list[LogReader]] = {}
     for log in todo:
         unit = coordinator_assign_partition(log.key) if log.component == "coordinator" else log.info["topic"]
         by_unit.setdefault(unit, []).append(log)
     total, done = len(by_unit), 0
     this_run: list[tuple[str, str]] = []
 
-    def record_unit(unit: str) -> list[tuple[_Log, Optional[dict]]]:
+    def record_unit(unit: str) -> list[tuple[LogReader, Optional[dict]]]:
         members = by_unit[unit]
         if not reload:
             return [(log, _record(log, False, recorded.get((log.component, log.key)), counted)) for log in members]
@@ -188,7 +188,7 @@ def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state
             except NotFoundError:
                 befores[log.key] = (None, [])
         try:
-            _call(admin.unload_topic, unit)
+            admin_call(admin.unload_topic, unit)
         except NotFoundError:
             pass
         if members[0].component == "pending-ack":
@@ -243,7 +243,7 @@ def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state
                 state[bucket][key]["batchingOff"] = False  # nothing recorded in this run proves batching off
             state["phase"] = "disabled"
             save_state(state_path, state)
-            raise DowngradeError(f"batching was switched back on while recording ({_describe_on(on)}); nothing "
+            raise DowngradeError(f"batching was switched back on while recording ({describe_on(on)}); nothing "
                                  "recorded in this run counts: switch it off (or let `txnadmin downgrade start` "
                                  "do it) and run `txnadmin downgrade start` again", 1)
     finally:
@@ -251,9 +251,9 @@ def _record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state
     return this_run
 
 
-def _count_flushes(view: ClusterView, brokers: list[str], state: dict) -> None:
+def count_flushes(view: ClusterView, brokers: list[str], state: dict) -> None:
     """Compare every broker's flush counters with the checklist's baselines and keep what moved as a fact."""
-    baselines = _baselines(state)
+    baselines = baselines_of(state)
     for reading in view.read_brokers(brokers).values():
         _, moved = counter_problem(reading, baselines)
         if moved is not None:
@@ -285,19 +285,19 @@ class _SwitchedOn(Exception):
     """A check after a reload found a batching flag on (broker → flags)."""
 
     def __init__(self, on: dict[str, list[str]]):
-        super().__init__(_describe_on(on))
+        super().__init__(describe_on(on))
         self.on = on
 
 
-def _after_reload_unknown(log: _Log) -> Optional[dict]:
+def _after_reload_unknown(log: LogReader) -> Optional[dict]:
     try:
         start_now = log.recover_start()
         ids = log.ledgers()
     except NotFoundError:
         return {"notLoaded": True, "lastBatchedLedgerId": None, "recoverStartTime": None, "confirmedLedger": None,
-                "reloaded": True, "batchingOff": False, "recordedAt": _now_ms()}
+                "reloaded": True, "batchingOff": False, "recordedAt": now_ms()}
     # Opened by our unload, after the flags were confirmed off; the ledgers before its newest may be batched.
     older = sorted(ids)[:-1]
     return {"lastBatchedLedgerId": max(older) if older else (max(ids) if ids else None), "recoverStartTime": start_now,
             "confirmedLedger": max(ids) if ids else None, "reloaded": True, "batchingOff": True,
-            "recordedAt": _now_ms()}
+            "recordedAt": now_ms()}

@@ -15,7 +15,7 @@ from .watch import WATCH_PERIOD_S, Watch, counter_problem, not_live
 
 
 @dataclass
-class _Poll:
+class Poll:
     number: int
     t_start: float  # monotonic, before the poll's first read
     wall_start: float
@@ -35,18 +35,18 @@ class Session:
         self.watch: Optional[Watch] = (None if getattr(admin, "frozen", False)
                                        else Watch(self.view, baselines, watch_period))
         self.watching = False
-        self.polls: dict[int, _Poll] = {}
+        self.polls: dict[int, Poll] = {}
         self.seen_unchanged: dict[tuple[str, str], int] = {}  # log → the last poll that saw it unchanged
         self.pending: dict[tuple[str, str], tuple[int, int, Optional[int]]] = {}  # log → (from, seen, to)
         self.loads: dict[int, set[str]] = {}  # poll → the stores whose topic it loaded (at most once each)
 
-    def new_poll(self, state: dict) -> "_Poll":
+    def new_poll(self, state: dict) -> "Poll":
         """The next observation, numbered after every earlier one of this wait and of the checklist. The number
         comes from this session, not from the checklist alone: a poll that changed nothing saves nothing, and a
         number read back from the file would name two polls, bracketing a reopen with a poll taken after it."""
         number = max(int(state.get("polls", 0)), max(self.polls, default=0)) + 1
         state["polls"] = number
-        poll = _Poll(number, time.monotonic(), time.time())
+        poll = Poll(number, time.monotonic(), time.time())
         self.polls[number] = poll
         return poll
 
@@ -66,7 +66,7 @@ def _clock(wall: Optional[float]) -> str:
     return time.strftime("%H:%M:%S", time.localtime(wall)) if wall else "?"
 
 
-def _judge_reopen(session: Session, key: tuple[str, str], rec: dict, poll: _Poll,
+def _judge_reopen(session: Session, key: tuple[str, str], rec: dict, poll: Poll,
                   new_start: Optional[int]) -> tuple[Optional[bool], str]:
     """Is this reopen proven harmless? (True, evidence) / (False, why not) / (None, why not yet)."""
     watch = session.watch
@@ -107,7 +107,7 @@ def _judge_reopen(session: Session, key: tuple[str, str], rec: dict, poll: _Poll
 _REJUDGE = 3  # a log seen moving again while its last move is accepted is judged again, this many times per poll
 
 
-def _reopen(session: Optional[Session], poll: Optional[_Poll], key: tuple[str, str], job, result: LogStatus,
+def judge_reopened(session: Optional[Session], poll: Optional[Poll], key: tuple[str, str], job, result: LogStatus,
             confirmed: Optional[int], again) -> tuple[LogStatus, Optional[int], bool]:
     """A log seen reopened: accept it when the watch proves it harmless, and judge it afresh; else say why not.
     Returns (its status, a confirmed ledger, whether the checklist changed)."""
@@ -149,7 +149,7 @@ def _reopen(session: Optional[Session], poll: Optional[_Poll], key: tuple[str, s
     return result, confirmed, changed
 
 
-def _moved(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session],
+def counted_move(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session],
            readings: Optional[dict[str, BrokerReading]] = None):
     """The first batched flush counted since the baselines, or None (``readings``: the brokers as just read, without
     a watch)."""
@@ -162,7 +162,7 @@ def _moved(view: ClusterView, brokers: list[str], baselines: dict, session: Opti
     return None
 
 
-def _counters_cover(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session],
+def counters_cover(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session],
                     end: float, earlier: Optional[dict[str, BrokerReading]] = None) -> tuple[bool, str]:
     """Counters that cover the moment ``end``: with `wait`'s watch, its rounds; without one (`downgrade status`),
     a read now, live only if its CPU seconds moved since ``earlier`` (the same poll's first read)."""
@@ -190,7 +190,7 @@ def _counters_cover(view: ClusterView, brokers: list[str], baselines: dict, sess
     return True, "no batched flush since `start`"
 
 
-def _revoke(state: dict, moved) -> bool:
+def revoke_accepted(state: dict, moved) -> bool:
     """A counter moved: every reopen accepted so far may hide an idle writer that batched; none stands."""
     changed = False
     for bucket in ("coordinators", "pendingAckStores"):

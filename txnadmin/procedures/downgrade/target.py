@@ -16,14 +16,14 @@ Progress = Optional[Callable[[int, int], None]]
 FLAG_PROPAGATION_S = 10.0  # dynamic config reaches brokers through a metadata watch: allow it this long
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return int(time.time() * 1000)
 
 
 _PERMANENT_503 = "transactionCoordinatorEnabled"
 
 
-def _failure(exc: AdminError, what: str = "cannot read the target") -> DowngradeError:
+def admin_failure(exc: AdminError, what: str = "cannot read the target") -> DowngradeError:
     """An admin failure as the downgrade words it: 3 when the target cannot say (transient ones marked for `wait`),
     1 when it answered no."""
     if exc.status in (401, 403):
@@ -35,14 +35,14 @@ def _failure(exc: AdminError, what: str = "cannot read the target") -> Downgrade
     return DowngradeError(exc.reason, 1)
 
 
-def _call(fn, *args, **kwargs):
+def admin_call(fn, *args, **kwargs):
     """Admin calls with target failures turned into exit code 3 (transient ones marked for `wait`)."""
     try:
         return fn(*args, **kwargs)
     except NotFoundError:
         raise
     except AdminError as exc:
-        raise _failure(exc) from None
+        raise admin_failure(exc) from None
 
 
 # -- target identity and brokers (one rule each, in ClusterView) --------------------------------
@@ -50,7 +50,7 @@ def _call(fn, *args, **kwargs):
 def target_identity(admin: TransactionsAdmin, admin_url: str, view: Optional[ClusterView] = None) -> dict[str, Any]:
     """What a checklist is about: the admin URL, the cluster's own name and its metadata/BookKeeper URIs."""
     view = view or ClusterView(admin, admin_url)
-    return dict(_call(view.identity), adminUrl=admin_url)
+    return dict(admin_call(view.identity), adminUrl=admin_url)
 
 
 def check_identity(state: dict, ident: dict, state_path: Path) -> None:
@@ -67,7 +67,7 @@ def check_identity(state: dict, ident: dict, state_path: Path) -> None:
                              "another file for this target, or `txnadmin downgrade reset` to discard it", 3)
 
 
-def _ledger_history_fits(state: dict, tc_id: str, ids: list[int], state_path: Path) -> None:
+def ledger_history_fits(state: dict, tc_id: str, ids: list[int], state_path: Path) -> None:
     rec = state["coordinators"].get(tc_id)
     if rec and ids and rec.get("confirmedLedger") is not None and max(ids) < rec["confirmedLedger"]:
         raise DowngradeError(f"{state_path}: coordinator {tc_id}'s newest ledger is {max(ids)}, older than the "
@@ -75,7 +75,7 @@ def _ledger_history_fits(state: dict, tc_id: str, ids: list[int], state_path: Pa
                              "recorded on; use --state another file or `txnadmin downgrade reset`", 3)
 
 
-def _not_this_cluster(key: str) -> DowngradeError:
+def not_this_cluster(key: str) -> DowngradeError:
     """A recorded coordinator the target does not list at all (a listed one answering 404 is only not loaded)."""
     return DowngradeError(f"coordinator {key} is not among the target's coordinators: coordinators are never "
                           "deleted, so this is not the cluster the checklist was recorded on", 3)
@@ -83,7 +83,7 @@ def _not_this_cluster(key: str) -> DowngradeError:
 
 def active_brokers(admin: TransactionsAdmin, ident: dict, view: Optional[ClusterView] = None) -> list[str]:
     view = view or ClusterView(admin, ident.get("adminUrl", ""))
-    brokers = _call(view.active_brokers)
+    brokers = admin_call(view.active_brokers)
     if not brokers:
         raise DowngradeError("the target lists no active brokers (GET /admin/v2/brokers/{cluster}); cannot confirm "
                              "the batching flags are off everywhere", 3)
@@ -99,7 +99,7 @@ def flags_on_brokers(view: ClusterView, brokers: list[str]) -> dict[str, list[st
                 "prove batching is off)")
         if isinstance(exc, NotFoundError):
             raise DowngradeError(f"{what}: {exc.reason}", 3) from None
-        raise _failure(exc, what) from None
+        raise admin_failure(exc, what) from None
 
 
 def flush_baselines(view: ClusterView, brokers: list[str]) -> dict[str, dict]:
@@ -113,7 +113,7 @@ def flush_baselines(view: ClusterView, brokers: list[str]) -> dict[str, dict]:
     return out
 
 
-def _describe_on(on: dict[str, list[str]]) -> str:
+def describe_on(on: dict[str, list[str]]) -> str:
     return "; ".join(f"{b}: {', '.join(f + '=true' for f in flags)}" for b, flags in sorted(on.items()))
 
 
@@ -124,29 +124,29 @@ def confirm_flags_off(view: ClusterView, brokers: list[str], wait_s: float = FLA
         if not on:
             return
         if time.monotonic() >= deadline:
-            raise DowngradeError(f"batching is still on after {wait_s:.0f} s: {_describe_on(on)}; check the "
+            raise DowngradeError(f"batching is still on after {wait_s:.0f} s: {describe_on(on)}; check the "
                                  "brokers' dynamic config (or broker.conf) and run `txnadmin downgrade start` again", 1)
         time.sleep(0.2)
 
 
 # -- discovery ----------------------------------------------------------------------------------
 
-def _pending_ack_stores(admin: TransactionsAdmin, concurrency: int) -> dict[str, dict]:
+def pending_ack_stores(admin: TransactionsAdmin, concurrency: int) -> dict[str, dict]:
     """Every pending-ack store of the target, as the checklist records it: store name → origin topic, subscription."""
-    found = _call(ClusterView(admin).pending_ack_stores, concurrency)
+    found = admin_call(ClusterView(admin).pending_ack_stores, concurrency)
     return {name: {"topic": s.topic, "subscription": s.subscription} for name, s in found.items()}
 
 
-def _topic_listing(admin: TransactionsAdmin, concurrency: int) -> set[str]:
+def topic_listing(admin: TransactionsAdmin, concurrency: int) -> set[str]:
     """Every topic the target lists, system topics included: one listing per namespace (ClusterView's walk)."""
-    return {t for topics in _call(ClusterView(admin).topic_listing, concurrency).values() for t in topics}
+    return {t for topics in admin_call(ClusterView(admin).topic_listing, concurrency).values() for t in topics}
 
 
 # -- plan ---------------------------------------------------------------------------------------
 
 def plan(admin: TransactionsAdmin, concurrency: int = 16) -> dict[str, Any]:
     """What `start` would touch: counts for the confirmation (nothing is changed)."""
-    coordinators = _call(admin.list_coordinators)
-    stores = _pending_ack_stores(admin, concurrency)
+    coordinators = admin_call(admin.list_coordinators)
+    stores = pending_ack_stores(admin, concurrency)
     return {"coordinators": len(coordinators), "pendingAckStores": len(stores),
             "topics": len({info["topic"] for info in stores.values()})}

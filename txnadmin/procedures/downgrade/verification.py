@@ -12,18 +12,18 @@ from typing import Any, Optional
 from ...admin.endpoints import coordinator_ids
 from ...admin.protocol import NotFoundError, TransactionsAdmin
 from ...names import transaction_log_local_name
-from .checklist import ChecklistLock, _require_state, save_state
-from .logs import TC_OWNER_LOG, _Log, coordinator_not_loaded
+from .checklist import ChecklistLock, require_state, save_state
+from .logs import TC_OWNER_LOG, LogReader, coordinator_not_loaded
 from .report import DowngradeError
 from .target import (
-    Progress, _call, _ledger_history_fits, _not_this_cluster, _now_ms, _topic_listing, check_identity,
+    Progress, admin_call, ledger_history_fits, not_this_cluster, now_ms, topic_listing, check_identity,
     target_identity,
 )
 
 
 def record_verification(state_path: Path, result: dict) -> dict:
     with ChecklistLock(state_path):  # the checklist's one writer: refused while a `wait` holds it
-        state = _require_state(state_path)
+        state = require_state(state_path)
         state["verification"] = result
         save_state(state_path, state)
         return state
@@ -61,10 +61,10 @@ def _ledger_list_digest(path: Path) -> tuple[int, str]:
 def _held_ledgers(admin: TransactionsAdmin, state: dict, state_path: Path, concurrency: int,
                   progress: Progress) -> dict[int, _Held]:
     """Every ledger the target lists, now, as live for a log recorded in the checklist (exit 3 if it cannot say)."""
-    logs = [_Log(admin, "coordinator", k, {}) for k in sorted(state["coordinators"], key=int)]
-    logs += [_Log(admin, "pending-ack", k, rec) for k, rec in sorted(state["pendingAckStores"].items())]
+    logs = [LogReader(admin, "coordinator", k, {}) for k in sorted(state["coordinators"], key=int)]
+    logs += [LogReader(admin, "pending-ack", k, rec) for k, rec in sorted(state["pendingAckStores"].items())]
 
-    def one(log: _Log) -> tuple[_Log, Optional[tuple[Optional[str], list[dict]]]]:
+    def one(log: LogReader) -> tuple[LogReader, Optional[tuple[Optional[str], list[dict]]]]:
         try:
             return log, log.live_ledgers()
         except NotFoundError:
@@ -78,8 +78,8 @@ def _held_ledgers(admin: TransactionsAdmin, state: dict, state_path: Path, concu
                 progress(count, len(logs))
             if read is None:
                 if log.component == "coordinator":
-                    if int(log.key) not in _call(lambda: coordinator_ids(admin.list_coordinators())):
-                        raise _not_this_cluster(log.key)
+                    if int(log.key) not in admin_call(lambda: coordinator_ids(admin.list_coordinators())):
+                        raise not_this_cluster(log.key)
                     raise DowngradeError(coordinator_not_loaded(log.key) + ": cannot tell which of its ledgers are "
                                          "live; run `txnadmin downgrade verify` again once it answers; if it does "
                                          f"not, {TC_OWNER_LOG}", 3)
@@ -88,7 +88,7 @@ def _held_ledgers(admin: TransactionsAdmin, state: dict, state_path: Path, concu
             name, ledgers = read
             ids = [int(l["ledgerId"]) for l in ledgers]
             if log.component == "coordinator":
-                _ledger_history_fits(state, log.key, ids, state_path)
+                ledger_history_fits(state, log.key, ids, state_path)
             label = transaction_log_local_name(log.key) if log.component == "coordinator" else log.key
             newest = max(ids, default=None)
             for lid, info in zip(ids, ledgers, strict=True):
@@ -97,7 +97,7 @@ def _held_ledgers(admin: TransactionsAdmin, state: dict, state_path: Path, concu
                 held[lid] = _Held(label, name, entries if closed else None)
     if gone:
         # Gone from the listing: deleted, nothing of it to prove. Listed but 404: not loaded, its ledgers unknown.
-        listing = _topic_listing(admin, concurrency)
+        listing = topic_listing(admin, concurrency)
         unloaded = [key for key in gone if key in listing]
         if unloaded:
             more = f" (and {len(unloaded) - 1} more)" if len(unloaded) > 1 else ""
@@ -179,7 +179,7 @@ def verify(admin: TransactionsAdmin, state_path: Path, dumps: list[str], ledgers
 
     check_options(fmt, engine, ledger_id_format)
     named = parse_txn_ledgers(txn_ledgers, ledger_id_format)
-    state = _require_state(state_path)
+    state = require_state(state_path)
     digest = _ledger_list_digest(ledgers) if ledgers else None
     live = read_live_list(ledgers, ledger_id_format, named) if ledgers else None
     ident = target_identity(admin, target if target is not None else state["identity"]["adminUrl"])
@@ -198,7 +198,7 @@ def verify(admin: TransactionsAdmin, state_path: Path, dumps: list[str], ledgers
         raise DowngradeError(f"{ledgers} changed while verify read it; nothing was recorded: run `txnadmin downgrade "
                              "verify` again with a list that stays put", 3)
     record = {"verdict": result.verdict, "liveBatchedEntries": result.live_batched_entries, "engine": result.engine,
-              "reasons": result.reasons[:20], "verifiedAt": _now_ms(),
+              "reasons": result.reasons[:20], "verifiedAt": now_ms(),
               "target": {"adminUrl": ident["adminUrl"], "clusterName": ident.get("clusterName")},
               "dumps": _dump_inputs(paths, result.inputs),
               "ledgerList": ({"path": os.path.abspath(ledgers), "bytes": digest[0], "sha256": digest[1]}
@@ -208,7 +208,7 @@ def verify(admin: TransactionsAdmin, state_path: Path, dumps: list[str], ledgers
     # Read again under the checklist's lock (its one writer; refused while a `start` or `wait` holds it): a
     # `wait` may have saved it during a long scan, and its updates stay.
     with ChecklistLock(state_path):
-        now = _require_state(state_path)
+        now = require_state(state_path)
         check_identity(now, ident, state_path)
         if _recorded_logs(now) != _recorded_logs(state):
             raise DowngradeError(f"{state_path}: logs were recorded while verify ran (`start` again?); nothing was "

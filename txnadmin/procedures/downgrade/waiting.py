@@ -9,14 +9,14 @@ from typing import Callable, Optional
 
 from ...admin.protocol import TransactionsAdmin
 from .checklist import (
-    ChecklistLock, _baselines, _require_state, discharge_flushes, flush_facts, load_state, save_state,
+    ChecklistLock, baselines_of, require_state, discharge_flushes, flush_facts, load_state, save_state,
 )
-from .logs import _Log
+from .logs import LogReader
 from .poll import status
-from .recording import _count_flushes, _record_logs
+from .recording import count_flushes, record_logs
 from .reopen import Session
 from .report import DowngradeError, LogStatus, Report, Waiting
-from .target import _pending_ack_stores, active_brokers, confirm_flags_off, flush_baselines, target_identity
+from .target import pending_ack_stores, active_brokers, confirm_flags_off, flush_baselines, target_identity
 from .watch import WATCH_PERIOD_S
 
 
@@ -41,31 +41,31 @@ def rerecord(admin: TransactionsAdmin, state_path: Path, logs: list[LogStatus], 
     """Reload and re-record exactly ``logs`` (as `start` does), then take new counter baselines: every log whose
     reopen was unproven has now reopened again under the watch with the flags off. ``flushed``: ``logs`` is every
     log (:func:`every_log`), re-recorded to end the counted flushes. Returns how many were recorded."""
-    state = _require_state(state_path)
+    state = require_state(state_path)
     view = session.view
     brokers = active_brokers(admin, view.identity(), view)
     confirm_flags_off(view, brokers, 0.0)
     if flushed:
         # the counters are read again now: a flush counted since the poll is ended by this re-record too
-        _count_flushes(view, brokers, state)
+        count_flushes(view, brokers, state)
     todo = []
     for l in logs:
         if l.component == "coordinator":
-            todo.append(_Log(admin, "coordinator", str(l.extra["coordinatorId"]), {}))
+            todo.append(LogReader(admin, "coordinator", str(l.extra["coordinatorId"]), {}))
         else:
             rec = state["pendingAckStores"].get(l.name)
             info = ({"topic": rec["topic"], "subscription": rec["subscription"]} if rec else
                     {"topic": l.extra.get("topic"), "subscription": l.extra.get("subscription")})
             if info["topic"] is None:
-                found = _pending_ack_stores(admin, concurrency)
+                found = pending_ack_stores(admin, concurrency)
                 if l.name not in found:
                     continue  # gone since the poll
                 info = found[l.name]
-            todo.append(_Log(admin, "pending-ack", l.name, info))
+            todo.append(LogReader(admin, "pending-ack", l.name, info))
     # The re-record is an observation like a poll: it read each log right after its reload, under the watch, so a
     # move that lands before the next poll is bracketed by the two (else every such move would need another).
     poll = session.new_poll(state)
-    this_run = _record_logs(admin, view, state, state_path, todo, brokers, True, concurrency, None, session.watch)
+    this_run = record_logs(admin, view, state, state_path, todo, brokers, True, concurrency, None, session.watch)
     poll.t_end, poll.wall_end = time.monotonic(), time.time()
     for bucket, key in this_run:
         state[bucket][key].pop("unproven", None)
@@ -105,9 +105,9 @@ def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_
     with ChecklistLock(state_path):
         if target is not None and load_state(state_path) is None:
             target_identity(admin, target)  # a target that cannot be read says so before a missing checklist does
-        state = _require_state(state_path)
+        state = require_state(state_path)
         session = Session(admin, target if target is not None else state["identity"]["adminUrl"],
-                          _baselines(state), watch_period)
+                          baselines_of(state), watch_period)
         try:
             return _wait(admin, state_path, timeout_s, interval_s, on_poll, concurrency, on_retry, target,
                          rerecord_unproven, session, on_rerecord)
@@ -163,7 +163,7 @@ def _wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval
             stopping = [l for l in unproven if l.kind == Waiting.REOPENED] + flushing
             if flushing and rerecord_unproven:
                 # a counted flush: every log is re-recorded (the report names the brokers), and the wait goes on
-                count = rerecord(admin, state_path, every_log(_require_state(state_path), report), session,
+                count = rerecord(admin, state_path, every_log(require_state(state_path), report), session,
                                  concurrency, flushed=True)
                 if on_rerecord:
                     on_rerecord(count)
