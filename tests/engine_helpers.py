@@ -126,3 +126,30 @@ def served_engine(home: Path, version: str, coordinators: Optional[int] = None) 
     finally:
         server.stop()
         engine.close()
+
+
+@contextmanager
+def stuck_open_downgrade(d: Path, state: str) -> Iterator[None]:
+    """A batching engine at ``d`` running under `engine run --fault stuck-open` (transactions left OPEN for ever, so
+    the coordinator logs they pin wait whatever the machine's speed), with `downgrade start` recorded in ``state``."""
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from txnadmin.cli.main import app
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["engine", "init", str(d), "-c", "2", "--set", "transactionLogBatchedWriteEnabled=true",
+                               "--set", "transactionPendingAckBatchedWriteEnabled=true"]).exit_code == 0
+    engine = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "engine", "run", str(d), "--duration", "0",
+                               "--rate", "20", "--fault", "stuck-open", "-o", "json"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_served(d)
+        started = runner.invoke(app, ["-u", f"local:{d}", "downgrade", "start", "--yes", "--state", state])
+        assert started.exit_code == 0, started.output
+        yield
+    finally:
+        engine.terminate()
+        engine.wait(timeout=60)

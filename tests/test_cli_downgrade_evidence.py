@@ -96,6 +96,15 @@ def cli(door: Front, *args: str, timeout: float = 120) -> subprocess.CompletedPr
     return done
 
 
+def _wait(door: Front, state: Path, timeout: int, *extra: str, quiet: bool = False) -> subprocess.Popen:
+    """`downgrade wait` in the background (-o json on a pipe, unless ``quiet``), polling every 0.5 s."""
+    out = subprocess.DEVNULL if quiet else subprocess.PIPE
+    return subprocess.Popen(TXNADMIN + ["-u", door.url, "--auth-params", f"token:{TOKEN}", "downgrade", "wait",
+                                        *extra, "--state", str(state), "--timeout", str(timeout), "--interval", "0.5",
+                                        *(() if quiet else ("-o", "json"))],
+                            stdout=out, stderr=out, text=True)
+
+
 def _report(done: subprocess.CompletedProcess) -> dict:
     try:
         return json.loads(done.stdout)
@@ -141,6 +150,19 @@ def _client_traffic(broker: Broker, topic: str, n: int) -> None:
         time.sleep(0.1)
 
 
+def _drive(waiter: subprocess.Popen, broker: Broker, topics: tuple[str, ...], rounds: int) -> tuple[str, str]:
+    """Client traffic on ``topics`` (their stores trim as their subscriptions acknowledge) until ``waiter``, a
+    background `wait`, ends; its (stdout, stderr)."""
+    for _ in range(rounds):
+        if waiter.poll() is not None:
+            break
+        for topic in topics:
+            _client_traffic(broker, topic, 5)
+        broker.engine.maintenance_tick()
+        time.sleep(0.2)
+    return waiter.communicate(timeout=150)
+
+
 def _slip_during_unload_of(door: Front, broker: Broker, topic_path: str) -> None:
     """Batching switched on for exactly the length of one topic's unload, while every read of the runtime
     configuration waits: the flip slips between two reads (the gap `start`'s checks cannot close)."""
@@ -163,6 +185,25 @@ def _slip_during_unload_of(door: Front, broker: Broker, topic_path: str) -> None
 
     door.before_forward.append(before)
     door.after_forward.append(after)
+
+
+def _unseen_flip(door: Front, broker: Broker, writes: int) -> None:
+    """Batching on while u's store reopens (and writes ``writes`` transactions), off again, while every read of
+    the runtime configuration waits: a flip that slips between two reads of the flags."""
+    window = threading.Lock()
+
+    def wait_for_flip(method: str, path: str) -> None:
+        if path.startswith(RUNTIME):
+            with window:
+                pass
+
+    with window:
+        door.before_forward.append(wait_for_flip)
+        broker.flags("true")
+        broker.engine.reload_topic(U)
+        if writes:
+            traffic(broker.engine, writes, "u", "s")
+        broker.flags("false")
 
 
 def _waiting(report: dict, kind: str) -> list[dict]:
@@ -211,19 +252,9 @@ def test_wait_rerecord_converges_on_a_counted_flush(tmp_path):
         _slip_during_unload_of(door, broker, "/admin/v2/persistent/public/default/u/unload")
         assert cli(door, "downgrade", "start", "--yes", "--state", str(state), "--concurrency", "1").returncode == 0
         traffic(broker.engine, 20, "u", "s")
-        waiter = subprocess.Popen(TXNADMIN + ["-u", door.url, "--auth-params", f"token:{TOKEN}", "downgrade", "wait",
-                                              "--rerecord", "--yes", "--state", str(state), "--timeout", "120",
-                                              "--interval", "0.5", "-o", "json"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waiter = _wait(door, state, 120, "--rerecord", "--yes")
         try:
-            for _ in range(200):
-                if waiter.poll() is not None:
-                    break
-                for topic in ("t", "u"):
-                    _client_traffic(broker, topic, 5)
-                broker.engine.maintenance_tick()
-                time.sleep(0.2)
-            out, err = waiter.communicate(timeout=150)
+            out, err = _drive(waiter, broker, ("t", "u"), rounds=200)
         finally:
             if waiter.poll() is None:
                 waiter.kill()
@@ -292,21 +323,13 @@ def test_a_quick_restart_with_batching_on_under_wait_is_never_accepted(tmp_path,
             _strip_process_start(door)
         gate = _hold_requests(door)
         assert cli(door, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
-        waiter = subprocess.Popen(TXNADMIN + ["-u", door.url, "--auth-params", f"token:{TOKEN}", "downgrade", "wait",
-                                              "--state", str(state), "--timeout", "60", "--interval", "0.5", "-o",
-                                              "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waiter = _wait(door, state, 60)
         try:
             time.sleep(3.0)  # a few polls and watch rounds
             gate.clear()
             broker.restart(batching_on_while_reopening=True, traffic_on=writes)
             gate.set()
-            for _ in range(100):
-                if waiter.poll() is not None:
-                    break
-                traffic(broker.engine, 5, "t", "s")
-                broker.engine.maintenance_tick()
-                time.sleep(0.2)
-            out, err = waiter.communicate(timeout=90)
+            out, err = _drive(waiter, broker, ("t",), rounds=100)
         finally:
             gate.set()
             if waiter.poll() is None:
@@ -333,30 +356,12 @@ def test_a_frozen_metrics_copy_is_no_evidence(tmp_path):
             return body
 
         door.rewrites.append(rewrite)
-        waiter = subprocess.Popen(TXNADMIN + ["-u", door.url, "--auth-params", f"token:{TOKEN}", "downgrade", "wait",
-                                              "--state", str(state), "--timeout", "40", "--interval", "0.5", "-o",
-                                              "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waiter = _wait(door, state, 40)
         try:
             time.sleep(3.0)
             # A flip that slips between two flag reads: on, u reopens batching and writes, off.
-            held = threading.Lock()
-            with held:
-                def wait_for_flip(method: str, path: str) -> None:
-                    if path.startswith(RUNTIME):
-                        with held:
-                            pass
-                door.before_forward.append(wait_for_flip)
-                broker.flags("true")
-                broker.engine.reload_topic(U)
-                traffic(broker.engine, 10, "u", "s")
-                broker.flags("false")
-            for _ in range(150):
-                if waiter.poll() is not None:
-                    break
-                traffic(broker.engine, 5, "t", "s")
-                broker.engine.maintenance_tick()
-                time.sleep(0.2)
-            out, err = waiter.communicate(timeout=90)
+            _unseen_flip(door, broker, writes=10)
+            out, err = _drive(waiter, broker, ("t",), rounds=150)
         finally:
             if waiter.poll() is None:
                 waiter.kill()
@@ -372,9 +377,7 @@ def test_reset_beside_a_running_wait_is_refused_and_names_the_holder(tmp_path):
     state = tmp_path / "s.json"
     with _cluster(tmp_path) as (broker, door):
         assert cli(door, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
-        waiter = subprocess.Popen(TXNADMIN + ["-u", door.url, "--auth-params", f"token:{TOKEN}", "downgrade", "wait",
-                                              "--state", str(state), "--timeout", "30", "--interval", "0.5"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        waiter = _wait(door, state, 30, quiet=True)
         try:
             lock = Path(str(state) + ".lock")
             for _ in range(200):  # until the wait holds the checklist
@@ -454,30 +457,13 @@ def test_guard_before_each_broker_catches_a_batched_write_after_the_verdict(tmp_
                 break
             traffic(broker.engine, 10, "u", "s")
             broker.engine.maintenance_tick()
-        waiter = subprocess.Popen(TXNADMIN + ["-u", door.url, "--auth-params", f"token:{TOKEN}", "downgrade", "wait",
-                                              "--state", str(state), "--timeout", "90", "--interval", "0.5", "-o",
-                                              "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waiter = _wait(door, state, 90)
         time.sleep(3.0)
         # The flip nobody sees: batching on for one reopen of u's idle store, off again between two reads of the
         # flags. The watch accepts the reopen (flags off at every read, no flush), as it must.
-        window = threading.Lock()
-        with window:
-            def wait_for_flip(method: str, path: str) -> None:
-                if path.startswith(RUNTIME):
-                    with window:
-                        pass
-            door.before_forward.append(wait_for_flip)
-            broker.flags("true")
-            broker.engine.reload_topic(U)
-            broker.flags("false")
+        _unseen_flip(door, broker, writes=0)
         time.sleep(3.0)
-        for _ in range(300):
-            if waiter.poll() is not None:
-                break
-            traffic(broker.engine, 5, "t", "s")
-            broker.engine.maintenance_tick()
-            time.sleep(0.1)
-        out, err = waiter.communicate(timeout=120)
+        out, err = _drive(waiter, broker, ("t",), rounds=300)
         report = json.loads(out)
         assert waiter.returncode == 0 and report["safe"] and report["reopensAccepted"] >= 1, err
         (me,) = report["brokersChecked"]

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
 
-from txnadmin.cli.main import app
-from engine_helpers import wait_served
+from engine_helpers import stuck_open_downgrade
 from pty_helpers import run_on_terminal
 
 pytestmark = pytest.mark.slow  # a running engine, a recorded downgrade and seconds of waiting in a pty
@@ -26,26 +23,13 @@ def _read_pty(command: list[str], env: dict, seconds: float) -> tuple[int, str]:
 
 
 def test_the_wait_clock_ticks_between_polls_on_a_terminal(tmp_path):
-    runner = CliRunner()
     d, state = tmp_path / "e", str(tmp_path / "checklist.json")
-    assert runner.invoke(app, ["engine", "init", str(d), "-c", "2", "--set", "transactionLogBatchedWriteEnabled=true",
-                               "--set", "transactionPendingAckBatchedWriteEnabled=true"]).exit_code == 0
-    # stuck-open leaves transactions OPEN forever: the coordinator logs they pin wait, whatever the machine's speed
-    engine = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "20", "--fault",
-                                          "stuck-open", "-o", "json"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_served(d)
-        started = runner.invoke(app, ["-u", f"local:{d}", "downgrade", "start", "--yes", "--state", state])
-        assert started.exit_code == 0, started.output
+    with stuck_open_downgrade(d, state):
         env = {**os.environ, "COLUMNS": "80", "TERM": "xterm"}
         # two polls at most (at 0 s and 5 s; a third would pass --timeout): three clock values or more mean the clock
         # moved between polls
         code, shown = _read_pty(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", state,
                                             "--interval", "5", "--timeout", "8"], env, 90)
-    finally:
-        engine.terminate()
-        engine.wait(timeout=60)
     assert code == 1, shown  # not yet: the stuck transactions pin their logs
     assert "logs done" in shown, shown
     clocks = set(re.findall(r"\[(\d+:\d\d:\d\d)\] \d+/\d+ logs done", shown))

@@ -13,10 +13,7 @@ import sys
 import time
 
 import pytest
-from typer.testing import CliRunner
-
-from txnadmin.cli.main import app
-from engine_helpers import wait_served
+from engine_helpers import stuck_open_downgrade
 
 pytestmark = pytest.mark.slow  # a running engine and seconds of waiting
 
@@ -27,21 +24,9 @@ TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
 def pinned(tmp_path_factory):
     """A running engine whose stuck-open transactions keep the wait waiting, with `start` recorded."""
     tmp = tmp_path_factory.mktemp("wait-end")
-    runner = CliRunner()
     d, state = tmp / "e", str(tmp / "checklist.json")
-    assert runner.invoke(app, ["engine", "init", str(d), "-c", "2", "--set", "transactionLogBatchedWriteEnabled=true",
-                               "--set", "transactionPendingAckBatchedWriteEnabled=true"]).exit_code == 0
-    engine = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "20", "--fault",
-                                          "stuck-open", "-o", "json"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_served(d)
-        started = runner.invoke(app, ["-u", f"local:{d}", "downgrade", "start", "--yes", "--state", state])
-        assert started.exit_code == 0, started.output
+    with stuck_open_downgrade(d, state):
         yield d, state
-    finally:
-        engine.terminate()
-        engine.wait(timeout=60)
 
 
 def test_a_timeout_says_it_was_the_timeout_and_how_long_it_waited(pinned):
