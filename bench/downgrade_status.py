@@ -53,15 +53,16 @@ def build(directory: Path, stores: int) -> float:
 def forget_confirmed(state: Path, proven: bool = False) -> None:
     """Make the next poll see every log as rolled over since the last one (its newest ledger is not the one
     confirmed); with ``proven``, also as never seen done, so each store needs both of its calls."""
-    import json
+    from txnadmin.procedures.downgrade.checklist import load_state, save_state
 
-    data = json.loads(state.read_text())
+    data = load_state(state)
+    assert data is not None
     for bucket in ("coordinators", "pendingAckStores"):
         for rec in data[bucket].values():
             rec["confirmedLedger"] = None
             if proven:
                 rec.pop("provenDone", None)
-    state.write_text(json.dumps(data))
+    save_state(state, data)  # with its digest: the checklist refuses a file edited outside txnadmin
 
 
 class HttpxTransportAdmin:
