@@ -101,13 +101,13 @@ def test_a_moved_coordinator_is_not_found_on_its_new_owner_until_its_replay_ends
     seen_during_replay = []
     replay = TransactionCoordinator.recover
 
-    def observed(self):  # what an admin handler finds while the new owner replays the log
+    def observed(self, older=None):  # what an admin handler finds while the new owner replays the log
         try:
             engine.loaded_coordinator(self.tc_id)
             seen_during_replay.append("found")
         except NotFound as exc:
             seen_during_replay.append(str(exc))
-        return replay(self)
+        return replay(self, older)
 
     try:
         cluster.attach(engine)

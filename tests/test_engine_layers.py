@@ -11,7 +11,7 @@ LAYERS = [
     {"position", "ackset", "config", "writer_metrics", "snapshot_metrics", "pending_ack_metrics", "coordinator_metrics",
      "tb_client_metrics", "completion", "ops", "storage"},
     {"managed_ledger", "cursor"},  # one layer: a cursor belongs to its managed ledger
-    {"buffered_writer", "keyed_log", "aborted_txn_processor"},  # the processor contract needs positions only
+    {"buffered_writer", "keyed_log", "aborted_txn_processor", "older_brokers"},  # positions only; older: 2.10 reads
     {"transaction_log", "pending_ack", "tb_snapshot", "preserver", "topic"},
     {"single_snapshot_processor", "segmented_snapshot_processor"},  # over tb_snapshot's service
     {"coordinator"},

@@ -152,6 +152,13 @@ def encodes_pending_ack_subscription(version: str) -> bool:
     return major >= 5 or (major, minor) == (4, 2) and patch >= 2 or (major == 4 and minor > 2)
 
 
+def reads_batched_entries(version: str) -> bool:
+    """Does a broker of ``version`` have PIP-160's reader (and its writer)? Both shipped in Pulsar 2.11.0. An
+    unreadable version reads as a current release: the engine's default claim is a current one."""
+    found = re.match(r"\s*v?(\d+)\.(\d+)", version)
+    return not found or (int(found.group(1)), int(found.group(2))) >= (2, 11)
+
+
 def subscription_fits_store_name(subscription: str, encoded: bool) -> bool:
     """Before the fix a ``/`` in the subscription adds path segments to the store's topic name, which Pulsar's
     ``TopicName`` then refuses: that subscription cannot open its pending-ack store."""

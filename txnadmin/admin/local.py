@@ -25,7 +25,7 @@ def _engine_statuses() -> tuple[tuple[type[BaseException], int], ...]:
     from ..engine.config import ConfigError
     from ..engine.coordinator import CoordinatorError, CoordinatorNotReady, InvalidTxnStatus, TransactionNotFound
     from ..engine.engine import EngineError, NotAcceptable, NotFound
-    from ..engine.pending_ack import PendingAckConflict, PendingAckNotAllowed
+    from ..engine.pending_ack import PendingAckConflict, PendingAckNotAllowed, PendingAckNotReady
     from ..engine.stats import NotReady
     from ..engine.tb_snapshot import SnapshotError
 
@@ -40,6 +40,7 @@ def _engine_statuses() -> tuple[tuple[type[BaseException], int], ...]:
         (EngineError, 500),
         (PendingAckConflict, 409),  # TransactionConflictException
         (PendingAckNotAllowed, 405),  # NotAllowedException
+        (PendingAckNotReady, 503),  # a pending-ack handle that has not replayed its log
         (SnapshotError, 500),
         (ConfigError, 412),  # POST /brokers/configuration: Invalid dynamic-config value
     )

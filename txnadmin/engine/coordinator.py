@@ -109,14 +109,16 @@ class TransactionCoordinator:
         self.counters = CoordinatorCounters()  # since this coordinator loaded, as a broker's store counts
 
     # -- recovery ----------------------------------------------------------------------------
-    def recover(self) -> list[TxnMeta]:
-        """Replay the log; returns transactions left COMMITTING/ABORTING, which the caller drives to the end."""
+    def recover(self, older: str | None = None) -> list[TxnMeta]:
+        """Replay the log; returns transactions left COMMITTING/ABORTING, which the caller drives to the end. On a
+        broker without PIP-160's reader (``older``, its version) a batched entry raises BatchedEntryUnreadable and
+        the coordinator stays Initializing, never ready, as Pulsar 2.10's store does."""
         with self._lock:
             self.state = "Initializing"
             self.recover_start_time = self.clock_ms()
             self.log.recover_max_local_txn_id()
             stale: list[TxnPosition] = []
-            for item in self.log.replay():
+            for item in self.log.replay(older):
                 rec, pos = item.record, item.position
                 seq = rec.txnid_least_bits
                 if rec.HasField("max_local_txn_id"):

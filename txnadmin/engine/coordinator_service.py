@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 from ..names import coordinator_assign_partition
 from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig
+from ..names import reads_batched_entries
 from .coordinator import ABORTING, COMMITTING, CoordinatorError, TransactionCoordinator
+from .older_brokers import BatchedEntryUnreadable
 from .preserver import TransactionPreserver, preserver_log_name
 from .transaction_log import TransactionLog
 
@@ -43,10 +45,18 @@ class NotAcceptable(EngineError):
     """A request the engine refuses as it stands (e.g. scaling coordinators down)."""
 
 
-def writer_config(config: EngineConfig, component: str) -> BufferedWriterConfig:
+def older_version(host: Any) -> str | None:
+    """The version of ``host`` (a broker, or a one-broker engine) when it lacks PIP-160's reader and writer."""
+    version = host.version
+    return None if reads_batched_entries(version) else version
+
+
+def writer_config(config: EngineConfig, component: str, older: str | None = None) -> BufferedWriterConfig:
+    """The buffered writer's settings on a broker with ``config``; a broker older than PIP-160 (``older``) has no
+    batching writer whatever its configuration says."""
     prefix = "transactionLogBatchedWrite" if component == "tc" else "transactionPendingAckBatchedWrite"
     return BufferedWriterConfig(
-        enabled=getattr(config, prefix + "Enabled"),
+        enabled=getattr(config, prefix + "Enabled") and older is None,
         max_records=getattr(config, prefix + "MaxRecords"),
         max_size=getattr(config, prefix + "MaxSize"),
         max_delay_ms=getattr(config, prefix + "MaxDelayInMillis"),
@@ -60,6 +70,7 @@ class CoordinatorService:
     # What the engine provides (set in Engine.__init__), declared for mypy.
     coordinators: dict[int, TransactionCoordinator]
     recovering_coordinators: set[int]
+    recovery_failures: dict[str, BatchedEntryUnreadable]  # "tc/N" or "pending-ack/<store topic>" -> why it failed
     preservers: dict[int, TransactionPreserver]
     _pending_end: dict[int, list[TxnMeta]]
     _failed_ends: dict[tuple[int, int], int]
@@ -85,9 +96,10 @@ class CoordinatorService:
 
     def _open_coordinator(self, tc_id: int) -> TransactionCoordinator:
         host = self.host_of(coordinator_assign_partition(tc_id))
-        wc = writer_config(host.config, "tc")
-        log = TransactionLog(self.factory, tc_id, self.ml_config(), wc, host.tc_metrics)
-        tc = TransactionCoordinator(tc_id, log, self.clock_ms)
+        older = older_version(host)
+        wc = writer_config(host.config, "tc", older)
+        txn_log = TransactionLog(self.factory, tc_id, self.ml_config(), wc, host.tc_metrics)
+        tc = TransactionCoordinator(tc_id, txn_log, self.clock_ms)
         if self.config.transactionMetaPersistCount > 0 and not (self.read_only and not self.factory.exists(
                 preserver_log_name(tc_id))):
             old = self.preservers.pop(tc_id, None)
@@ -98,8 +110,17 @@ class CoordinatorService:
                 retention_ms=int(self.config.transactionMetaPersistTimeInHour * 3_600_000),
                 max_total=self.config.engineTransactionMetaPersistMaxTotal, clock_ms=self.clock_ms,
                 ml_config=self.ml_config())
-        self._pending_end[tc_id] = tc.recover()
-        self._opened(f"tc/{tc_id}", tc)
+        key = f"tc/{tc_id}"
+        self.recovery_failures.pop(key, None)
+        try:
+            self._pending_end[tc_id] = tc.recover(older)
+        except BatchedEntryUnreadable as failure:
+            # Pulsar 2.10 logs the failed open and keeps the store out of its admin handlers' map: 404 until a
+            # broker that can read the entry opens it (an upgrade of this one, or a move to another)
+            log.error("transaction coordinator %s did not recover: %s", tc_id, failure)
+            self.recovery_failures[key] = failure
+            self._pending_end[tc_id] = []
+        self._opened(key, tc)
         self.coordinators[tc_id] = tc
         return tc
 
@@ -121,7 +142,7 @@ class CoordinatorService:
     def loaded_coordinator(self, tc_id: int) -> TransactionCoordinator:
         """The coordinator as a broker's admin handlers find it: a store enters their map only once it has replayed
         its log, so while it recovers (after a failover) its stats answer 404 like a coordinator that is not there."""
-        if tc_id in self.recovering_coordinators:
+        if tc_id in self.recovering_coordinators or f"tc/{tc_id}" in self.recovery_failures:
             raise NotFound(f"Transaction coordinator not found! coordinator id : {tc_id}")
         return self.coordinator(tc_id)
 

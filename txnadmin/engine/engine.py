@@ -23,7 +23,7 @@ from ..names import (
 from .config import EngineConfig, read_dynamic
 from .broker_metrics import ProcessCpu, ScrapeTimeGauges
 from .coordinator_service import (  # noqa: F401 (EngineError, NotAcceptable, writer_config: re-exported)
-    META_COORDINATORS, CoordinatorService, EngineError, NotAcceptable, NotFound, writer_config,
+    META_COORDINATORS, CoordinatorService, EngineError, NotAcceptable, NotFound, older_version, writer_config,
 )
 from .coordinator import (
     ABORTED, ABORTING, COMMITTED, COMMITTING, OPEN, STATUS_NAMES,
@@ -31,6 +31,7 @@ from .coordinator import (
 )
 from .ops import Op, run as run_op
 from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+from .older_brokers import BatchedEntryUnreadable
 from .pending_ack import PendingAckStore
 from .pending_ack_metrics import PendingAckMetrics
 from .tb_client_metrics import TransactionBufferClientMetrics
@@ -86,8 +87,10 @@ class Engine(CoordinatorService):
         self.registry = CollectorRegistry()
         # Pulsar labels writer metrics with the broker's advertised address: the host, no port.
         broker = urlsplit(self.config.engineBrokerServiceUrl).hostname or "127.0.0.1"
-        self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", self.registry, broker=broker)
-        self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", self.registry, broker=broker)
+        # A release before PIP-160 (2.11) has no batched writer, so its /metrics has none of the writer's series
+        writers = self.registry if older_version(self) is None else CollectorRegistry()
+        self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", writers, broker=broker)
+        self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", writers, broker=broker)
         # The coordinators' counters are read from each coordinator at scrape time (ScrapeTimeGauges).
         self.registry.register(ScrapeTimeGauges(self))
         self.tb_client_metrics = TransactionBufferClientMetrics(self.registry)
@@ -102,6 +105,7 @@ class Engine(CoordinatorService):
         self.coordinators: dict[int, TransactionCoordinator] = {}
         # coordinators whose store is still replaying its log: a broker's admin handlers do not find them yet
         self.recovering_coordinators: set[int] = set()
+        self.recovery_failures: dict[str, BatchedEntryUnreadable] = {}
         # per coordinator, what its recovery left COMMITTING/ABORTING: driven to the end once every topic and
         # pending-ack store is open too (_finish_recovered)
         self._pending_end: dict[int, list[TxnMeta]] = {}
@@ -243,6 +247,11 @@ class Engine(CoordinatorService):
         return SingleSnapshotProcessor(topic, self.snapshots, self.clock_ms)
 
     @property
+    def version(self) -> str:
+        """The claimed broker version, when this engine plays one broker (what a component opening on it reads)."""
+        return self.config.engineBrokerVersion
+
+    @property
     def encodes_subscription(self) -> bool:
         """Whether the claimed broker version URL-encodes subscriptions in pending-ack store names (#25727)."""
         return encodes_pending_ack_subscription(self.config.engineBrokerVersion)
@@ -258,7 +267,8 @@ class Engine(CoordinatorService):
                               f"4.2.2 and 5.0.0, a subscription holding '/' cannot open its pending-ack store; this "
                               f"engine claims {self.config.engineBrokerVersion})")
         host = self.host_of(topic)
-        wc = writer_config(host.config, "pending-ack")
+        older = older_version(host)
+        wc = writer_config(host.config, "pending-ack", older)
         store = PendingAckStore(self.factory, topic, subscription, self.ml_config(), wc, host.ack_metrics,
                                 self.config.transactionPendingAckLogIndexMinLag, self.encodes_subscription)
         topic_obj = self.topics.get(topic)
@@ -271,8 +281,15 @@ class Engine(CoordinatorService):
             sub = topic_obj.ledger.cursors().get(subscription)
         else:
             sub = topic_obj.subscription(subscription)
-        store.recover(self.clock_ms, sub, apply_commits=not self.read_only)
-        self._opened("pending-ack/" + store.store_topic, store)
+        key = "pending-ack/" + store.store_topic
+        self.recovery_failures.pop(key, None)
+        try:
+            store.recover(self.clock_ms, sub, apply_commits=not self.read_only, older=older)
+        except BatchedEntryUnreadable as failure:
+            # As Pulsar 2.10's handle: the replay fails, is logged, and the store never becomes ready
+            log.error("pending-ack store of %s / %s did not recover: %s", topic, subscription, failure)
+            self.recovery_failures[key] = failure
+        self._opened(key, store)
         self.stores[(topic, subscription)] = store
         return store
 

@@ -20,6 +20,7 @@ from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
 from .managed_ledger import ManagedCursor, ManagedLedgerFactory
 from .ackset import has_bit
 from .cursor import WORD_MASK
+from .older_brokers import refuse_batched
 from .position import Position
 
 # Read once: each attribute of a protobuf enum wrapper is a Python-level lookup, and acks and ends use them per record.
@@ -29,6 +30,10 @@ INDIVIDUAL, CUMULATIVE = AckType.Individual, AckType.Cumulative
 
 class PendingAckConflict(Exception):
     """Pulsar's TransactionConflictException."""
+
+
+class PendingAckNotReady(Exception):
+    """The store has not replayed its log (a broker older than PIP-160 stopped at a batched entry): no ack."""
 
 
 class PendingAckNotAllowed(Exception):
@@ -178,6 +183,9 @@ class PendingAckStore:
             raise PendingAckNotAllowed(f"{self._prefix(txn)} invalid cumulative ack received with multiple "
                                        "message ids.")
         with self._lock:
+            if self.state != "Ready":
+                raise PendingAckNotReady(f"{self._prefix(txn)} the pending ack store of {self.topic} "
+                                         f"{self.subscription} is not ready (state {self.state})")
             if cumulative:
                 pos, ack_set, _ = positions[0]
                 reason = self._cumulative_conflict(txn, pos, ack_set, subscription_cursor)
@@ -299,12 +307,15 @@ class PendingAckStore:
         return last
 
     # -- recovery ---------------------------------------------------------------------------
-    def recover(self, clock_ms, subscription_cursor: ManagedCursor | None = None, apply_commits: bool = True) -> None:
+    def recover(self, clock_ms, subscription_cursor: ManagedCursor | None = None, apply_commits: bool = True,
+                older: str | None = None) -> None:
         """Replay the log after its mark-delete. As Pulsar's handle*AckRecover, an ACK record that the
         subscription's own state already covers (a deleted position, an acknowledged batch index, a cumulative ack
         at or below the mark-delete) is skipped; a COMMIT found in the log is applied to the subscription again,
         so a crash between the COMMIT record and the subscription update loses nothing. ``apply_commits`` False
-        (a read-only view) judges by the subscription but writes nothing to it."""
+        (a read-only view) judges by the subscription but writes nothing to it. On a broker without PIP-160's
+        reader (``older``, its version) a batched entry raises BatchedEntryUnreadable and the store stays
+        Initializing: Pulsar 2.10's handle never becomes ready."""
         with self._lock:
             self.state = "Initializing"
             self.recover_start_time = clock_ms()
@@ -313,6 +324,7 @@ class PendingAckStore:
                     decoded = decode_entry(payload, "pending-ack")
                 except EntryDecodeError:
                     continue
+                refuse_batched(decoded, self.name, pos, older)
                 acked: list[Position] = []
                 records = cast(list[PendingAckMetadataEntry], decoded.records)  # the "pending-ack" kind's type
                 for rec in records:

@@ -31,9 +31,11 @@ def coordinators_list(engine: Engine) -> list[dict]:
 def coordinator_stats(engine: Engine, tc_id: Optional[int] = None) -> dict:
     if tc_id is not None:
         return engine.loaded_coordinator(tc_id).stats()
-    if not engine.coordinators:
+    # A coordinator whose recovery failed never enters a broker's store map, so the listing leaves it out
+    loaded = [i for i in sorted(engine.coordinators) if f"tc/{i}" not in engine.recovery_failures]
+    if not loaded:
         raise NotFound("Transaction coordinator not found")
-    return {str(i): engine.coordinators[i].stats() for i in sorted(engine.coordinators)}
+    return {str(i): engine.coordinators[i].stats() for i in loaded}
 
 
 def transaction_metadata(engine: Engine, meta: TxnMeta) -> dict:

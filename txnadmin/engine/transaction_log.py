@@ -16,6 +16,7 @@ from .buffered_writer import BufferedWriter, BufferedWriterConfig, TxnPosition
 from .completion import Completion, Pending
 from .managed_ledger import ManagedLedger, ManagedLedgerFactory
 from .ackset import has_bit
+from .older_brokers import refuse_batched
 
 MAX_LOCAL_TXN_ID = "max_local_txn_id"
 
@@ -101,8 +102,9 @@ class TransactionLog:
         self.writer.update_config(config)
 
     # -- replay ------------------------------------------------------------------------------
-    def replay(self) -> Iterator[ReplayedRecord]:
-        """Every live record after the mark-delete position, skipping records already deleted."""
+    def replay(self, older: str | None = None) -> Iterator[ReplayedRecord]:
+        """Every live record after the mark-delete position, skipping records already deleted. ``older`` is the
+        version of a replaying broker without PIP-160's reader: a batched entry stops the replay (older_brokers)."""
         for pos, payload in self.ledger.entries_after(self.cursor.mark_delete_position, 100):
             if self.cursor.is_deleted(pos):
                 continue
@@ -111,6 +113,7 @@ class TransactionLog:
             except EntryDecodeError:
                 # Pulsar skips what it cannot deserialize; we do the same and keep going.
                 continue
+            refuse_batched(decoded, self.name, pos, older)
             records = cast(list[TransactionMetadataEntry], decoded.records)  # the "txn-log" kind's type
             size = len(records)
             if size == 0:

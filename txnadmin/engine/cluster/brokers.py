@@ -26,7 +26,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ...names import coordinator_assign_partition, coordinator_of_assign_partition, normalize_topic
+from ...names import (
+    coordinator_assign_partition, coordinator_of_assign_partition, normalize_topic, reads_batched_entries,
+)
 from ..broker_metrics import ProcessCpu, ScrapeTimeGauges
 from ..config import EngineConfig, read_dynamic, watch_delays_ms
 from ..pending_ack_metrics import PendingAckMetrics
@@ -75,8 +77,10 @@ class Broker:
         Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
               registry=self.registry).set(self.started_at)
         self.registry.register(ProcessCpu())
-        self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", self.registry, broker=self.id)
-        self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", self.registry, broker=self.id)
+        # A release before PIP-160 (2.11) has no batched writer, so its /metrics has none of the writer's series
+        writers = self.registry if reads_batched_entries(self.version) else CollectorRegistry()
+        self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", writers, broker=self.id)
+        self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", writers, broker=self.id)
         self.tb_client_metrics = TransactionBufferClientMetrics(self.registry)  # as a coordinator's broker sends ends
         self.tp_metrics = PendingAckMetrics(self.registry)  # the ends its pending-ack stores took
 
