@@ -70,6 +70,7 @@ OWN = [
     ["downgrade", "status", "--state", "{recorded}"],
     ["downgrade", "wait", "--state", "{recorded}", "--timeout", "0"],
     ["downgrade", "guard", "--state", "{recorded}"],
+    ["downgrade", "roll", "--to", "2.10.6", "--yes", "--state", "{recorded}", "--timeout", "0", "--interval", "0.1"],
     ["downgrade", "verify", "--state", "{recorded}", "--dumps", "{dump}", "--ledgers", "{ledgers}", "--engine", "python"],
     ["upgrade", "--yes"],
     ["doctor"],

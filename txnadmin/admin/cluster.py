@@ -128,15 +128,26 @@ class BrokerReading:
     process_start: Optional[float] = None  # process_start_time_seconds (its clock): a new value is a new process
     cache_s: float = 0.0  # > 0: counters are served from a cache slot this long
     cpu: Optional[float] = None  # process_cpu_seconds_total: moves at every live scrape (None: not exported)
+    version: Optional[str] = None  # what it answered to GET /admin/v2/brokers/version just now (None: unknown)
 
     @property
     def readable(self) -> bool:
         return self.error is None
 
     @property
+    def batch_writer(self) -> bool:
+        """False only for a broker that said it runs a release before PIP-160 (2.11), which has no batched writer
+        (nor its counters); an unknown or unreadable version keeps the writer possible."""
+        try:
+            return self.version is None or parse_version(self.version) >= parse_version(BATCH_READER_VERSION)
+        except ValueError:
+            return True
+
+    @property
     def counters_needed(self) -> bool:
-        """Only a broker that runs coordinators and stores has batched writers to count."""
-        return self.coordinator_enabled
+        """Only a broker that runs coordinators and stores, on a release with PIP-160, has batched writers to
+        count (a rolling downgrade's older brokers have none)."""
+        return self.coordinator_enabled and self.batch_writer
 
     @property
     def counters_as_of(self) -> float:
@@ -352,12 +363,13 @@ class ClusterView:
             except (TypeError, ValueError):
                 cache_s = DEFAULT_STATS_PERIOD_S
         flags = tuple(flags_on(runtime))
+        version = self._version_now(broker)
         try:
             samples = parse_exposition(self.broker_metrics_text(broker), DOWNGRADE_METRICS)
         except (AdminError, ExpositionError) as exc:
             why = exc.reason if isinstance(exc, AdminError) else str(exc)
             return BrokerReading(broker, at, flags, coordinator_enabled=enabled, cache_s=cache_s,
-                                 counter_error=f"/metrics: {why}")
+                                 counter_error=f"/metrics: {why}", version=version)
         by_label = batched_flushes_by_label(samples)
         own = [v for label, v in by_label.items() if _label_matches(label, broker)]
         counter_error = None
@@ -368,7 +380,18 @@ class ClusterView:
                              f"{', '.join(sorted(repr(l) for l in by_label))}, not for {broker}")
         return BrokerReading(broker, at, flags, coordinator_enabled=enabled, cache_s=cache_s,
                              flushes=sum(own) if own else None, counter_error=counter_error,
-                             process_start=process_start_time(samples), cpu=process_cpu_time(samples))
+                             process_start=process_start_time(samples), cpu=process_cpu_time(samples),
+                             version=version)
+
+    def _version_now(self, broker: str) -> Optional[str]:
+        """The broker's version asked now (a rolling downgrade changes it under a running view); None when it
+        cannot say, which counts as a release that may batch."""
+        try:
+            if self._single():
+                return next(iter(self.admin.broker_versions().values()), None)
+            return self.admin.broker_version(broker)
+        except AdminError:
+            return None
 
     def read_brokers(self, brokers: list[str]) -> dict[str, BrokerReading]:
         if not brokers:

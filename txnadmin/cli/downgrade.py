@@ -327,6 +327,109 @@ def guard(
     raise typer.Exit(EXIT_OK if report.safe else EXIT_FAILURE)
 
 
+@app.command("roll")
+def roll(
+    ctx: typer.Context,
+    to: str = typer.Option(..., "--to", help="The older Pulsar version every broker goes to (e.g. 2.10.6)."),
+    state: Path = StateOpt,
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds each broker may take: the proof before it goes "
+                                                           "down, and its return on the older version."),
+    recovery_timeout: float = typer.Option(60.0, "--recovery-timeout", help="Seconds the recorded logs get to "
+                                           "recover after each broker returns (a replay takes a while)."),
+    interval: float = typer.Option(5.0, "--interval", help="Seconds between checks."),
+    concurrency: int = typer.Option(16, "--concurrency", min=1, max=256),
+    yes: bool = YesOpt,
+    dry_run: bool = DryRunOpt,
+    admin_url: Optional[str] = AdminUrl,
+    conf: Optional[Path] = Conf,
+    output: str = OutputOpt,
+) -> None:
+    """Walk the brokers down to an older version, one at a time, after the safe verdict (the runbook's step 5).
+
+    Before each broker: the proof is taken again (every log proven, no batched flush since `start`, a store that
+    reopened elsewhere judged by the watch or re-recorded). Then the broker goes down and comes back on --to: an
+    engine of several brokers is restarted by the walk itself; on a real cluster it says what to do and waits until
+    the broker answers with that version as a new process. Then every recorded log must recover (coordinators and
+    pending-ack stores Ready) before the next broker. Progress is kept in the checklist: after Ctrl-C or a kill, run
+    the same command to resume.
+
+    Exit 0 every broker on --to and every recorded log recovered; 1 a check failed (the broker, the log, and the way
+    back are named); 3 the target cannot be read; 130 interrupted.
+    """
+    from ..procedures.downgrade import DowngradeError
+    from ..procedures.downgrade.rolling import check_version, roll as do_roll
+
+    if interval <= 0 or timeout < 0 or recovery_timeout < 0:
+        fail("--interval must be > 0, --timeout and --recovery-timeout >= 0", EXIT_USAGE)
+    try:
+        to = check_version(to)
+    except DowngradeError as exc:
+        fail(str(exc), EXIT_USAGE)
+    target, admin = open_target(ctx, admin_url, conf, require_named="downgrade roll")
+    _suggest(ctx, state)
+    if getattr(admin, "frozen", False):
+        fail(f"the engine at {target.engine_dir} is stopped: start it (`txnadmin engine run {target.engine_dir}`), "
+             "then walk its brokers down", EXIT_UNREADABLE)
+    restart, how = _restarter(target)
+    steps = ["for each active broker, in order: take the proof again (every log proven, no batched flush since "
+             "`start`; reopens judged by the watch, or re-recorded)",
+             f"{how} on {to}, and wait until it answers as a new process on {to}",
+             "check that every recorded coordinator and pending-ack store recovered (Ready) before the next broker",
+             f"keep the progress in {state} (run the same command to resume)"]
+    if not confirm(Plan(f"rolling downgrade to {to}", target.label, steps, {"to": to, "state": str(state)}),
+                   yes=yes, dry_run=dry_run, output=output):
+        return
+    if output != "json":
+        _header(target, output)
+    say = (lambda line: typer.echo(line, err=True)) if output == "json" else typer.echo
+    try:
+        report = _guard(do_roll, admin, state, to, restart, say, target=target.url, timeout_s=timeout,
+                        interval_s=interval, recovery_timeout_s=recovery_timeout, concurrency=concurrency)
+    except KeyboardInterrupt:
+        _interrupted(ctx, state)
+    if output == "json":
+        data = report.to_json()
+        data["target"] = _target_json(target)
+        print_json(data)
+    if report.done:
+        if output != "json":
+            typer.secho(f"done: every broker runs {to} and every recorded log recovered", fg="green", bold=True)
+        raise typer.Exit(EXIT_OK)
+    broker = report.failed_broker
+    before = report.brokers.get(broker or "", {}).get("versionBefore") or "its previous version"
+    for log in report.unrecovered:
+        typer.echo(f"did not recover: {log.component} {log.key}: {log.why}", err=True)
+    back = (f"`txnadmin engine broker restart {target.engine_dir} --broker {broker} --version {before}`"
+            if restart is not None else f"start {broker} on {before} again")
+    typer.echo(_hinted(f"error: after {broker} came back on {to}, {len(report.unrecovered)} recorded log(s) did not "
+                       f"recover (a log that still holds a batched entry cannot be read before 2.11; the broker log "
+                       f"names the entry); the way back: {back}, then `txnadmin downgrade wait --rerecord`"),
+               err=True)
+    raise typer.Exit(EXIT_FAILURE)
+
+
+def _restarter(target):
+    """(how the walk restarts a broker, in words): itself on an engine of several brokers that is served; on
+    anything else the operator does it and the walk waits."""
+    if not getattr(target, "is_local", False):
+        return None, "ask you to restart the broker"
+    from ..server.cluster import LifecycleError, broker_lifecycle, brokers_of
+
+    directory = target.engine_dir
+    if brokers_of(directory) < 2:
+        return None, "ask you to restart the engine"
+
+    def restart(broker: str, version: str) -> None:
+        try:
+            broker_lifecycle(directory, broker, "restart", version, timeout_s=60.0)
+        except LifecycleError as exc:
+            from ..procedures.downgrade import DowngradeError
+
+            raise DowngradeError(str(exc), 1 if exc.exit_code == 1 else 3) from None
+
+    return restart, f"restart the broker (txnadmin engine broker restart {directory})"
+
+
 HEARTBEAT_S = 30.0  # on a pipe, a line at least this often, even when nothing changed ($TXNADMIN_HEARTBEAT_S)
 
 

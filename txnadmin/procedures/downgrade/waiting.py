@@ -109,14 +109,17 @@ def wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_
         session = Session(admin, target if target is not None else state["identity"]["adminUrl"],
                           baselines_of(state), watch_period)
         try:
-            return _wait(admin, state_path, timeout_s, interval_s, on_poll, concurrency, on_retry, target,
-                         rerecord_unproven, session, on_rerecord)
+            return wait_in_session(admin, state_path, timeout_s, interval_s, on_poll, concurrency, on_retry, target,
+                                   rerecord_unproven, session, on_rerecord)
         finally:
             session.close()
 
 
-def _wait(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_s: float, on_poll, concurrency: int,
-          on_retry, target: Optional[str], rerecord_unproven: bool, session: Session, on_rerecord) -> Report:
+def wait_in_session(admin: TransactionsAdmin, state_path: Path, timeout_s: float, interval_s: float, on_poll,
+                    concurrency: int, on_retry, target: Optional[str], rerecord_unproven: bool, session: Session,
+                    on_rerecord) -> Report:
+    """:func:`wait`'s loop, for a caller that holds the checklist lock and runs ``session`` (the rolling walk keeps
+    one watch across every broker it restarts)."""
     import concurrent.futures
 
     deadline = time.monotonic() + timeout_s

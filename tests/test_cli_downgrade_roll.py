@@ -1,0 +1,127 @@
+"""`txnadmin downgrade roll`: the rolling downgrade after the safe verdict, through the CLI against a real engine
+of three brokers under a workload (`engine run`): each broker restarted on the older version in turn, every
+recorded log recovered on it, progress kept in the checklist; and its refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_engine_brokers import brokers, cli, init, until
+
+TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
+SMALL = ["--set", "managedLedgerMaxEntriesPerLedger=20", "--set", "managedLedgerMinLedgerRolloverTimeMinutes=0",
+         "--set", "managedLedgerMaxLedgerRolloverTimeMinutes=0.02", "--set", "transactionPendingAckLogIndexMinLag=5",
+         "--set", "transactionLogBatchedWriteEnabled=true", "--set", "transactionPendingAckBatchedWriteEnabled=true"]
+
+
+def _run_engine(home: Path, d: Path, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, TXNADMIN_HOME=str(home))
+    run = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "60", "--topics", "2",
+                                       "--subscriptions", "2", "-o", "json", *extra],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    until(lambda: (d / "server.json").exists() and brokers(d), "the engine's brokers listening", 60)
+    return run
+
+
+def _stop(run: subprocess.Popen) -> str:
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.fixture
+def safe_cluster(tmp_path):
+    """A three-broker engine under load whose downgrade is recorded and safe: (home, dir, checklist, process)."""
+    home, d = tmp_path / "home", tmp_path / "e"
+    init(home, d, "--brokers", "3", *SMALL)
+    run = _run_engine(home, d)
+    state = tmp_path / "dg.json"
+    try:
+        until(lambda: b"\x0e\x01" in b"".join(p.read_bytes() for p in d.rglob("*.log")), "batched entries", 30)
+        target = ["-u", f"local:{d}"]
+        started = cli(home, *target, "downgrade", "start", "--state", str(state), "--yes")
+        assert started.returncode == 0, started.stdout + started.stderr
+        waited = cli(home, *target, "downgrade", "wait", "--state", str(state), "--rerecord", "--yes",
+                     "--timeout", "180", "--interval", "1")
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        yield home, d, state, run
+    finally:
+        if run.poll() is None:
+            _stop(run)
+
+
+def test_roll_walks_every_broker_down_and_checks_every_log_recovered(safe_cluster):
+    home, d, state, run = safe_cluster
+    before = {b["id"]: b["processStartTime"] for b in brokers(d)}
+    rolled = cli(home, "-u", f"local:{d}", "downgrade", "roll", "--to", "2.10.6", "--state", str(state), "--yes",
+                 "--interval", "1", "--timeout", "180", "-o", "json")
+    assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+    walk = json.loads(rolled.stdout)
+    assert walk["done"] and walk["failedBroker"] is None and walk["unrecovered"] == []
+    assert set(walk["brokers"]) == set(before)
+    for broker in brokers(d):  # from the engine's own record, not the walk's report
+        assert broker["version"] == "2.10.6" and broker["processStartTime"] != before[broker["id"]]
+    checklist = json.loads(state.read_text())
+    assert all(step["state"] == "done" for step in checklist["rollingDowngrade"]["brokers"].values())
+    # Run again: everything is recorded as done, nothing is restarted
+    after = {b["id"]: b["processStartTime"] for b in brokers(d)}
+    again = cli(home, "-u", f"local:{d}", "downgrade", "roll", "--to", "2.10.6", "--state", str(state), "--yes",
+                "--interval", "1")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("already on 2.10.6") == 3
+    assert {b["id"]: b["processStartTime"] for b in brokers(d)} == after
+    err = _stop(run)
+    assert "did not recover" not in err
+
+
+def test_roll_refuses_before_the_safe_verdict_and_a_bad_version(tmp_path):
+    home, d = tmp_path / "home", tmp_path / "e"
+    init(home, d, "--brokers", "2")
+    run = _run_engine(home, d)
+    state = tmp_path / "dg.json"
+    try:
+        bad = cli(home, "-u", f"local:{d}", "downgrade", "roll", "--to", "two", "--state", str(state), "--yes")
+        assert bad.returncode == 2 and "--to 'two'" in bad.stderr
+        started = cli(home, "-u", f"local:{d}", "downgrade", "start", "--state", str(state), "--yes")
+        assert started.returncode == 0, started.stderr
+        early = cli(home, "-u", f"local:{d}", "downgrade", "roll", "--to", "2.10.6", "--state", str(state),
+                    "--yes")
+        assert early.returncode == 1 and "no safe verdict" in early.stderr
+        assert {b["version"] for b in brokers(d)} != {"2.10.6"}  # nothing was restarted
+    finally:
+        _stop(run)
+
+
+def test_roll_killed_mid_walk_resumes_where_it_was(safe_cluster):
+    """kill -9 once the first broker is recorded done: the same command finishes the walk and restarts no broker
+    twice (each broker's process start changes exactly once)."""
+    home, d, state, run = safe_cluster
+    env = dict(os.environ, TXNADMIN_HOME=str(home))
+    args = ["-u", f"local:{d}", "downgrade", "roll", "--to", "2.10.6", "--state", str(state), "--yes",
+            "--interval", "1", "--timeout", "180"]
+    before = {b["id"]: b["processStartTime"] for b in brokers(d)}
+    first = subprocess.Popen(TXNADMIN + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        def one_done():
+            walk = json.loads(state.read_text()).get("rollingDowngrade") or {}
+            return [b for b, step in walk.get("brokers", {}).items() if step.get("state") == "done"]
+
+        done = until(one_done, "the first broker walked down", 120)
+    finally:
+        first.kill()  # SIGKILL: no handler runs
+        first.communicate(timeout=30)
+    restarted_once = {b["id"]: b["processStartTime"] for b in brokers(d) if b["id"] in done}
+    resumed = subprocess.run(TXNADMIN + args, capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "already on 2.10.6" in resumed.stdout
+    now = {b["id"]: b for b in brokers(d)}
+    assert all(now[b]["processStartTime"] == t for b, t in restarted_once.items())  # not restarted again
+    assert all(b["version"] == "2.10.6" and b["processStartTime"] != before[b["id"]] for b in now.values())
