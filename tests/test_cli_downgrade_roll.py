@@ -6,35 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from engine_brokers_helpers import SMALL, TXNADMIN, batched_written, run_engine as _run_engine, stop_engine as _stop
 from test_engine_brokers import brokers, cli, init, until
-
-TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
-SMALL = ["--set", "managedLedgerMaxEntriesPerLedger=20", "--set", "managedLedgerMinLedgerRolloverTimeMinutes=0",
-         "--set", "managedLedgerMaxLedgerRolloverTimeMinutes=0.02", "--set", "transactionPendingAckLogIndexMinLag=5",
-         "--set", "transactionLogBatchedWriteEnabled=true", "--set", "transactionPendingAckBatchedWriteEnabled=true"]
-
-
-def _run_engine(home: Path, d: Path, *extra: str) -> subprocess.Popen:
-    env = dict(os.environ, TXNADMIN_HOME=str(home))
-    run = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "60", "--topics", "2",
-                                       "--subscriptions", "2", "-o", "json", *extra],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    until(lambda: (d / "server.json").exists() and brokers(d), "the engine's brokers listening", 60)
-    return run
-
-
-def _stop(run: subprocess.Popen) -> str:
-    run.send_signal(signal.SIGINT)
-    _, err = run.communicate(timeout=60)
-    assert "Traceback" not in err
-    return err
 
 
 @pytest.fixture
@@ -45,7 +22,7 @@ def safe_cluster(tmp_path):
     run = _run_engine(home, d)
     state = tmp_path / "dg.json"
     try:
-        until(lambda: b"\x0e\x01" in b"".join(p.read_bytes() for p in d.rglob("*.log")), "batched entries", 30)
+        until(lambda: batched_written(d), "batched entries", 30)
         target = ["-u", f"local:{d}"]
         started = cli(home, *target, "downgrade", "start", "--state", str(state), "--yes")
         assert started.returncode == 0, started.stdout + started.stderr

@@ -22,11 +22,20 @@ def rehearse(
     discard: bool = typer.Option(False, "--discard", help="Remove the rehearsal's files when it ends, whatever the "
                                  "verdict (what `make run` does; not with --dir)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show Spark's logging and the JVM's start-up notes."),
+    brokers: int = typer.Option(1, "--brokers", min=1, max=16, help="Rehearse on an engine of this many brokers: "
+                                "bundles shed between them, one restarted during the wait, then the rolling "
+                                "downgrade (`downgrade roll`) to a release before 2.11."),
+    too_early: bool = typer.Option(False, "--too-early", help="The negative control (with --brokers 2 or more): "
+                                   "downgrade one broker right after `start`, before safe, and show the logs that "
+                                   "then fail to recover on it (exit 1)."),
     output: str = output_option("table"),
 ) -> None:
     """Workload with batching on → downgrade start → wait until safe → dump → Spark scan → verdict.
 
-    Exit 0 only when the procedure, the scan and the engine's own census all say no batched entry is live.
+    With --brokers N (2 or more) the engine plays N brokers in this process; after safe, every broker is walked down
+    to 2.10.6 and every log must recover on it. Exit 0 only when the procedure, the scan and the engine's own census
+    all say no batched entry is live (and, with --brokers, every broker runs the older release and every log
+    recovered there). --too-early exits 1 when it shows the failure it is for.
     """
     from ..procedures.rehearsal import RehearsalDirError, prepare_directory
     from ..procedures.rehearsal import rehearse as run
@@ -54,6 +63,8 @@ def rehearse(
         fail("--force goes with --dir (a rehearsal without --dir works in a new temporary directory)", EXIT_USAGE)
     if discard and directory is not None:
         fail("--discard goes without --dir: a directory you name is kept", EXIT_USAGE)
+    if too_early and brokers < 2:
+        fail("--too-early downgrades one broker of several: give --brokers 2 or more", EXIT_USAGE)
 
     def show(name: str, info: dict) -> None:
         if output != "json":
@@ -63,7 +74,14 @@ def rehearse(
             typer.echo(f"• {name}" + (f": {details}" if details else ""))
 
     try:
-        result = run(directory, warmup, timeout, scan_engine, show, verbose=verbose, discard=discard)
+        if brokers > 1:
+            from ..procedures.rehearsal_cluster import rehearse_cluster
+            from ..server.cluster import open_served_cluster
+
+            result = rehearse_cluster(open_served_cluster, brokers, directory, warmup, timeout, scan_engine, show,
+                                      verbose=verbose, discard=discard, too_early=too_early)
+        else:
+            result = run(directory, warmup, timeout, scan_engine, show, verbose=verbose, discard=discard)
     except RehearsalDirError as exc:  # another rehearsal took the directory since the check above
         fail(str(exc), EXIT_USAGE)
     except ScanUsageError as exc:
@@ -72,9 +90,30 @@ def rehearse(
         fail(str(exc).replace("--engine python", "--scan-engine python"), EXIT_UNREADABLE)
     if output == "json":
         print_json(result.to_json())
+    elif result.too_early is not None:
+        _too_early(result)
     else:
         _checklist(result)
+    if result.too_early is not None and not result.too_early["failed"]:
+        raise typer.Exit(EXIT_UNREADABLE)  # the control could not show what it is for: no verdict either way
     raise typer.Exit(EXIT_OK if result.safe else EXIT_FAILURE)
+
+
+def _too_early(result) -> None:
+    early = result.too_early
+    typer.echo("")
+    if not early["failed"]:
+        typer.echo(f"the negative control showed nothing: every log moved onto {early['broker']} (on "
+                   f"{early['version']}) recovered, so no live batched entry was left to fail on; rehearse again "
+                   "with a longer --warmup")
+        return
+    typer.echo(f"broker {early['broker']} was downgraded to {early['version']} before the procedure said safe; "
+               f"{early['failed']} log(s) could not recover on it:")
+    for failure in result.recovery_failures or []:
+        typer.echo(f"  {failure['log']}: batched entry {failure['ledgerId']}:{failure['entryId']} cannot be read by "
+                   f"{failure['version']}")
+    typer.echo("verdict: NOT SAFE (as expected: this is why `downgrade wait` waits for every log to pass its "
+               "LastBatched ledger before any broker goes down)")
 
 
 def _checklist(result) -> None:
@@ -100,6 +139,15 @@ def _checklist(result) -> None:
                "logs, not counted)")
     typer.echo(f"  {ok(result.census_batched_live == 0)} engine census: {result.census_batched_live} batched "
                "entries in live transaction ledgers")
+    if result.brokers > 1:
+        walk = result.rolling or {}
+        steps = walk.get("brokers") or {}
+        typer.echo(f"  {ok(walk.get('done'))} rolling downgrade to {walk.get('toVersion', 'an older release')}: "
+                   f"{sum(1 for s in steps.values() if s.get('state') == 'done')} of {result.brokers} brokers walked "
+                   "down, each after the proof held again")
+        failures = result.recovery_failures
+        typer.echo(f"  {ok(failures == [])} every log recovered on the older brokers (the engine's record of "
+                   f"replays: {len(failures) if failures is not None else 'not read'} failed)")
     typer.echo("")
     where = (f"files in {result.directory}" if result.kept else
              "its files were removed; keep them with: txnadmin rehearse --dir DIR")

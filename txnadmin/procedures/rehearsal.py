@@ -95,12 +95,21 @@ class RehearsalResult:
     flags_on: Optional[dict] = None  # broker → batching flags read on at the verdict ({}: off everywhere)
     moving: dict = field(default_factory=dict)  # what the cluster did meanwhile and how the wait rode it out
     kept: bool = True  # False: the directory was removed when the rehearsal ended (discard)
+    brokers: int = 1
+    rolling: Optional[dict] = None  # the rolling downgrade's walk (an engine of several brokers)
+    # every log that did not recover on an older broker (the engine's own record): log, ledger, entry, version
+    recovery_failures: Optional[list] = None
+    too_early: Optional[dict] = None  # the negative control: the broker downgraded before safe, and what failed
 
     def to_json(self) -> dict:
-        return {"directory": self.directory, "kept": self.kept, "safe": self.safe, "steps": self.steps,
-                "workload": self.workload, "status": self.status, "scan": self.scan,
-                "engineCensusLiveBatchedEntries": self.census_batched_live, "flagsOnAtVerdict": self.flags_on,
-                "movingCluster": self.moving}
+        out = {"directory": self.directory, "kept": self.kept, "safe": self.safe, "steps": self.steps,
+               "workload": self.workload, "status": self.status, "scan": self.scan,
+               "engineCensusLiveBatchedEntries": self.census_batched_live, "flagsOnAtVerdict": self.flags_on,
+               "movingCluster": self.moving, "brokers": self.brokers}
+        if self.brokers > 1:
+            out.update(rollingDowngrade=self.rolling, recoveryFailures=self.recovery_failures,
+                       tooEarly=self.too_early)
+        return out
 
 
 class _RestartableBroker:
@@ -142,13 +151,20 @@ def rehearse(directory: Optional[Path] = None, warmup_s: float = 4.0, timeout_s:
     --rerecord` rides out the rest. An earlier rehearsal in ``directory`` is refused (RehearsalDirError) unless
     ``force``. ``verbose`` lets Spark's logging through (see run_scan). ``discard``: work in a new temporary
     directory and remove it when the rehearsal ends, whatever the verdict (a ``directory`` given is always kept)."""
+    return in_directory(directory, discard, lambda root: _rehearse_in(root, warmup_s, timeout_s, scan_engine,
+                                                                      on_step, shed_s, force, verbose))
+
+
+def in_directory(directory: Optional[Path], discard: bool,
+                 run: Callable[[Path], "RehearsalResult"]) -> "RehearsalResult":
+    """``run`` in ``directory``, or in a new temporary one; ``discard`` removes it at the end, whatever happened."""
     import shutil
 
     if discard and directory is not None:
         raise RehearsalDirError("--discard goes without --dir: a directory you name is kept")
     root: Path = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="txnadmin-rehearsal-"))
     try:
-        result = _rehearse_in(root, warmup_s, timeout_s, scan_engine, on_step, shed_s, force, verbose)
+        result = run(root)
     finally:
         if discard:
             shutil.rmtree(root, ignore_errors=True)
@@ -164,9 +180,7 @@ def _rehearse_in(root: Path, warmup_s: float, timeout_s: float, scan_engine: str
     from ..engine.manage import init_engine
     from ..engine.observe import batched_census
     from ..engine.workload import WorkloadSpec, run_workload
-    from ..scan import run_scan
-    from ..scan.job import java_available
-    from .downgrade import record_verification, start, wait
+    from .downgrade import start, wait
     from .downgrade.checklist import DEFAULT_STATE, load_state
 
     prepare_directory(root, force)
@@ -273,19 +287,36 @@ def _rehearse_in(root: Path, warmup_s: float, timeout_s: float, scan_engine: str
                          "restarts": 1 if restarted.is_set() else 0, "reopensAccepted": report.reopens_accepted,
                          "rerecordedInWait": checklist.get("rerecordedInWait", 0), "startRuns": 1}
         result.workload = stats.to_json() if (stats := running.stats.get("stats")) else None
-        engine = Engine(root / "engine", maintenance=False)
-        try:
-            dump = root / "dump"
-            engine.storage.export(dump)
-            step("ledgers dumped", path=str(dump))
-            census = batched_census(engine.storage)
-            result.census_batched_live = sum(v["batchedEntries"] for v in census.values())
-            step("engine census", liveBatchedEntries=result.census_batched_live)
-        finally:
-            engine.close()
     finally:
         if not running.halt.is_set():
             running.stop()
+    result.status = report.to_json()
+    clean = prove_bytes(root, state_path, scan_engine, verbose, step, result)
+    result.safe = report.safe and clean
+    step("verdict", safe=result.safe)
+    return result
+
+
+def prove_bytes(root: Path, state_path: Path, scan_engine: str, verbose: bool, step: Callable[..., None],
+                result: RehearsalResult) -> bool:
+    """The stopped engine's ledgers dumped as a bookie copy, counted by the engine's census and scanned (the scan
+    recorded in the checklist, as `downgrade verify` records it); True when both find no live batched entry."""
+    from ..engine.engine import Engine
+    from ..engine.observe import batched_census
+    from ..scan import run_scan
+    from ..scan.job import java_available
+    from .downgrade import record_verification
+
+    engine = Engine(root / "engine", maintenance=False)
+    try:
+        dump = root / "dump"
+        engine.storage.export(dump)
+        step("ledgers dumped", path=str(dump))
+        census = batched_census(engine.storage)
+        result.census_batched_live = sum(v["batchedEntries"] for v in census.values())
+        step("engine census", liveBatchedEntries=result.census_batched_live)
+    finally:
+        engine.close()
     engine_name = scan_engine if scan_engine != "auto" else ("spark" if java_available() else "python")
     scan = run_scan([str(dump / "ledgers")], dump / "ledgers.txt", engine=engine_name, verbose=verbose)
     result.scan = {"verdict": scan.verdict, "liveBatchedEntries": scan.live_batched_entries, "engine": scan.engine,
@@ -293,8 +324,5 @@ def _rehearse_in(root: Path, warmup_s: float, timeout_s: float, scan_engine: str
     step("scan", **result.scan)
     record_verification(state_path, {"verdict": scan.verdict, "liveBatchedEntries": scan.live_batched_entries,
                                      "engine": scan.engine})
-    result.status = report.to_json()
-    result.safe = report.safe and scan.verdict == "clean" and result.census_batched_live == 0
-    step("verdict", safe=result.safe)
-    return result
+    return scan.verdict == "clean" and result.census_batched_live == 0
 

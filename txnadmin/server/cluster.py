@@ -363,6 +363,24 @@ def start_server(engine: Any, cluster: Any, token: Optional[str]) -> Any:
     return ClusterServer(engine, cluster, token).start()
 
 
+def open_served_cluster(engine_dir: Path) -> "ClusterServer":
+    """An engine of several brokers opened and served in this process, as `engine run` serves it (server.json
+    written; ``stop()`` then ``engine.close()`` ends it): what `rehearse --brokers N` runs its cluster on."""
+    import secrets
+
+    from ..admin.local import open_engine
+
+    cluster = served_cluster(engine_dir)
+    if cluster is None:
+        raise ValueError(f"{engine_dir}: this engine plays one broker (engineBrokers=1)")
+    engine = open_engine(engine_dir, host_of=cluster.host_of)
+    try:
+        return start_server(engine, cluster, secrets.token_urlsafe(24))
+    except BaseException:
+        engine.close()
+        raise
+
+
 def serve_engine(engine_dir: Path, host: str, port: int, token: Optional[str], on_ready=None) -> None:
     """`txnadmin serve`: a one-broker engine as :func:`~txnadmin.server.run.serve_forever` serves it; an engine of
     several brokers with a listener per broker (the first on ``port``) until SIGINT/SIGTERM. ValueError for a

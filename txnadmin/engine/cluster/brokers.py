@@ -240,14 +240,17 @@ class Cluster:
             self._reopen(set(moved))  # outside the lock: a reopen asks host_of under the engine's lock
         return moved
 
-    def move(self, name: str, spared: Callable[[str], bool] = lambda name: False) -> str:
+    def move(self, name: str, spared: Callable[[str], bool] = lambda name: False, to: Optional[str] = None) -> str:
         """Shed the bundle of ``name`` (a topic, or a coordinator's assign partition) to the least loaded other
-        running broker and reopen what it holds there, as a load manager's bundle shedding does; what ``spared``
-        names stays open as it is. Returns what happened, in words; LookupError when no other broker runs."""
+        running broker (or to the running broker ``to``, as `pulsar-admin namespaces unload --destinationBroker`
+        does) and reopen what it holds there, as a load manager's bundle shedding does; what ``spared`` names stays
+        open as it is. Returns what happened, in words; LookupError when no other broker runs."""
         bundle = bundle_of(name)
         with self._lock:
             owner = self.owner(name)
-            heir = self._least_loaded(exclude=owner)
+            heir = self._least_loaded(exclude=owner) if to is None else self.broker(to)
+            if heir is not None and not heir.running:
+                raise LookupError(f"broker {heir.id} is not running: bundle {bundle} cannot move to it")
             if heir is None:
                 raise LookupError(f"no running broker besides {owner.id} to move bundle {bundle} to")
             self._owners[bundle] = (heir, heir.generation)

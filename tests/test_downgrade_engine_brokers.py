@@ -1,0 +1,120 @@
+"""The downgrade's multi-broker rules on the engine's own brokers (`engine init --brokers N`, served by `engine run`
+under a workload), through the CLI as an operator runs it, each verdict checked against the bytes afterwards
+(`live_batched_entries_in`: the entry logs read byte by byte, no txnadmin reader involved):
+
+- flags reaching the brokers at different moments (each broker's own watch delay);
+- a broker leaving the active list and coming back as a new process in the middle of a wait;
+- a store moving between brokers that see the flags differently (batching switched back on, seen by one broker).
+
+What no broker does on cue (a scripted active list, a watch that stalls, a frozen /metrics copy, a broker without
+``process_start_time_seconds``) stays with the stand-ins of tests/test_downgrade_watch.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from engine_brokers_helpers import SMALL, TXNADMIN, batched_written, run_engine, stop_engine
+from engine_helpers import live_batched_entries_in
+from test_engine_brokers import brokers, cli, init, until
+
+WAIT = ["--rerecord", "--yes", "--timeout", "180", "--interval", "1"]
+
+
+def _flushes(d) -> dict[str, float]:
+    """Each broker's batched-writer flush count, read from its own /metrics (not through txnadmin's procedure)."""
+    import httpx
+
+    from txnadmin.metrics.exposition import DOWNGRADE_METRICS, batched_flushes_by_label, parse_exposition
+
+    token = json.loads((d / "server.json").read_text())["token"]
+    out = {}
+    for broker in brokers(d):
+        text = httpx.get(broker["url"] + "/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10).text
+        out[broker["id"]] = sum(batched_flushes_by_label(parse_exposition(text, DOWNGRADE_METRICS)).values())
+    return out
+
+
+def _flushes_counted(home, d, state) -> list[dict]:
+    status = cli(home, "-u", f"local:{d}", "downgrade", "status", "--state", str(state), "-o", "json")
+    return [log for log in json.loads(status.stdout)["components"] if log["component"] == "broker"]
+
+
+def test_start_confirms_the_flags_off_on_a_broker_whose_watch_is_late_before_it_reloads_anything(tmp_path):
+    """Broker 2 sees every dynamic-config change 2.5 s after broker 1. `start` reloads nothing until both show the
+    flags off, so no store reopens batching on broker 2: no flush is counted after it, and the wait ends safe with
+    no batched entry left in a live ledger."""
+    home, d, state = tmp_path / "home", tmp_path / "e", tmp_path / "dg.json"
+    init(home, d, "--brokers", "2", *SMALL, "--set", "engineBrokerWatchDelaysMillis=0,2500")
+    run = run_engine(home, d)
+    try:
+        until(lambda: batched_written(d), "batched entries", 30)
+        started = cli(home, "-u", f"local:{d}", "downgrade", "start", "--state", str(state), "--yes")
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert "batching confirmed off on 2 broker(s)" in started.stdout
+        assert _flushes_counted(home, d, state) == []  # nothing reopened batching behind the late watch
+        waited = cli(home, "-u", f"local:{d}", "downgrade", "wait", "--state", str(state), *WAIT)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+    finally:
+        stop_engine(run)
+    assert live_batched_entries_in(d) == []
+
+
+def test_a_broker_leaving_and_coming_back_during_the_wait_ends_safe_with_the_bytes_agreeing(tmp_path):
+    """One of three brokers stops (it leaves the active list; its bundles fail over) and starts again (a new
+    process, counters from zero) while `wait --rerecord` runs: the wait rides it out to safe, and the bytes agree."""
+    home, d, state = tmp_path / "home", tmp_path / "e", tmp_path / "dg.json"
+    init(home, d, "--brokers", "3", *SMALL)
+    run = run_engine(home, d)
+    try:
+        until(lambda: batched_written(d), "batched entries", 30)
+        assert cli(home, "-u", f"local:{d}", "downgrade", "start", "--state", str(state), "--yes").returncode == 0
+        env = dict(os.environ, TXNADMIN_HOME=str(home))
+        waiting = subprocess.Popen(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", str(state), *WAIT],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        until(lambda: json.loads(state.read_text()).get("polls", 0) >= 1, "the wait's first poll", 60)
+        third = brokers(d)[2]
+        assert cli(home, "engine", "broker", "stop", str(d), "--broker", third["id"]).returncode == 0
+        until(lambda: third["id"] not in json.loads(cli(home, "-u", f"local:{d}", "transactions", "coordinators-list",
+                                                        "-o", "json").stdout or "[]").__str__(),
+              "its coordinators failed over", 30)
+        assert cli(home, "engine", "broker", "start", str(d), "--broker", third["id"]).returncode == 0
+        out, err = waiting.communicate(timeout=240)
+        assert waiting.returncode == 0, out + err
+        assert "Traceback" not in err
+        back = next(b for b in brokers(d) if b["id"] == third["id"])
+        assert back["running"] and back["processStartTime"] != third["processStartTime"]
+    finally:
+        stop_engine(run)
+    assert live_batched_entries_in(d) == []
+
+
+def test_a_store_moving_onto_a_broker_that_saw_batching_on_keeps_the_flush_until_every_log_is_re_recorded(tmp_path):
+    """Batching is switched back on after `start` and off again: broker 1 sees it at once, broker 2's watch (6 s
+    late) never does. Bundles shed every 2 s carry stores and coordinators onto broker 1, which reopen batching
+    and flush. With the flags off everywhere again, the flush stays a fact: `wait` stops (exit 1) instead of saying
+    safe, and only `wait --rerecord` (every log re-recorded) converges to safe, with the bytes agreeing."""
+    home, d, state = tmp_path / "home", tmp_path / "e", tmp_path / "dg.json"
+    init(home, d, "--brokers", "2", *SMALL, "--set", "engineBrokerWatchDelaysMillis=0,6000")
+    run = run_engine(home, d, "--fault", "shed=2")
+    try:
+        until(lambda: batched_written(d), "batched entries", 30)
+        assert cli(home, "-u", f"local:{d}", "downgrade", "start", "--state", str(state), "--yes").returncode == 0
+        first = brokers(d)[0]["id"]
+        both = ["transactionLogBatchedWriteEnabled", "transactionPendingAckBatchedWriteEnabled"]
+        assert cli(home, "engine", "set", str(d), *(f"{k}=true" for k in both)).returncode == 0
+        baseline = _flushes(d)
+        until(lambda: _flushes(d)[first] > baseline[first], "a batched flush on broker 1", 30)
+        assert cli(home, "engine", "set", str(d), *(f"{k}=false" for k in both)).returncode == 0
+        assert _flushes(d)[brokers(d)[1]["id"]] == baseline[brokers(d)[1]["id"]]  # broker 2 never applied the flip
+        assert [c["name"] for c in _flushes_counted(home, d, state)] == [first]
+        stopped = cli(home, "-u", f"local:{d}", "downgrade", "wait", "--state", str(state), "--timeout", "60",
+                      "--interval", "1")
+        assert stopped.returncode == 1, stopped.stdout + stopped.stderr
+        assert "batched flushes were counted" in stopped.stderr
+        waited = cli(home, "-u", f"local:{d}", "downgrade", "wait", "--state", str(state), *WAIT)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+    finally:
+        stop_engine(run)
+    assert live_batched_entries_in(d) == []
