@@ -127,9 +127,11 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
             changed = True
     logs += unrecorded
     loads = [l.extra["topicLoad"] for l in logs if "topicLoad" in l.extra]
-    # The counters again, read after every log: the poll that says safe is covered too.
+    # The counters again, read after every log: the poll that says safe is covered too. Without a watch, one read
+    # of the brokers serves both the counted move and the cover below.
     end = poll.t_end if poll is not None and poll.t_end is not None else time.monotonic()
-    moved = counted_move(view, brokers, baselines, session) if moved is None else moved
+    last_reads = view.read_brokers(brokers) if moved is None and first_reads is not None else None
+    moved = counted_move(view, brokers, baselines, session, last_reads) if moved is None else moved
     # Safe is a statement about the moment of a verdict: once one was given, every later verdict re-judges the
     # counters, since a store that opened batching may write its first batched entry at any time after it.
     # (A stopped engine's read-only view runs no broker: nothing can write, and there are no counters to read.)
@@ -150,7 +152,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                               + FLUSHED_HINT, kind=Waiting.STILL_FLUSHING, extra={"proof": fact["evidence"]}))
     if not facts and counters_needed and all(l.done for l in logs):
         # Accepted reopens rest on "no batched flush anywhere": the verdict needs counters that cover this poll.
-        ok, why = counters_cover(view, brokers, baselines, session, end, first_reads)
+        ok, why = counters_cover(view, brokers, baselines, session, end, first_reads, last_reads)
         if not ok:
             logs.append(LogStatus("broker", "*", None, None, False, f"cannot confirm yet that no batched writer "
                                   f"flushed: {why}", "wait: the next poll reads the counters again",
