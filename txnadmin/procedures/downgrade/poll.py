@@ -26,12 +26,13 @@ from .target import (
 
 def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, progress: Progress = None,
            target: Optional[str] = None, flag_wait_s: float = 0.0, session: Optional[Session] = None,
-           save: bool = True, require_counters: bool = False) -> Report:
+           save: bool = True, require_counters: bool = False, broker: Optional[str] = None) -> Report:
     """One poll, read-only on the target. ``save``: remember in the checklist what this poll proved (only the
     checklist's one writer, `wait`, saves: `downgrade status` run beside it reads). ``session``: `wait`'s watch and
     polls, which let a reopen be accepted when the watch proves it harmless; without one, a reopen is unproven.
     ``require_counters``: a safe verdict also needs every broker's flush counters read live, covering this poll
-    (always, once a safe verdict was recorded, and for `guard`)."""
+    (always, once a safe verdict was recorded, and for `guard`). ``broker``: one the operator named (`guard`
+    --broker), refused (exit 3) as soon as the active brokers are read when it is not one of them."""
     view = session.view if session is not None else ClusterView(admin, target or "")
     if session is not None:
         view.forget()  # identity and brokers are read afresh at every poll
@@ -42,6 +43,9 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         ident = target_identity(admin, state["identity"]["adminUrl"], view)
     check_identity(state, ident, state_path)
     brokers = active_brokers(admin, ident, view)
+    if broker is not None and broker not in brokers:  # a typo fails before the poll, not after it
+        raise DowngradeError(f"broker {broker} is not among the target's active brokers ({', '.join(brokers)}): "
+                             "name it as the cluster lists it (host:port)", 3)
     on = flags_on_brokers(view, brokers)
     if on:
         raise DowngradeError(
