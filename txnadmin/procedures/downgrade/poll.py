@@ -11,16 +11,15 @@ from ...admin.cluster import ClusterView
 from ...admin.endpoints import coordinator_ids
 from ...admin.protocol import AdminError, NotFoundError, TransactionsAdmin
 from ...names import is_pending_ack_store, transaction_log_local_name
-from .checklist import accepted_count, baselines_of, require_state, flush_facts, remember_flush, save_state
+from .checklist import accepted_count, baselines_of, flush_facts, remember_flush, require_state, save_state
 from .evidence import (
-    FLUSHED_HINT, RERECORD_HINT, SCAN_HINT, coordinator_status, read_evidence, iso_time, store_status, tc_not_loaded,
+    FLUSHED_HINT, RERECORD_HINT, SCAN_HINT, coordinator_status, iso_time, read_evidence, store_status, tc_not_loaded,
 )
 from .logs import LogReader
-from .reopen import Session, counters_cover, counted_move, Poll, judge_reopened, revoke_accepted
+from .reopen import Poll, Session, counted_move, counters_cover, judge_reopened, revoke_accepted
 from .report import DowngradeError, LogStatus, Report, Waiting
 from .target import (
-    Progress, admin_call, describe_on, topic_listing, active_brokers, check_identity, flags_on_brokers,
-    target_identity,
+    Progress, active_brokers, admin_call, check_identity, describe_on, flags_on_brokers, target_identity, topic_listing,
 )
 
 
@@ -65,7 +64,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     if moved is not None:
         changed |= revoke_accepted(state, moved)
     coord = [(LogReader(admin, "coordinator", k, {}), rec) for k, rec in sorted(state["coordinators"].items(),
-                                                                          key=lambda kv: int(kv[0]))]
+                                                                                key=lambda kv: int(kv[0]))]
     stores = [(LogReader(admin, "pending-ack", k, rec), rec) for k, rec in sorted(state["pendingAckStores"].items())]
     jobs = coord + stores
     # Logs that exist now but were never recorded may have opened while batching was on: they are part of the
@@ -170,8 +169,8 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         changed = True
     if changed and save:
         save_state(state_path, state)
-    return Report(safe_now, not on, logs, verification, target={"adminUrl": ident["adminUrl"],
-                                                            "clusterName": ident.get("clusterName")}, brokers=brokers,
+    return Report(safe_now, not on, logs, verification,
+                  target={"adminUrl": ident["adminUrl"], "clusterName": ident.get("clusterName")}, brokers=brokers,
                   reopens_accepted=accepted_count(state), poll=poll.number if poll is not None else None,
                   topic_loads=loads)
 

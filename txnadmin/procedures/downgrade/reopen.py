@@ -108,7 +108,7 @@ _REJUDGE = 3  # a log seen moving again while its last move is accepted is judge
 
 
 def judge_reopened(session: Optional[Session], poll: Optional[Poll], key: tuple[str, str], job, result: LogStatus,
-            confirmed: Optional[int], again) -> tuple[LogStatus, Optional[int], bool]:
+                   confirmed: Optional[int], again) -> tuple[LogStatus, Optional[int], bool]:
     """A log seen reopened: accept it when the watch proves it harmless, and judge it afresh; else say why not.
     Returns (its status, a confirmed ledger, whether the checklist changed)."""
     log, rec = job
@@ -150,7 +150,7 @@ def judge_reopened(session: Optional[Session], poll: Optional[Poll], key: tuple[
 
 
 def counted_move(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session],
-           readings: Optional[dict[str, BrokerReading]] = None):
+                 readings: Optional[dict[str, BrokerReading]] = None):
     """The first batched flush counted since the baselines, or None (``readings``: the brokers as just read, without
     a watch)."""
     if session is not None and session.watch is not None:
