@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,12 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from bulk_abort_helpers import T, opened, own_copy, two_coordinators
 from engine_helpers import directory_fingerprint
 from txnadmin.cli.main import app
 from txnadmin.procedures.bulk_abort import id_matcher, parse_older_than as parse_duration
 
 runner = CliRunner()
-T = "persistent://public/default/"
 HOUR_MS = 3_600_000
 
 
@@ -30,19 +29,11 @@ HOUR_MS = 3_600_000
 def template(tmp_path_factory):
     """Two coordinators; (0,0) alice on t1, opened an hour ago with a 2 h timeout; (1,0) alice on t2, (0,1) bob on
     t1 and acking on `other`, (1,1) carol on other. Built once; each test works on its own copy."""
-    from txnadmin.engine.engine import Engine
-    from txnadmin.engine.manage import init_engine
-
-    d = tmp_path_factory.mktemp("bulk") / "e"
-    init_engine(d, {"transactionCoordinatorCount": "2"})
-    engine = Engine(d, maintenance=False, clock_ms=lambda: int(time.time() * 1000) - HOUR_MS)
-    try:
+    d = two_coordinators(tmp_path_factory.mktemp("bulk") / "e")
+    with opened(d, clock_ms=lambda: int(time.time() * 1000) - HOUR_MS) as engine:
         first = engine.begin(2 * HOUR_MS, "alice", 0)
         engine.produce(first, T + "t1", b"a")
-    finally:
-        engine.close()
-    engine = Engine(d, maintenance=False)
-    try:
+    with opened(d) as engine:
         engine.publish(T + "other", b"m")
         engine.subscribe(T + "other", "s")
         for owner, tc, topic in (("alice", 1, "t2"), ("bob", 0, "t1"), ("carol", 1, "other")):
@@ -51,19 +42,12 @@ def template(tmp_path_factory):
             if owner == "bob":
                 position = engine.publish(T + "other", b"n")
                 engine.ack(txn, T + "other", "s", [position])
-    finally:
-        engine.close()
     return d
 
 
 @pytest.fixture
 def engine(template, tmp_path, monkeypatch):
-    d = tmp_path / "e"
-    shutil.copytree(template, d)
-    monkeypatch.setenv("TXNADMIN_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("TXNADMIN_ADMIN_URL", raising=False)
-    monkeypatch.delenv("PULSAR_CLIENT_CONF", raising=False)
-    return d
+    return own_copy(template, tmp_path, monkeypatch)
 
 
 def txn(*args, target):
@@ -322,10 +306,7 @@ def test_under_a_live_workload_every_planned_transaction_is_aborted_or_ended_and
     """`engine run` commits and aborts its own transactions while we abort the open ones: whatever raced, each
     planned one is ABORTED or ENDED and the run exits 0. The one held in COMMITTING (--fault hold-ending) cannot be
     aborted in Pulsar: it is reported FAILED, still COMMITTING, and the run exits 1."""
-    from txnadmin.engine.manage import init_engine
-
-    d = tmp_path / "e"
-    init_engine(d, {"transactionCoordinatorCount": "2"})
+    d = two_coordinators(tmp_path / "e")
     env = dict(os.environ, TXNADMIN_HOME=str(tmp_path / "home"))
     cli = [sys.executable, "-m", "txnadmin.cli.main", "-u", f"local:{d}", "transactions"]
     run = subprocess.Popen([sys.executable, "-m", "txnadmin.cli.main", "engine", "run", str(d), "--duration", "0",

@@ -16,37 +16,26 @@ from typer.testing import CliRunner
 
 from txnadmin.cli.main import app
 
+from bulk_abort_helpers import T, opened, own_copy, two_coordinators
+
 runner = CliRunner()
-T = "persistent://public/default/"
 OPEN_ON = {0: 8, 1: 5}  # open transactions per coordinator
 
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
     """Two coordinators: 8 open transactions on coordinator 0, 5 on coordinator 1, oldest first by id."""
-    from txnadmin.engine.engine import Engine
-    from txnadmin.engine.manage import init_engine
-
-    d = tmp_path_factory.mktemp("noise") / "e"
-    init_engine(d, {"transactionCoordinatorCount": "2"})
-    engine = Engine(d, maintenance=False)
-    try:
+    d = two_coordinators(tmp_path_factory.mktemp("noise") / "e")
+    with opened(d) as engine:
         for tc, n in OPEN_ON.items():
             for _ in range(n):
                 engine.produce(engine.begin(3_600_000, "app", tc), T + "t", b"x")
-    finally:
-        engine.close()
     return d
 
 
 @pytest.fixture
 def engine(template, tmp_path, monkeypatch):
-    import shutil
-
-    d = tmp_path / "e"
-    shutil.copytree(template, d)
-    monkeypatch.setenv("TXNADMIN_HOME", str(tmp_path / "home"))
-    return d
+    return own_copy(template, tmp_path, monkeypatch)
 
 
 def test_yes_with_json_sums_the_plan_up_on_stderr_and_keeps_it_whole_in_the_document(engine):

@@ -7,30 +7,21 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 
 from txnadmin.admin.http import HttpAdmin
-from txnadmin.engine.config import EngineConfig
-from txnadmin.engine.engine import Engine
-from txnadmin.server.run import BackgroundServer
 
-from engine_helpers import live_batched_entries, small_config
+from engine_helpers import live_batched_entries
+from downgrade_helpers import (
+    T, T_STORE, TOKEN, TXNADMIN, U, U_STORE, assert_one_line_naming, cli, components_of, proven_done, served_engine,
+    traffic_on_u_until_it_ends, until,
+)
 from http_front import front
-from test_downgrade import BATCHED, traffic
 
 pytestmark = pytest.mark.slow  # every test serves an engine through a downgrade: several seconds each
 
-TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
-TOKEN = "deleted-sub-token"
-T, U = "persistent://public/default/t", "persistent://public/default/u"
-T_STORE, U_STORE = (f"{topic}-s__transaction_pending_ack" for topic in (T, U))
 # What a broker sends for an exception no REST handler maps: RestException's plain-text 500 (message, stack trace).
 NPE_500 = ("\n --- An unexpected error occurred in the server ---\n\nMessage: Cannot invoke \"org.apache.pulsar.broker."
            "service.persistent.PersistentSubscription.getTransactionPendingAckStats(boolean)\" because the return "
@@ -40,82 +31,18 @@ NPE_500 = ("\n --- An unexpected error occurred in the server ---\n\nMessage: Ca
            "concurrent.CompletableFuture$UniApply.tryFire(CompletableFuture.java:646)\n")
 
 
-@contextmanager
-def _served(tmp_path: Path) -> Iterator[tuple[Engine, str]]:
-    """A batching engine with history on t/s and u/s, served over HTTP (its maintenance driven by the tests)."""
-    d = tmp_path / "e"
-    small_config(**BATCHED).save(d)
-    engine = Engine(d, EngineConfig.load(d), maintenance=False)
-    server = None
-    try:
-        for topic in ("t", "u"):
-            traffic(engine, 20, topic, "s")
-        server = BackgroundServer(engine, token=TOKEN).start()
-        yield engine, server.url
-    finally:
-        if server is not None:
-            server.stop()
-        engine.close()
-
-
-def cli(url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(TXNADMIN + ["-u", url, "--auth-params", f"token:{TOKEN}", *args], capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def _components(result: subprocess.CompletedProcess) -> dict[str, dict]:
-    assert "Traceback" not in result.stderr, result.stderr
-    return {c["name"]: c for c in json.loads(result.stdout)["components"]}
-
-
-def _until(check, what: str, engine: Engine | None = None, topic: str = "", rounds: int = 40):
-    """Poll ``check()`` until it holds, driving transactional traffic on ``topic`` between tries (its store
-    trims only as its subscription acknowledges)."""
-    for _ in range(rounds):
-        value = check()
-        if value:
-            return value
-        if engine is not None:
-            traffic(engine, 10, topic, "s")
-            engine.maintenance_tick()
-        else:
-            time.sleep(0.25)
-    raise AssertionError(f"never: {what}")
-
-
-def traffic_on_u_until_it_ends(proc: subprocess.Popen, engine: Engine, rounds: int = 40) -> tuple[str, str]:
-    """Transactional traffic on u only (t's subscription stays as it is) until ``proc``, a `downgrade wait`, ends:
-    u's store trims as its subscription acknowledges. ``proc``'s (stdout, stderr)."""
-    for _ in range(rounds):
-        if proc.poll() is not None:
-            break
-        traffic(engine, 10, "u", "s")
-        engine.maintenance_tick()
-        time.sleep(0.2)
-    return proc.communicate(timeout=120)
-
-
-def _proven_done(state: Path, store: str):
-    """The checklist says `wait` proved ``store`` done (it then reads only its recoverStartTime)."""
-    try:
-        rec = json.loads(state.read_text())["pendingAckStores"].get(store) or {}
-    except (OSError, ValueError):
-        return False  # being replaced atomically right now
-    return rec.get("provenDone") is not None and rec.get("provenDone") == rec.get("recoverStartTime")
-
-
 def test_a_subscription_deleted_mid_wait_counts_as_deleted_and_the_wait_ends_safe(tmp_path):
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url):
+    with served_engine(tmp_path) as (engine, url):
         assert cli(url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
         # t's store trims (its subscription acknowledges); u's waits for its own acknowledgements.
-        _until(lambda: _components(cli(url, "downgrade", "status", "--state", str(state), "-o", "json"))
-               [T_STORE]["done"], "t's store done", engine, "t")
+        until(lambda: components_of(cli(url, "downgrade", "status", "--state", str(state), "-o", "json"))
+              [T_STORE]["done"], "t's store done", engine, "t")
         waiter = subprocess.Popen(TXNADMIN + ["-u", url, "--auth-params", f"token:{TOKEN}", "downgrade", "wait",
                                               "--state", str(state), "--timeout", "90", "--interval", "0.5", "-o",
                                               "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            _until(lambda: _proven_done(state, T_STORE), "the wait proved t's store done")
+            until(lambda: proven_done(state, T_STORE), "the wait proved t's store done")
             admin = HttpAdmin(url, token=TOKEN)
             admin.delete_subscription(T, "s")
             # As Pulsar answers for a subscription missing from its loaded topic: 500 here, 404 for the internal stats.
@@ -151,23 +78,15 @@ def _pulsar_answers_for_u(method: str, path: str, internal: bool):
     return None
 
 
-def _one_line_naming(text: str, *names: str) -> None:
-    lines = [line for line in text.splitlines() if line.strip()]
-    assert len(lines) == 1, text
-    assert "Stacktrace" not in text and "\tat " not in text and "Traceback" not in text, text
-    for name in names:
-        assert name in lines[0], (name, text)
-
-
 def test_a_500_for_pending_ack_stats_while_the_store_is_listed_is_never_safe(tmp_path):
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
+    with served_engine(tmp_path) as (engine, url), front(url, TOKEN) as door:
         assert cli(door.url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
         # Now u's stats answer 500 and its internal stats 404, and its store is still listed:
         # not deleted (it may be replayed), not "not loaded" (its topic is loaded), and never safe.
         door.intercepts.append(lambda m, p: _pulsar_answers_for_u(m, p, internal=True))
         polled = cli(door.url, "downgrade", "status", "--state", str(state), "-o", "json")
-        u = _components(polled)[U_STORE]
+        u = components_of(polled)[U_STORE]
         assert polled.returncode == 1 and json.loads(polled.stdout)["safe"] is False
         assert u["done"] is False and u["waitingFor"] == "subscription gone, store still listed", u
         assert "HTTP 500" in u["reason"] and "\n" not in u["reason"], u
@@ -175,7 +94,7 @@ def test_a_500_for_pending_ack_stats_while_the_store_is_listed_is_never_safe(tmp
         waited = cli(door.url, "downgrade", "wait", "--state", str(state), "--timeout", "4", "--interval", "0.5",
                      "-o", "json")
         assert waited.returncode == 1 and json.loads(waited.stdout)["safe"] is False, waited.stderr
-        assert _components(waited)[U_STORE]["waitingFor"] == "subscription gone, store still listed"
+        assert components_of(waited)[U_STORE]["waitingFor"] == "subscription gone, store still listed"
         text = cli(door.url, "downgrade", "status", "--state", str(state))
         assert text.returncode == 1 and "Traceback" not in text.stderr
         assert [line for line in text.stdout.splitlines() if "HTTP 500" in line], text.stdout
@@ -183,31 +102,31 @@ def test_a_500_for_pending_ack_stats_while_the_store_is_listed_is_never_safe(tmp
         again = cli(door.url, "downgrade", "start", "--yes", "--state", str(state), "-o", "json")
         assert again.returncode == 0, again.stderr
         polled = cli(door.url, "downgrade", "status", "--state", str(state), "-o", "json")
-        assert polled.returncode == 1 and _components(polled)[U_STORE]["waitingFor"] == (
+        assert polled.returncode == 1 and components_of(polled)[U_STORE]["waitingFor"] == (
             "subscription gone, store still listed")
         # The internal stats answer too (a broker failing, not a subscription gone): start cannot record, exit 3,
         # one line naming the store and the status.
         door.intercepts[:] = [lambda m, p: _pulsar_answers_for_u(m, p, internal=False)]
         failed = cli(door.url, "downgrade", "start", "--yes", "--state", str(state))
         assert failed.returncode == 3, failed.stderr
-        _one_line_naming(failed.stderr, U_STORE, "HTTP 500", "an unexpected error occurred in the server")
+        assert_one_line_naming(failed.stderr, U_STORE, "HTTP 500", "an unexpected error occurred in the server")
 
 
 def test_a_deleted_store_costs_a_poll_one_call_not_the_stats_500_and_its_retries(tmp_path):
     """Gone from the listing, a store is confirmed deleted by its internal stats' 404 alone: its stats would answer
     a 500 that HttpAdmin retries with backoff, on every poll, for every store deleted since recording."""
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
+    with served_engine(tmp_path) as (engine, url), front(url, TOKEN) as door:
         assert cli(door.url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
         # proven done first: later polls then ask only its recoverStartTime (pendingAckStats), not its ledgers
-        _until(lambda: _components(cli(door.url, "downgrade", "status", "--state", str(state), "-o", "json"))
-               [T_STORE]["done"], "t's store done", engine, "t")
+        until(lambda: components_of(cli(door.url, "downgrade", "status", "--state", str(state), "-o", "json"))
+              [T_STORE]["done"], "t's store done", engine, "t")
         cli(door.url, "downgrade", "wait", "--state", str(state), "--timeout", "2", "--interval", "0.5")
-        assert _proven_done(state, T_STORE)
+        assert proven_done(state, T_STORE)
         engine.delete_subscription(T, "s")
         door.seen.clear()
         polled = cli(door.url, "downgrade", "status", "--state", str(state), "-o", "json")
-        t = _components(polled)[T_STORE]
+        t = components_of(polled)[T_STORE]
         assert t["done"] is True and t["reason"].startswith("store deleted"), t
         asked = [path for method, path in door.seen if "/public/default/t/s" in path]
         assert asked and all("/pendingAckInternalStats/" in path for path in asked), asked
@@ -215,7 +134,7 @@ def test_a_deleted_store_costs_a_poll_one_call_not_the_stats_500_and_its_retries
 
 
 def test_transactions_pending_ack_stats_on_a_deleted_subscription_prints_one_line(tmp_path):
-    with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
+    with served_engine(tmp_path) as (engine, url), front(url, TOKEN) as door:
         engine.delete_subscription(U, "s")
         # The served engine answers as a broker: a plain-text 500 (RestException's form) here, a JSON 404 there.
         auth = {"Authorization": f"Bearer {TOKEN}"}

@@ -28,7 +28,7 @@ from txnadmin.server.run import BackgroundServer
 
 from engine_helpers import live_batched_entries, small_config
 from http_front import Front, front
-from test_downgrade import BATCHED, traffic
+from downgrade_helpers import BATCHED, traffic
 
 pytestmark = pytest.mark.slow  # each serves an engine through a downgrade: several seconds
 

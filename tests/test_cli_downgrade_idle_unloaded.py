@@ -21,9 +21,9 @@ from txnadmin.admin.protocol import PENDING_ACK_BATCH_FLAG
 
 from engine_helpers import live_batched_entries
 from http_front import front
-from test_cli_downgrade_deleted_sub import (
-    T, T_STORE, TOKEN, TXNADMIN, U_STORE, _components, _one_line_naming, _proven_done, _served, _until, cli,
-    traffic_on_u_until_it_ends,
+from downgrade_helpers import (
+    T, T_STORE, TOKEN, TXNADMIN, U_STORE, assert_one_line_naming, cli, components_of, proven_done, served_engine,
+    traffic_on_u_until_it_ends, until,
 )
 
 NOT_LOADED = "store not loaded"
@@ -58,8 +58,8 @@ def _finish(proc: subprocess.Popen, engine, lines: list[str], rounds: int = 60) 
 def _start_with_t_done(engine, url: str, state: Path) -> None:
     """`start`, then t's store trimmed past LastBatched; u's still waits (its subscription acknowledges later)."""
     assert cli(url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
-    _until(lambda: _components(cli(url, "downgrade", "status", "--state", str(state), "-o", "json"))
-           [T_STORE]["done"], "t's store done", engine, "t")
+    until(lambda: components_of(cli(url, "downgrade", "status", "--state", str(state), "-o", "json"))
+          [T_STORE]["done"], "t's store done", engine, "t")
     # From now on an unload leaves the topic closed until something looks it up, as on Pulsar.
     engine.config.engineUnloadLeavesTopicUnloaded = True
 
@@ -75,15 +75,15 @@ def _unload_t(url: str) -> None:
 @pytest.mark.slow
 def test_an_idle_store_left_unloaded_mid_wait_is_loaded_by_the_wait_and_its_reopen_judged(tmp_path):
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url):
+    with served_engine(tmp_path) as (engine, url):
         _start_with_t_done(engine, url, state)
         waiter, lines = _waiter(url, state, "--timeout", "90", "--interval", "0.5")
-        _until(lambda: _proven_done(state, T_STORE), "the wait proved t's store done")
+        until(lambda: proven_done(state, T_STORE), "the wait proved t's store done")
         before = json.loads(state.read_text())["pendingAckStores"][T_STORE]["recoverStartTime"]
         _unload_t(url)
         assert T not in engine.topics  # unloaded, and nobody looks it up: t's subscription is idle
         # the wait sees the 404 and loads t itself, then judges the reopen
-        _until(lambda: T in engine.topics, "the wait loaded t")
+        until(lambda: T in engine.topics, "the wait loaded t")
         code, report, err = _finish(waiter, engine, lines)
         batched = live_batched_entries(engine)
         # for people, the plan under the target line says it may load topics (stdout: stderr keeps one-line errors)
@@ -104,7 +104,7 @@ def test_an_idle_store_left_unloaded_mid_wait_is_loaded_by_the_wait_and_its_reop
 @pytest.mark.slow
 def test_batching_switched_on_and_off_while_the_store_was_unloaded_is_never_safe(tmp_path):
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
+    with served_engine(tmp_path) as (engine, url), front(url, TOKEN) as door:
         _start_with_t_done(engine, door.url, state)
         flipped = threading.Event()
 
@@ -123,7 +123,7 @@ def test_batching_switched_on_and_off_while_the_store_was_unloaded_is_never_safe
 
         door.before_forward.append(flip_before_the_load)
         waiter, lines = _waiter(door.url, state, "--timeout", "90", "--interval", "0.5")
-        _until(lambda: _proven_done(state, T_STORE), "the wait proved t's store done")
+        until(lambda: proven_done(state, T_STORE), "the wait proved t's store done")
         _unload_t(url)
         code, report, err = _finish(waiter, engine, lines)
     assert flipped.is_set()
@@ -137,7 +137,7 @@ def test_batching_switched_on_and_off_while_the_store_was_unloaded_is_never_safe
 @pytest.mark.slow
 def test_a_load_that_fails_keeps_waiting_with_one_line_naming_the_store_and_exits_1(tmp_path):
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
+    with served_engine(tmp_path) as (engine, url), front(url, TOKEN) as door:
         _start_with_t_done(engine, door.url, state)
         door.intercepts.append(lambda m, p: (500, json.dumps({"reason": "Failed to load topic within timeout"}))
                                if m == "GET" and p.split("?")[0] == T_STATS else None)
@@ -145,23 +145,23 @@ def test_a_load_that_fails_keeps_waiting_with_one_line_naming_the_store_and_exit
         waited = cli(door.url, "downgrade", "wait", "--state", str(state), "--timeout", "4", "--interval", "0.5",
                      "-o", "json")
         assert waited.returncode == 1 and json.loads(waited.stdout)["safe"] is False, waited.stderr
-        t = _components(waited)[T_STORE]
+        t = components_of(waited)[T_STORE]
         assert t["done"] is False and t["waitingFor"] == NOT_LOADED, t
-        _one_line_naming(t["reason"], "store not loaded", f"topics stats {T}", "HTTP 500", "keeps waiting")
+        assert_one_line_naming(t["reason"], "store not loaded", f"topics stats {T}", "HTTP 500", "keeps waiting")
         assert t["topicLoad"]["result"].startswith("failed: HTTP 500"), t
         assert ("GET", T_STATS) in [(m, p.split("?")[0]) for m, p in door.seen]
         assert T not in engine.topics  # nothing else loaded it
         # `status` stays a pure read: it names the store not loaded and loads nothing
         door.seen.clear()
         polled = cli(door.url, "downgrade", "status", "--state", str(state), "-o", "json")
-        assert polled.returncode == 1 and _components(polled)[T_STORE]["waitingFor"] == NOT_LOADED
+        assert polled.returncode == 1 and components_of(polled)[T_STORE]["waitingFor"] == NOT_LOADED
         assert not [p for m, p in door.seen if p.split("?")[0] == T_STATS]
-        assert _components(polled)[U_STORE]["done"] is False
+        assert components_of(polled)[U_STORE]["done"] is False
 
 
 @pytest.mark.slow
 def test_an_unloaded_topic_answers_404_on_the_transactions_endpoints_until_its_stats_load_it(tmp_path):
-    with _served(tmp_path) as (engine, url):
+    with served_engine(tmp_path) as (engine, url):
         engine.config.engineUnloadLeavesTopicUnloaded = True
         before = json.loads(cli(url, "transactions", "pending-ack-stats", "-t", T, "-s", "s").stdout)
         _unload_t(url)
@@ -190,7 +190,7 @@ def test_start_loads_each_topic_it_unloads_so_an_idle_store_is_recorded_reopened
     """On Pulsar `start`'s own unload leaves an idle topic closed: without a load its stores would be recorded
     "not loaded", with no recoverStartTime to prove anything by."""
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url):
+    with served_engine(tmp_path) as (engine, url):
         engine.config.engineUnloadLeavesTopicUnloaded = True
         assert cli(url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
         assert T in engine.topics

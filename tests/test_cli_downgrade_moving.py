@@ -23,14 +23,13 @@ from txnadmin.admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, Admin
 
 from engine_helpers import live_batched_entries_in, wait_served
 from serve_helpers import serving
-from test_cli_downgrade import _engine as _new_engine, _load
-from test_cli_downgrade_serve import _engine as _idle_engine
+from downgrade_helpers import engine_traffic, fresh_engine, loaded_engine
 
 
 def _batching_engine(tmp_path):
     """Batching on, with a batched history to wait out (the workload below rolls and trims it)."""
-    d = _new_engine(tmp_path)
-    _load(d)
+    d = fresh_engine(tmp_path)
+    engine_traffic(d)
     return d
 
 pytestmark = pytest.mark.slow
@@ -281,7 +280,7 @@ def test_batching_on_and_off_between_two_polls_names_the_moved_counter_then_rere
 
 
 def test_status_beside_a_running_wait_reads_without_writing_and_a_second_writer_is_refused(tmp_path):
-    d = _idle_engine(tmp_path)  # no traffic: its stores never trim, so the wait goes on until --timeout
+    d = loaded_engine(tmp_path)  # no traffic: its stores never trim, so the wait goes on until --timeout
     state = tmp_path / "s.json"
     with serving(d, tmp_path / "home"):
         assert local(d, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
@@ -301,7 +300,7 @@ def test_status_beside_a_running_wait_reads_without_writing_and_a_second_writer_
 
 
 def test_a_quiet_wait_on_a_pipe_prints_a_heartbeat_line(tmp_path):
-    d = _idle_engine(tmp_path)
+    d = loaded_engine(tmp_path)
     state = str(tmp_path / "s.json")
     with serving(d, tmp_path / "home"):
         assert local(d, "downgrade", "start", "--yes", "--state", state).returncode == 0

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from txnadmin.cli.main import app
 from txnadmin.engine.config import update_dynamic
 
+from downgrade_helpers import TXNADMIN, engine_traffic, fresh_engine, running
 from engine_helpers import directory_fingerprint, live_batched_entries_in, wait_served
-from test_cli_downgrade import TXNADMIN, _engine, _load, _running
 
 runner = CliRunner()
 REOPENED = "reopened since recording"
@@ -28,11 +28,11 @@ T = "persistent://public/default/txn-topic-0"  # what `engine run` produces to a
 
 def _safe_and_stopped(tmp_path):
     """An engine that `downgrade start` + `wait` proved safe under traffic, then stopped."""
-    d = _engine(tmp_path)
-    _load(d)  # batched entries in every log before the downgrade
+    d = fresh_engine(tmp_path)
+    engine_traffic(d)  # batched entries in every log before the downgrade
     assert live_batched_entries_in(d)
     state = tmp_path / "s.json"
-    with _running(d):
+    with running(d):
         assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state",
                                    str(state)]).exit_code == 0
         done = runner.invoke(app, ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state), "--timeout", "90",
@@ -77,7 +77,7 @@ def test_a_reopen_while_stopped_and_reading_is_still_caught(tmp_path):
     d, state = _safe_and_stopped(tmp_path)
     update_dynamic(d, "transactionPendingAckBatchedWriteEnabled", "true")
     update_dynamic(d, "transactionLogBatchedWriteEnabled", "true")
-    _load(d)  # a short run of the engine, batching again
+    engine_traffic(d)  # a short run of the engine, batching again
     update_dynamic(d, "transactionPendingAckBatchedWriteEnabled", "false")
     update_dynamic(d, "transactionLogBatchedWriteEnabled", "false")
     before = directory_fingerprint(d)
@@ -120,8 +120,8 @@ def test_no_engine_starts_under_an_open_view_and_a_writer_without_server_is_refu
 
 
 def test_start_on_a_stopped_engine_opens_it_for_writing_and_status_then_sees_no_reopen(tmp_path):
-    d = _engine(tmp_path)
-    _load(d)
+    d = fresh_engine(tmp_path)
+    engine_traffic(d)
     state = tmp_path / "s.json"
     started = runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state", str(state), "-o",
                                   "json"])
@@ -177,7 +177,7 @@ def test_after_a_crash_reading_changes_no_metadata_and_no_entry_log(tmp_path):
     import signal
     import time
 
-    d = _engine(tmp_path)
+    d = fresh_engine(tmp_path)
     proc = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "100", "-o", "json"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_served(d)

@@ -1,4 +1,5 @@
-"""`downgrade`/`upgrade` never act on a target the operator did not name, say which one they act on, and ask first."""
+"""`downgrade`/`upgrade` never act on a target the operator did not name, say which one they act on, and ask first;
+a checklist recorded on one target is refused on another (in this process, on engine directories and over serve)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ import pytest
 
 from typer.testing import CliRunner
 
+from txnadmin.admin.http import HttpAdmin
+from txnadmin.admin.local import LocalAdmin
 from txnadmin.cli.main import app
+from txnadmin.procedures.downgrade import DowngradeError, start, status
 
-from test_cli_downgrade import TXNADMIN, _engine, _running
+from downgrade_helpers import BATCHED, TOKEN, TXNADMIN, cli, fresh_engine, load, loaded_engine, running, serve_process
+from engine_helpers import open_engine
 
 runner = CliRunner()
 
@@ -47,7 +52,7 @@ def test_no_target_or_an_empty_one_is_refused(tmp_path):
 
 
 def test_the_environment_names_a_target_and_output_says_so(tmp_path):
-    d = _engine(tmp_path)
+    d = fresh_engine(tmp_path)
     env = dict(_clean_env(tmp_path), TXNADMIN_ADMIN_URL=f"local:{d}")
     result = runner.invoke(app, ["downgrade", "start", "--dry-run", "--state", str(tmp_path / "s.json"), "-o", "json"],
                            env=env)
@@ -58,7 +63,7 @@ def test_the_environment_names_a_target_and_output_says_so(tmp_path):
 
 
 def test_dry_run_changes_nothing_and_no_terminal_refuses(tmp_path):
-    d = _engine(tmp_path)
+    d = fresh_engine(tmp_path)
     state = tmp_path / "s.json"
     dry = runner.invoke(app, ["downgrade", "start", "-u", f"local:{d}", "--state", str(state), "--dry-run"])
     assert dry.exit_code == 0 and "unload 2 coordinators" in dry.stdout and "nothing was changed" in dry.stdout
@@ -73,11 +78,11 @@ def test_dry_run_changes_nothing_and_no_terminal_refuses(tmp_path):
 
 @pytest.mark.slow
 def test_a_checklist_from_another_engine_is_refused_through_the_cli(tmp_path):
-    a = _engine(tmp_path)
+    a = fresh_engine(tmp_path)
     b = tmp_path / "b"
     assert runner.invoke(app, ["engine", "init", str(b), "-c", "2"]).exit_code == 0  # batching already off here
     state = tmp_path / "s.json"
-    with _running(a):
+    with running(a):
         assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{a}", "--state",
                                    str(state)]).exit_code == 0
     for cmd in (["downgrade", "start", "--yes"], ["downgrade", "status"]):
@@ -91,9 +96,8 @@ def _served_and_started(tmp_path):
     """A loaded engine served without traffic, `downgrade start` done on it: its idle subscription's store never
     trims, so no wait on it can turn safe, however fast or slow the machine is."""
     from serve_helpers import serving
-    from test_cli_downgrade_serve import _engine as _loaded_engine
 
-    d = _loaded_engine(tmp_path)
+    d = loaded_engine(tmp_path)
     state = tmp_path / "s.json"
     with serving(d, tmp_path / "home"):
         assert runner.invoke(app, ["downgrade", "start", "--yes", "-u", f"local:{d}", "--state",
@@ -130,3 +134,41 @@ def test_wait_on_a_stopped_engine_polls_once_and_says_to_start_it(tmp_path):
                           timeout=120)
     assert proc.returncode == 1 and json.loads(proc.stdout)["safe"] is False
     assert "is stopped" in proc.stderr and "engine run" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_checklist_from_another_target_is_refused(tmp_path):
+    with open_engine(tmp_path / "a", **BATCHED) as a:
+        load(a)
+        start(LocalAdmin(a), tmp_path / "s.json", "local:" + str(tmp_path / "a"))
+    with open_engine(tmp_path / "b", **BATCHED) as b:
+        load(b)
+        admin = LocalAdmin(b)
+        admin.update_dynamic_config("transactionLogBatchedWriteEnabled", "false")
+        admin.update_dynamic_config("transactionPendingAckBatchedWriteEnabled", "false")
+        for call in (lambda: start(admin, tmp_path / "s.json", "local:" + str(tmp_path / "a")),
+                     lambda: status(admin, tmp_path / "s.json")):
+            with pytest.raises(DowngradeError, match="recorded on another target.*--state.*reset") as err:
+                call()
+            assert err.value.exit_code == 3
+
+
+@pytest.mark.slow
+def test_dry_run_and_a_checklist_from_another_target_through_serve(tmp_path):
+    """--dry-run changes nothing on an http:// target either; a checklist recorded against one served engine is
+    refused against another, saying how to proceed."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = loaded_engine(tmp_path / "a"), loaded_engine(tmp_path / "b")
+    state = str(tmp_path / "s.json")
+    with serve_process(tmp_path / "a", a) as (url_a, _), serve_process(tmp_path / "b", b) as (url_b, _):
+        dry = cli(url_a, "downgrade", "start", "--dry-run", "--state", state)
+        assert dry.returncode == 0 and "nothing was changed" in dry.stdout, dry.stderr
+        assert not (tmp_path / "s.json").exists()
+        flags = HttpAdmin(url_a, token=TOKEN).runtime_config()
+        assert flags["transactionLogBatchedWriteEnabled"] == "true"  # still on: nothing changed
+        assert cli(url_a, "downgrade", "start", "--yes", "--state", state).returncode == 0
+        for cmd in (["downgrade", "start", "--yes"], ["downgrade", "status"]):
+            refused = cli(url_b, *cmd, "--state", state)
+            assert refused.returncode == 3, refused.stderr
+            assert "recorded on another target" in refused.stderr and "reset" in refused.stderr
+            assert "Traceback" not in refused.stderr

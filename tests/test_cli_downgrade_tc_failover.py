@@ -22,8 +22,9 @@ from txnadmin.names import transaction_log_local_name
 
 from engine_helpers import live_batched_entries, wait_served
 from http_front import front
-from test_cli_downgrade_deleted_sub import TOKEN, TXNADMIN, _components, _one_line_naming, _served, cli
-from test_downgrade import traffic
+from downgrade_helpers import (
+    TOKEN, TXNADMIN, assert_one_line_naming, cli, components_of, loaded_engine, served_engine, traffic,
+)
 
 TC0 = transaction_log_local_name(0)
 NOT_LOADED = "coordinator not loaded"
@@ -48,7 +49,7 @@ def _drive_until_safe(engine, url: str, state: Path, rounds: int = 60) -> None:
 @pytest.mark.slow
 def test_status_during_a_coordinator_failover_is_not_yet_and_never_done(tmp_path):
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url):
+    with served_engine(tmp_path) as (engine, url):
         assert cli(url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
         _drive_until_safe(engine, url, state)
         before = json.loads(state.read_text())["coordinators"]["0"]["recoverStartTime"]
@@ -56,7 +57,7 @@ def test_status_during_a_coordinator_failover_is_not_yet_and_never_done(tmp_path
         polled = _status(url, state)
         assert polled.returncode == 1, polled.stderr
         assert json.loads(polled.stdout)["safe"] is False
-        tc0 = _components(polled)[TC0]
+        tc0 = components_of(polled)[TC0]
         assert tc0["done"] is False and tc0["waitingFor"] == NOT_LOADED, tc0
         assert "coordinator 0" in tc0["reason"] and "failing over" in tc0["reason"] and "\n" not in tc0["reason"]
         assert "coordinators-list" in tc0["suggestion"], tc0
@@ -67,7 +68,7 @@ def test_status_during_a_coordinator_failover_is_not_yet_and_never_done(tmp_path
         engine.finish_coordinator_recovery(0)
         polled = _status(url, state)
         assert polled.returncode == 1, polled.stderr
-        tc0 = _components(polled)[TC0]
+        tc0 = components_of(polled)[TC0]
         assert tc0["done"] is False and tc0["waitingFor"] == "reopened since recording", tc0
         assert json.loads(state.read_text())["coordinators"]["0"]["recoverStartTime"] == before
 
@@ -75,7 +76,7 @@ def test_status_during_a_coordinator_failover_is_not_yet_and_never_done(tmp_path
 @pytest.mark.slow
 def test_wait_keeps_polling_through_a_coordinator_failover_and_is_safe_only_once_the_reopen_is_proven(tmp_path):
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url):
+    with served_engine(tmp_path) as (engine, url):
         assert cli(url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
         waiter = subprocess.Popen(TXNADMIN + ["-u", url, "--auth-params", f"token:{TOKEN}", "downgrade", "wait",
                                               "--state", str(state), "--timeout", "120", "--interval", "0.5", "-o",
@@ -153,11 +154,11 @@ def _coordinator_404(tc_id: int, times: float = float("inf")):
 @pytest.mark.slow
 def test_start_while_a_coordinator_is_not_loaded_says_so_in_one_line_and_a_short_failover_is_waited_out(tmp_path):
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
+    with served_engine(tmp_path) as (engine, url), front(url, TOKEN) as door:
         door.intercepts.append(_coordinator_404(0))
         failed = cli(door.url, "downgrade", "start", "--yes", "--coordinator-wait", "1", "--state", str(state))
         assert failed.returncode == 3, (failed.stdout, failed.stderr)
-        _one_line_naming(failed.stderr, "coordinator 0", "not loaded", "failing over", "downgrade start")
+        assert_one_line_naming(failed.stderr, "coordinator 0", "not loaded", "failing over", "downgrade start")
         assert "not the cluster" not in failed.stderr
         # a failover that ends within start's wait: recorded with evidence, as any other coordinator
         door.intercepts[:] = [_coordinator_404(0, times=4)]
@@ -172,7 +173,7 @@ def test_start_while_a_coordinator_is_not_loaded_says_so_in_one_line_and_a_short
 @pytest.mark.slow
 def test_verify_while_a_coordinator_is_not_loaded_cannot_tell_and_says_why(tmp_path):
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
+    with served_engine(tmp_path) as (engine, url), front(url, TOKEN) as door:
         assert cli(door.url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
         door.intercepts.append(_coordinator_404(1))
         dump = tmp_path / "dump.jsonl"
@@ -184,9 +185,8 @@ def test_verify_while_a_coordinator_is_not_loaded_cannot_tell_and_says_why(tmp_p
 
 
 def test_the_engine_fault_shows_the_404_window_through_its_rest_server(tmp_path):
-    from test_cli_downgrade_serve import _engine as _idle_engine
 
-    d = _idle_engine(tmp_path)
+    d = loaded_engine(tmp_path)
     proc = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "20", "--fault",
                                         "stall-coordinator-recovery=1", "-o", "json"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -220,7 +220,7 @@ def test_the_engine_fault_shows_the_404_window_through_its_rest_server(tmp_path)
 @pytest.mark.slow
 def test_a_recorded_coordinator_the_target_does_not_list_is_still_another_cluster(tmp_path):
     state = tmp_path / "s.json"
-    with _served(tmp_path) as (engine, url), front(url, TOKEN) as door:
+    with served_engine(tmp_path) as (engine, url), front(url, TOKEN) as door:
         assert cli(door.url, "downgrade", "start", "--yes", "--state", str(state)).returncode == 0
         listed = HttpAdmin(url, token=TOKEN)
         try:
@@ -231,4 +231,4 @@ def test_a_recorded_coordinator_the_target_does_not_list_is_still_another_cluste
                             p.split("?")[0].rstrip("/") == "/admin/v3/transactions/coordinators" else None]
         polled = _status(door.url, state)
         assert polled.returncode == 3, (polled.stdout, polled.stderr)
-        _one_line_naming(polled.stderr, "coordinator 1", "not among the target's coordinators", "not the cluster")
+        assert_one_line_naming(polled.stderr, "coordinator 1", "not among the target's coordinators", "not the cluster")

@@ -21,7 +21,7 @@ from txnadmin.cli._common import JAVA_LONG, parse_txn_id
 from txnadmin.cli.main import app
 
 from engine_helpers import open_engine
-from test_downgrade import BATCHED, traffic
+from downgrade_helpers import BATCHED, traffic
 
 runner = CliRunner()
 TXNADMIN = [sys.executable, "-m", "txnadmin"]
@@ -120,12 +120,12 @@ def test_a_context_is_carried_by_the_hints_and_the_resume_line_names_target_and_
 def test_ctrl_c_resume_line_pastes_onto_the_same_target_and_checklist(tmp_path):
     import signal
 
-    from test_cli_downgrade import _running
+    from downgrade_helpers import running
 
     env = _env(tmp_path)
     _decoy(env)
     d, state, _ = _pinned_engine(tmp_path)
-    with _running(d):
+    with running(d):
         proc = subprocess.Popen(TXNADMIN + ["downgrade", "wait", "-u", f"local:{d}", "--state", str(state),
                                             "--interval", "0.5", "--timeout", "60"],
                                 env=dict(env, TXNADMIN_HEARTBEAT_S="0.5"), stdout=subprocess.PIPE,

@@ -4,16 +4,14 @@ Ctrl-C's resume line is the command as given; on a terminal, Ctrl-C leaves the l
 from __future__ import annotations
 
 import os
-import pty
 import re
-import select
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from engine_helpers import stuck_open_downgrade
+from pty_helpers import Terminal
 
 pytestmark = pytest.mark.slow  # a running engine and seconds of waiting
 
@@ -41,39 +39,17 @@ def test_a_timeout_says_it_was_the_timeout_and_how_long_it_waited(pinned):
 
 def test_ctrl_c_on_a_terminal_leaves_the_last_frame_and_resumes_as_given(pinned):
     d, state = pinned
-    leader, follower = pty.openpty()
     env = {**os.environ, "COLUMNS": "200", "TERM": "xterm"}
-    proc = subprocess.Popen(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", state, "--timeout", "90",
-                                        "--interval", "0.5"], stdin=follower, stdout=follower, stderr=follower,
-                            env=env)
-    os.close(follower)
-    out = bytearray()
-
-    def read(seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 0.1)
-            if ready:
-                try:
-                    chunk = os.read(leader, 65536)
-                except OSError:
-                    return
-                if not chunk:
-                    return
-                out.extend(chunk)
-            elif proc.poll() is not None:
-                return
-
+    terminal = Terminal(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", state, "--timeout", "90",
+                                    "--interval", "0.5"], env)
+    proc, out = terminal.process, terminal.out
     try:
-        for _ in range(300):
-            read(0.2)
-            if b"logs done" in out:
-                break
+        terminal.read(60, 0.1, until=lambda: b"logs done" in out)
         assert b"logs done" in out, out.decode(errors="replace")
         proc.send_signal(signal.SIGINT)
-        read(30)
+        terminal.read(30, 0.1)
     finally:
-        os.close(leader)
+        terminal.close()
         if proc.poll() is None:
             proc.kill()
     assert proc.wait(timeout=60) == 130

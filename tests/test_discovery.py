@@ -8,7 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from engine_helpers import open_engine
-from test_downgrade import traffic
+from downgrade_helpers import traffic
 from txnadmin.admin.discovery import discover_pending_ack_stores
 from txnadmin.admin.local import LocalAdmin
 from txnadmin.admin.protocol import NotFoundError

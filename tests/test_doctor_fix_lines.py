@@ -11,18 +11,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import shlex
 import signal
 import subprocess
 import sys
 import time
-import pty
 from pathlib import Path
 
 import pytest
 
 from engine_helpers import wait_served
+from pty_helpers import Terminal
 from txnadmin.admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG
 from txnadmin.procedures.doctor import Survey, parse_thresholds
 from txnadmin.procedures.doctor.checks import batched_log
@@ -58,31 +57,17 @@ def _paste(line: str, env: dict, until_served: Path | None = None) -> tuple[int,
     that runs until stopped (`engine run DIR`) is stopped with Ctrl-C once it serves that directory."""
     argv = shlex.split(line)
     assert argv[0] == "txnadmin" and "<" not in line and "|" not in line, line  # a command, not a template
-    leader, follower = pty.openpty()
-    process = subprocess.Popen([*TXNADMIN, *argv[1:]], stdin=follower, stdout=follower, stderr=follower, env=env)
-    os.close(follower)
-    os.write(leader, b"y\n")  # the terminal holds the answer until the command asks
-    out = bytearray()
+    terminal = Terminal([*TXNADMIN, *argv[1:]], env)
+    terminal.write(b"y\n")  # the terminal holds the answer until the command asks
     deadline = time.monotonic() + 120
     try:
-        while time.monotonic() < deadline:
-            if until_served is not None and (until_served / "server.json").exists():
-                process.send_signal(signal.SIGINT)
-                until_served = None
-            ready, _, _ = select.select([leader], [], [], 0.1)
-            if ready:
-                try:
-                    chunk = os.read(leader, 65536)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            elif process.poll() is not None:
-                break
+        served = None if until_served is None else until_served / "server.json"
+        if served is not None and not terminal.read(120, 0.1, until=served.exists) and served.exists():
+            terminal.process.send_signal(signal.SIGINT)
+        terminal.read(max(0.0, deadline - time.monotonic()), 0.1)
     finally:
-        os.close(leader)
-    return process.wait(timeout=60), out.decode(errors="replace")
+        terminal.close()
+    return terminal.process.wait(timeout=60), terminal.out.decode(errors="replace")
 
 
 def _runtime(engine: Path) -> dict:

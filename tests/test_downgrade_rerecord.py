@@ -8,9 +8,8 @@ import pytest
 from txnadmin.admin.local import LocalAdmin
 from txnadmin.procedures.downgrade import DowngradeError, Waiting, start, status
 
+from downgrade_helpers import BATCHED, load
 from engine_helpers import open_engine
-from test_downgrade import BATCHED
-from test_downgrade_adversarial import load
 
 
 @pytest.mark.slow

@@ -14,9 +14,8 @@ from txnadmin.admin.protocol import NotFoundError
 from txnadmin.procedures.downgrade import DowngradeError, start, verify
 from txnadmin.procedures.downgrade.checklist import load_state, save_state
 
+from downgrade_helpers import BATCHED, Unloaded, load
 from engine_helpers import open_engine
-from test_downgrade import BATCHED
-from test_downgrade_adversarial import Unloaded, load
 
 HIDDEN_STORE = "persistent://public/default/u-s__transaction_pending_ack"
 

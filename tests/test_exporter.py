@@ -23,7 +23,7 @@ from txnadmin.cli.main import app
 from txnadmin.engine.faults import STALLED_TOPIC
 from txnadmin.procedures.exporter import METRICS, PREFIX
 
-from test_cli_downgrade_serve import TOKEN, _engine as _batching_engine, _serve, cli
+from downgrade_helpers import TOKEN, cli, loaded_engine, serve_process
 
 runner = CliRunner()
 TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
@@ -159,9 +159,9 @@ def test_checklist_and_doctor_values_equal_what_the_commands_say_and_a_lost_targ
     """Against a real `serve` with token auth: with --checklist and --doctor, every value equals what `downgrade
     status -o json` and `doctor -o json` say of the same quiet engine; the checklist is never written. Then the
     server goes away: the exporter stays up, serves the last values, and its errors and poll age rise."""
-    d = _batching_engine(tmp_path)
+    d = loaded_engine(tmp_path)
     state = tmp_path / "checklist.json"
-    with _serve(tmp_path, d) as (target, server):
+    with serve_process(tmp_path, d) as (target, server):
         started = cli(target, "downgrade", "start", "--yes", "--state", str(state), "-o", "json")
         assert started.returncode == 0, started.stderr
         before = (state.read_bytes(), state.stat().st_mtime_ns)

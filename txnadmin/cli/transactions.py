@@ -217,25 +217,27 @@ def slow_transactions(ctx: typer.Context, coordinator_id: Optional[int] = typer.
 
 
 def _slow_table(txns: dict, title: str) -> None:
-    """One line per transaction, as `list` shows them (pulsar-admin's map stays the default output and -o json);
-    ages on this machine's clock. -o wide adds when it opened and its partitions."""
+    """One line per transaction, id, coordinator, state, age, timeout and owner (pulsar-admin's map stays the default
+    output and -o json); ages on this machine's clock. -o wide adds when it opened and its partitions."""
     from ..admin.hanging import transaction_rows
-    from .render import age, human_value, print_rows
+    from .render import age, human_value
 
-    rows = transaction_rows(txns)
-    if not rows:
-        typer.echo(title)
-        return
-    cells, notes = [], []
-    for r in rows:
-        timeout = r.get("timeoutMs")
-        cells.append([r["txnId"], "-" if r["coordinatorId"] is None else str(r["coordinatorId"]), r["status"] or "-",
-                      age(r["ageMs"]), "-" if timeout is None else age(timeout), r.get("owner") or "-",
-                      human_value("openTimestamp", r.get("openTimestamp"), compact=True),
-                      str(len(r["producedPartitions"])), str(len(r["ackedPartitions"]))])
-        notes.append([f"note: {r['note']}"] if r.get("note") else [])
-    print_rows(["TXN ID", "COORDINATOR", "STATE", "AGE", "TIMEOUT", "OWNER", "OPENED (UTC)", "PRODUCED", "ACKED"],
-               cells, notes, title, extra=3)
+    def timeout(r: dict) -> str:
+        return "-" if r.get("timeoutMs") is None else age(r["timeoutMs"])
+
+    columns: list[_Column] = [
+        ("TXN ID", lambda r: r["txnId"]),
+        ("COORDINATOR", lambda r: "-" if r["coordinatorId"] is None else str(r["coordinatorId"])),
+        ("STATE", lambda r: r["status"] or "-"),
+        ("AGE", lambda r: age(r["ageMs"])),
+        ("TIMEOUT", timeout),
+        ("OWNER", lambda r: r.get("owner") or "-"),
+        ("OPENED (UTC)", lambda r: human_value("openTimestamp", r.get("openTimestamp"), compact=True)),
+        ("PRODUCED", lambda r: str(len(r["producedPartitions"]))),
+        ("ACKED", lambda r: str(len(r["ackedPartitions"]))),
+    ]
+    _txn_table(transaction_rows(txns), title, columns, wide=3,
+               notes=lambda r: [f"note: {r['note']}"] if r.get("note") else [])
 
 
 @app.command("scale-transactionCoordinators")
@@ -399,26 +401,48 @@ def get_pending_ack_batch_log_stat(ctx: typer.Context, output: Optional[str] = O
 
 # -- beyond pulsar-admin -----------------------------------------------------------------------
 
-def _txn_table(rows: list[dict], title: str) -> None:
-    """One line per transaction, its id whole; why it hangs and the command that aborts it on lines under it; -o wide
-    adds open time and partitions."""
-    from .render import age, human_value, print_rows
+# A column of a transaction table: its header, and what a row shows in it.
+_Column = tuple[str, Callable[[dict], str]]
+
+
+def _txn_table(rows: list[dict], title: str, columns: list[_Column], wide: int,
+               notes: Callable[[dict], list[str]]) -> None:
+    """The one transaction table: a line per transaction, its id whole, and ``notes`` on lines under it; the last
+    ``wide`` columns only with -o wide. Just the title when there is none."""
+    from .render import print_rows
 
     if not rows:
         typer.echo(title)
         return
-    cells, notes = [], []
-    for r in rows:
-        timeout = r.get("timeoutMs")
-        partitions = len(r.get("producedPartitions", [])) + len(r.get("ackedPartitions", []))
-        cells.append([r["txnId"], r["status"] or "-", age(r["ageMs"]),
-                      "-" if not timeout else human_value("timeoutAt", timeout) if timeout > 10**12 else age(timeout),
-                      r.get("owner") or "-", human_value("openTimestamp", r.get("openTimestamp"), compact=True),
-                      str(partitions)])
-        notes.append([f"why: {reason}" for reason in r.get("reasons", [])] + ([f"note: {r['note']}"] if r.get("note") else [])
-                     + ([r["abortCommand"]] if r.get("abortCommand") else []))
-    print_rows(["TXN ID", "STATUS", "AGE", "TIMEOUT", "OWNER", "OPENED (UTC)", "PARTITIONS"], cells, notes, title,
-               extra=2)
+    print_rows([header for header, _ in columns], [[cell(r) for _, cell in columns] for r in rows],
+               [notes(r) for r in rows], title, extra=wide)
+
+
+def _hanging_table(rows: list[dict], title: str) -> None:
+    """find-hanging's: why each hangs and the command that aborts it on lines under it; -o wide adds open time and
+    partitions."""
+    from .render import age, human_value
+
+    def timeout(r: dict) -> str:
+        at = r.get("timeoutMs")
+        return "-" if not at else human_value("timeoutAt", at) if at > 10**12 else age(at)
+
+    columns: list[_Column] = [
+        ("TXN ID", lambda r: r["txnId"]),
+        ("STATUS", lambda r: r["status"] or "-"),
+        ("AGE", lambda r: age(r["ageMs"])),
+        ("TIMEOUT", timeout),
+        ("OWNER", lambda r: r.get("owner") or "-"),
+        ("OPENED (UTC)", lambda r: human_value("openTimestamp", r.get("openTimestamp"), compact=True)),
+        ("PARTITIONS", lambda r: str(len(r.get("producedPartitions", [])) + len(r.get("ackedPartitions", [])))),
+    ]
+
+    def notes(r: dict) -> list[str]:
+        why = [f"why: {reason}" for reason in r.get("reasons", [])]
+        note = [f"note: {r['note']}"] if r.get("note") else []
+        return why + note + ([r["abortCommand"]] if r.get("abortCommand") else [])
+
+    _txn_table(rows, title, columns, wide=2, notes=notes)
 
 
 class _TopicFilter:
@@ -672,7 +696,7 @@ def find_hanging(ctx: typer.Context,
     title = f"{len(rows)} hanging of {counted(open_count, 'open transaction')} on {where}"
     if not abort:
         def table(v: list[dict]) -> None:
-            _txn_table(v, title)
+            _hanging_table(v, title)
             _abort_hints(v)
 
         _print(rows, output or "table", table=table)

@@ -39,7 +39,7 @@ class Evidence:
 
 
 def read_evidence(log: LogReader, rec: dict, listed: Optional[set[str]], state_path: Path, state: dict,
-              coordinators: Optional[set[int]] = None) -> Evidence:
+                  coordinators: Optional[set[int]] = None) -> Evidence:
     """What this poll's reads of one log established (see :class:`Evidence`).
     ``coordinators``: the ids the target lists this poll (a recorded one missing there is another cluster)."""
     name = log.key if log.component == "pending-ack" else transaction_log_local_name(log.key)
@@ -167,7 +167,7 @@ def coordinator_status(admin: TransactionsAdmin, log: LogReader, rec: dict, ids:
         status.reason = f"oldest live ledger {oldest} is newer than LastBatched {last}"
         return status
     ml = admin_call(lambda: log_stats(admin.coordinator_internal_stats(tc_id), "transactionLogStats",
-                                 f"coordinator {tc_id}'s internal stats"))["managedLedgerInternalStats"]
+                                      f"coordinator {tc_id}'s internal stats"))["managedLedgerInternalStats"]
     if [i for i in ids if i <= last] == [ids[-1]]:
         status.kind = Waiting.NOT_ROLLED
         status.reason = f"the open ledger {ids[-1]} has not rolled over yet"

@@ -33,10 +33,8 @@ def guard(admin: TransactionsAdmin, state_path: Path, broker: Optional[str] = No
     if getattr(admin, "frozen", False):
         raise DowngradeError("the engine is stopped, so its broker is down already and has no counters to read: "
                              "`guard` runs just before a broker goes down; start the engine to guard it", 3)
-    report = status(admin, state_path, concurrency, progress, target=target, save=False, require_counters=True)
-    if broker is not None and broker not in report.brokers:
-        raise DowngradeError(f"broker {broker} is not among the target's active brokers ({', '.join(report.brokers)}): "
-                             "name it as the cluster lists it (host:port)", 3)
+    report = status(admin, state_path, concurrency, progress, target=target, save=False, require_counters=True,
+                    broker=broker)
     return report, verdict
 
 

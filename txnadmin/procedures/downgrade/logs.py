@@ -50,8 +50,8 @@ class LogReader:
     def _live_ledgers(self) -> tuple[Optional[str], list[dict]]:
         if self.component == "coordinator":
             stats = admin_call(lambda: log_stats(self.admin.coordinator_internal_stats(int(self.key)),
-                                            "transactionLogStats", f"coordinator {self.key}'s internal stats",
-                                            JUDGED_LEDGERS))
+                                                 "transactionLogStats", f"coordinator {self.key}'s internal stats",
+                                                 JUDGED_LEDGERS))
         else:
             stats = admin_call(lambda: log_stats(self.admin.pending_ack_internal_stats(
                 self.info["topic"], self.info["subscription"]), "pendingAckLogStats",

@@ -11,27 +11,27 @@ from ...admin.cluster import ClusterView
 from ...admin.endpoints import coordinator_ids
 from ...admin.protocol import AdminError, NotFoundError, TransactionsAdmin
 from ...names import is_pending_ack_store, transaction_log_local_name
-from .checklist import accepted_count, baselines_of, require_state, flush_facts, remember_flush, save_state
+from .checklist import accepted_count, baselines_of, flush_facts, remember_flush, require_state, save_state
 from .evidence import (
-    FLUSHED_HINT, RERECORD_HINT, SCAN_HINT, coordinator_status, read_evidence, iso_time, store_status, tc_not_loaded,
+    FLUSHED_HINT, RERECORD_HINT, SCAN_HINT, coordinator_status, iso_time, read_evidence, store_status, tc_not_loaded,
 )
 from .logs import LogReader
-from .reopen import Session, counters_cover, counted_move, Poll, judge_reopened, revoke_accepted
+from .reopen import Poll, Session, counted_move, counters_cover, judge_reopened, revoke_accepted
 from .report import DowngradeError, LogStatus, Report, Waiting
 from .target import (
-    Progress, admin_call, describe_on, topic_listing, active_brokers, check_identity, flags_on_brokers,
-    target_identity,
+    Progress, active_brokers, admin_call, check_identity, describe_on, flags_on_brokers, target_identity, topic_listing,
 )
 
 
 def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, progress: Progress = None,
            target: Optional[str] = None, flag_wait_s: float = 0.0, session: Optional[Session] = None,
-           save: bool = True, require_counters: bool = False) -> Report:
+           save: bool = True, require_counters: bool = False, broker: Optional[str] = None) -> Report:
     """One poll, read-only on the target. ``save``: remember in the checklist what this poll proved (only the
     checklist's one writer, `wait`, saves: `downgrade status` run beside it reads). ``session``: `wait`'s watch and
     polls, which let a reopen be accepted when the watch proves it harmless; without one, a reopen is unproven.
     ``require_counters``: a safe verdict also needs every broker's flush counters read live, covering this poll
-    (always, once a safe verdict was recorded, and for `guard`)."""
+    (always, once a safe verdict was recorded, and for `guard`). ``broker``: one the operator named (`guard`
+    --broker), refused (exit 3) as soon as the active brokers are read when it is not one of them."""
     view = session.view if session is not None else ClusterView(admin, target or "")
     if session is not None:
         view.forget()  # identity and brokers are read afresh at every poll
@@ -42,6 +42,9 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         ident = target_identity(admin, state["identity"]["adminUrl"], view)
     check_identity(state, ident, state_path)
     brokers = active_brokers(admin, ident, view)
+    if broker is not None and broker not in brokers:  # a typo fails before the poll, not after it
+        raise DowngradeError(f"broker {broker} is not among the target's active brokers ({', '.join(brokers)}): "
+                             "name it as the cluster lists it (host:port)", 3)
     on = flags_on_brokers(view, brokers)
     if on:
         raise DowngradeError(
@@ -61,7 +64,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
     if moved is not None:
         changed |= revoke_accepted(state, moved)
     coord = [(LogReader(admin, "coordinator", k, {}), rec) for k, rec in sorted(state["coordinators"].items(),
-                                                                          key=lambda kv: int(kv[0]))]
+                                                                                key=lambda kv: int(kv[0]))]
     stores = [(LogReader(admin, "pending-ack", k, rec), rec) for k, rec in sorted(state["pendingAckStores"].items())]
     jobs = coord + stores
     # Logs that exist now but were never recorded may have opened while batching was on: they are part of the
@@ -127,9 +130,11 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
             changed = True
     logs += unrecorded
     loads = [l.extra["topicLoad"] for l in logs if "topicLoad" in l.extra]
-    # The counters again, read after every log: the poll that says safe is covered too.
+    # The counters again, read after every log: the poll that says safe is covered too. Without a watch, one read
+    # of the brokers serves both the counted move and the cover below.
     end = poll.t_end if poll is not None and poll.t_end is not None else time.monotonic()
-    moved = counted_move(view, brokers, baselines, session) if moved is None else moved
+    last_reads = view.read_brokers(brokers) if moved is None and first_reads is not None else None
+    moved = counted_move(view, brokers, baselines, session, last_reads) if moved is None else moved
     # Safe is a statement about the moment of a verdict: once one was given, every later verdict re-judges the
     # counters, since a store that opened batching may write its first batched entry at any time after it.
     # (A stopped engine's read-only view runs no broker: nothing can write, and there are no counters to read.)
@@ -150,7 +155,7 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
                               + FLUSHED_HINT, kind=Waiting.STILL_FLUSHING, extra={"proof": fact["evidence"]}))
     if not facts and counters_needed and all(l.done for l in logs):
         # Accepted reopens rest on "no batched flush anywhere": the verdict needs counters that cover this poll.
-        ok, why = counters_cover(view, brokers, baselines, session, end, first_reads)
+        ok, why = counters_cover(view, brokers, baselines, session, end, first_reads, last_reads)
         if not ok:
             logs.append(LogStatus("broker", "*", None, None, False, f"cannot confirm yet that no batched writer "
                                   f"flushed: {why}", "wait: the next poll reads the counters again",
@@ -164,8 +169,8 @@ def status(admin: TransactionsAdmin, state_path: Path, concurrency: int = 16, pr
         changed = True
     if changed and save:
         save_state(state_path, state)
-    return Report(safe_now, not on, logs, verification, target={"adminUrl": ident["adminUrl"],
-                                                            "clusterName": ident.get("clusterName")}, brokers=brokers,
+    return Report(safe_now, not on, logs, verification,
+                  target={"adminUrl": ident["adminUrl"], "clusterName": ident.get("clusterName")}, brokers=brokers,
                   reopens_accepted=accepted_count(state), poll=poll.number if poll is not None else None,
                   topic_loads=loads)
 

@@ -13,14 +13,14 @@ from ...admin.endpoints import JUDGED_COORDINATORS, judged
 from ...admin.protocol import PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, NotFoundError, TransactionsAdmin
 from ...names import coordinator_assign_partition
 from .checklist import (
-    ChecklistLock, baselines_of, recorded_logs, discharge_flushes, flush_facts, load_state, new_state, remember_flush,
+    ChecklistLock, baselines_of, discharge_flushes, flush_facts, load_state, new_state, recorded_logs, remember_flush,
     save_state,
 )
 from .logs import COORDINATOR_LOAD_WAIT_S, LogReader
 from .report import DowngradeError
 from .target import (
-    FLAG_PROPAGATION_S, Progress, admin_call, describe_on, now_ms, pending_ack_stores, active_brokers,
-    check_identity, confirm_flags_off, flags_on_brokers, flush_baselines, target_identity,
+    FLAG_PROPAGATION_S, Progress, active_brokers, admin_call, check_identity, confirm_flags_off, describe_on,
+    flags_on_brokers, flush_baselines, now_ms, pending_ack_stores, target_identity,
 )
 from .watch import WATCH_PERIOD_S, Watch, counter_problem
 
@@ -147,7 +147,7 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
     # The watch runs while we record: a flag switched on between two of the per-reload checks is seen too.
     with Watch(view, {}, watch_period) as watch:
         this_run = record_logs(admin, view, state, state_path, todo, brokers, reload, concurrency, progress, watch,
-                                counted)
+                               counted)
     if counted:
         discharge_flushes(state, f"`start` re-recorded every log ({len(this_run)}) "
                           + ("with a reload" if reload else "without a reload, up to its newest ledger"))
@@ -164,8 +164,8 @@ def _start(admin: TransactionsAdmin, state_path: Path, target: str, reload: bool
 
 
 def record_logs(admin: TransactionsAdmin, view: ClusterView, state: dict, state_path: Path, todo: list["LogReader"],
-                 brokers: list[str], reload: bool, concurrency: int, progress: Progress,
-                 watch: Optional[Watch], counted: bool = False) -> list[tuple[str, str]]:
+                brokers: list[str], reload: bool, concurrency: int, progress: Progress,
+                watch: Optional[Watch], counted: bool = False) -> list[tuple[str, str]]:
     """Record ``todo`` (reloaded per topic or coordinator unless ``reload`` is off), with the flags confirmed off
     after every reload and at both ends; a LastBatched already recorded is never lowered. Used by `start` and by
     `wait --rerecord`. Returns the (bucket, key) pairs recorded."""

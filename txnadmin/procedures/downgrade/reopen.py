@@ -108,7 +108,7 @@ _REJUDGE = 3  # a log seen moving again while its last move is accepted is judge
 
 
 def judge_reopened(session: Optional[Session], poll: Optional[Poll], key: tuple[str, str], job, result: LogStatus,
-            confirmed: Optional[int], again) -> tuple[LogStatus, Optional[int], bool]:
+                   confirmed: Optional[int], again) -> tuple[LogStatus, Optional[int], bool]:
     """A log seen reopened: accept it when the watch proves it harmless, and judge it afresh; else say why not.
     Returns (its status, a confirmed ledger, whether the checklist changed)."""
     log, rec = job
@@ -150,7 +150,7 @@ def judge_reopened(session: Optional[Session], poll: Optional[Poll], key: tuple[
 
 
 def counted_move(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session],
-           readings: Optional[dict[str, BrokerReading]] = None):
+                 readings: Optional[dict[str, BrokerReading]] = None):
     """The first batched flush counted since the baselines, or None (``readings``: the brokers as just read, without
     a watch)."""
     if session is not None and session.watch is not None:
@@ -163,9 +163,11 @@ def counted_move(view: ClusterView, brokers: list[str], baselines: dict, session
 
 
 def counters_cover(view: ClusterView, brokers: list[str], baselines: dict, session: Optional[Session],
-                    end: float, earlier: Optional[dict[str, BrokerReading]] = None) -> tuple[bool, str]:
+                   end: float, earlier: Optional[dict[str, BrokerReading]] = None,
+                   readings: Optional[dict[str, BrokerReading]] = None) -> tuple[bool, str]:
     """Counters that cover the moment ``end``: with `wait`'s watch, its rounds; without one (`downgrade status`),
-    a read now, live only if its CPU seconds moved since ``earlier`` (the same poll's first read)."""
+    a read now (``readings``: the brokers as just read after the logs), live only if its CPU seconds moved since
+    ``earlier`` (the same poll's first read)."""
     if session is not None and session.watch is not None:
         watch = session.watch
         ok, why = watch.counters(end)
@@ -174,7 +176,7 @@ def counters_cover(view: ClusterView, brokers: list[str], baselines: dict, sessi
             watch.wait_for_round(end + slot, 2 * watch.period + slot + 1.0)
             ok, why = watch.counters(end)
         return bool(ok), why
-    for reading in view.read_brokers(brokers).values():
+    for reading in (readings if readings is not None else view.read_brokers(brokers)).values():
         problem, _ = counter_problem(reading, baselines)
         if problem is not None:
             return False, problem

@@ -16,8 +16,7 @@ from .checklist import ChecklistLock, require_state, save_state
 from .logs import TC_OWNER_LOG, LogReader, coordinator_not_loaded
 from .report import DowngradeError
 from .target import (
-    Progress, admin_call, ledger_history_fits, not_this_cluster, now_ms, topic_listing, check_identity,
-    target_identity,
+    Progress, admin_call, check_identity, ledger_history_fits, not_this_cluster, now_ms, target_identity, topic_listing,
 )
 
 

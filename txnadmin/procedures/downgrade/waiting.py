@@ -9,14 +9,14 @@ from typing import Callable, Optional
 
 from ...admin.protocol import TransactionsAdmin
 from .checklist import (
-    ChecklistLock, baselines_of, require_state, discharge_flushes, flush_facts, load_state, save_state,
+    ChecklistLock, baselines_of, discharge_flushes, flush_facts, load_state, require_state, save_state,
 )
 from .logs import LogReader
 from .poll import status
 from .recording import count_flushes, record_logs
 from .reopen import Session
 from .report import DowngradeError, LogStatus, Report, Waiting
-from .target import pending_ack_stores, active_brokers, confirm_flags_off, flush_baselines, target_identity
+from .target import active_brokers, confirm_flags_off, flush_baselines, pending_ack_stores, target_identity
 from .watch import WATCH_PERIOD_S
 
 
