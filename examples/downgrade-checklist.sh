@@ -32,3 +32,5 @@ if [ "$code" -ne 0 ]; then echo "3/3 not safe yet (exit $code)"; exit "$code"; f
 
 echo "3/3 safe: downgrade the brokers one at a time (keep the batching flags off); before each one:"
 echo "  $TXNADMIN -u $target downgrade guard --state $state --broker BROKER   # exit 0: take it down now"
+echo "  or let txnadmin walk them (the proof again before each, each log checked recovered after):"
+echo "  $TXNADMIN -u $target downgrade roll --state $state --to OLDER_VERSION"

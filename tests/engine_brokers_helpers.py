@@ -1,17 +1,48 @@
-"""A served engine of several brokers under a workload (`txnadmin engine run`), for the downgrade's tests that
-need real brokers: started as an operator starts it, stopped with Ctrl-C."""
+"""An engine of several brokers for tests: the CLI in this process, the brokers server.json names, and a served
+engine under a workload (`txnadmin engine run`), started as an operator starts it and stopped with Ctrl-C."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from test_engine_brokers import brokers, until
+from typer.testing import CliRunner
+
+from txnadmin.cli.main import app
 
 TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
+
+
+def cli(home: Path, *args: str) -> subprocess.CompletedProcess:
+    """The CLI in this process (Typer's runner: no interpreter start per call), as a finished process."""
+    result = CliRunner().invoke(app, list(args), env={"TXNADMIN_HOME": str(home)})
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
+def init(home: Path, d: Path, *args: str) -> None:
+    done = cli(home, "engine", "init", str(d), "-c", "4", *args)
+    assert done.returncode == 0, done.stderr
+
+
+def brokers(d: Path) -> list[dict]:
+    return json.loads((d / "server.json").read_text())["brokers"]
+
+
+def until(check, what: str, timeout_s: float = 20.0):
+    """Poll ``check`` until it returns something true (bounded; never a timing assertion)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if result := check():
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
+
+
 # Small ledgers that roll quickly, and both batching flags on: the logs hold batched entries within a second.
 SMALL = ["--set", "managedLedgerMaxEntriesPerLedger=20", "--set", "managedLedgerMinLedgerRolloverTimeMinutes=0",
          "--set", "managedLedgerMaxLedgerRolloverTimeMinutes=0.02", "--set", "transactionPendingAckLogIndexMinLag=5",

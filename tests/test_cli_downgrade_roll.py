@@ -10,8 +10,9 @@ import subprocess
 
 import pytest
 
-from engine_brokers_helpers import SMALL, TXNADMIN, batched_written, run_engine as _run_engine, stop_engine as _stop
-from test_engine_brokers import brokers, cli, init, until
+from engine_brokers_helpers import (
+    SMALL, TXNADMIN, batched_written, brokers, cli, init, run_engine as _run_engine, stop_engine as _stop, until,
+)
 
 
 @pytest.fixture

@@ -15,9 +15,8 @@ import json
 import os
 import subprocess
 
-from engine_brokers_helpers import SMALL, TXNADMIN, batched_written, run_engine, stop_engine
+from engine_brokers_helpers import SMALL, TXNADMIN, batched_written, brokers, cli, init, run_engine, stop_engine, until
 from engine_helpers import live_batched_entries_in
-from test_engine_brokers import brokers, cli, init, until
 
 WAIT = ["--rerecord", "--yes", "--timeout", "180", "--interval", "1"]
 

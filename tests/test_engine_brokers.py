@@ -10,33 +10,18 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
 
+from engine_brokers_helpers import brokers, cli, init, until
 from serve_helpers import serving
-from typer.testing import CliRunner
-from txnadmin.cli.main import app
 from txnadmin.metrics.exposition import parse_exposition, process_start_time
 
 TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
 
 
-def cli(home: Path, *args: str) -> subprocess.CompletedProcess:
-    """The CLI in this process (Typer's runner: no interpreter start per call), as a finished process."""
-    result = CliRunner().invoke(app, list(args), env={"TXNADMIN_HOME": str(home)})
-    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
-
-def init(home: Path, d: Path, *args: str) -> None:
-    done = cli(home, "engine", "init", str(d), "-c", "4", *args)
-    assert done.returncode == 0, done.stderr
-
-
-def brokers(d: Path) -> list[dict]:
-    return json.loads((d / "server.json").read_text())["brokers"]
 
 
 def get(url: str, token: str, path: str) -> httpx.Response:
@@ -51,15 +36,6 @@ def refuses(broker_id: str) -> bool:
         return True
     return False
 
-
-def until(check, what: str, timeout_s: float = 20.0):
-    """Poll ``check`` until it returns something true (bounded; never a timing assertion)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if result := check():
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
 
 
 def owner_url(url: str, token: str, topic_path: str) -> str:
