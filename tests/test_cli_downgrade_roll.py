@@ -15,25 +15,39 @@ from engine_brokers_helpers import (
 )
 
 
-@pytest.fixture
-def safe_cluster(tmp_path):
-    """A three-broker engine under load whose downgrade is recorded and safe: (home, dir, checklist, process)."""
+def _safe(tmp_path, over_http: bool = False):
+    """A three-broker engine under load whose downgrade is recorded and safe: (home, dir, checklist, process,
+    target args). ``over_http``: the target is the first broker's URL with the token, as a real cluster is reached
+    (the checklist is bound to it), instead of `local:DIR`."""
     home, d = tmp_path / "home", tmp_path / "e"
     init(home, d, "--brokers", "3", *SMALL)
     run = _run_engine(home, d)
     state = tmp_path / "dg.json"
     try:
         until(lambda: batched_written(d), "batched entries", 30)
-        target = ["-u", f"local:{d}"]
+        server = json.loads((d / "server.json").read_text())
+        target = (["-u", server["url"], "--auth-params", f"token:{server['token']}"] if over_http
+                  else ["-u", f"local:{d}"])
         started = cli(home, *target, "downgrade", "start", "--state", str(state), "--yes")
         assert started.returncode == 0, started.stdout + started.stderr
         waited = cli(home, *target, "downgrade", "wait", "--state", str(state), "--rerecord", "--yes",
                      "--timeout", "180", "--interval", "1")
         assert waited.returncode == 0, waited.stdout + waited.stderr
-        yield home, d, state, run
+        yield home, d, state, run, target
     finally:
         if run.poll() is None:
             _stop(run)
+
+
+@pytest.fixture
+def safe_cluster(tmp_path):
+    for home, d, state, run, _target in _safe(tmp_path):
+        yield home, d, state, run
+
+
+@pytest.fixture
+def safe_cluster_over_http(tmp_path):
+    yield from _safe(tmp_path, over_http=True)
 
 
 def test_roll_walks_every_broker_down_and_checks_every_log_recovered(safe_cluster):
@@ -103,3 +117,30 @@ def test_roll_killed_mid_walk_resumes_where_it_was(safe_cluster):
     now = {b["id"]: b for b in brokers(d)}
     assert all(now[b]["processStartTime"] == t for b, t in restarted_once.items())  # not restarted again
     assert all(b["version"] == "2.10.6" and b["processStartTime"] != before[b["id"]] for b in now.values())
+
+
+def test_roll_on_a_cluster_it_cannot_restart_asks_the_operator_and_waits_for_each_broker(safe_cluster_over_http):
+    """Through the brokers' HTTP address (as a real cluster is reached) the walk cannot restart anything: it says
+    which broker to take down and waits until that broker answers on --to as a new process. The operator (here,
+    `engine broker restart` run when asked) does each restart."""
+    home, d, state, run, target = safe_cluster_over_http
+    env = dict(os.environ, TXNADMIN_HOME=str(home))
+    walk = subprocess.Popen(TXNADMIN + [*target, "downgrade", "roll", "--to", "2.10.6", "--state", str(state), "--yes",
+                                        "--interval", "1", "--timeout", "180"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    asked = []
+    try:
+        assert walk.stdout is not None
+        for line in walk.stdout:
+            if "take it down now and start it on 2.10.6" in line:
+                broker = line.split(":", 2)[0] + ":" + line.split(":", 2)[1]
+                asked.append(broker)
+                done = cli(home, "engine", "broker", "restart", str(d), "--broker", broker, "--version", "2.10.6")
+                assert done.returncode == 0, done.stderr
+        walk.wait(timeout=60)
+    finally:
+        if walk.poll() is None:
+            walk.kill()
+    assert walk.returncode == 0, walk.stderr.read() if walk.stderr else ""
+    assert sorted(asked) == sorted(b["id"] for b in brokers(d))  # each broker asked for once
+    assert {b["version"] for b in brokers(d)} == {"2.10.6"}
