@@ -9,7 +9,7 @@ ENGINE = Path(__file__).resolve().parent.parent / "txnadmin" / "engine"
 
 LAYERS = [
     {"position", "ackset", "config", "writer_metrics", "snapshot_metrics", "pending_ack_metrics", "coordinator_metrics",
-     "tb_client_metrics", "completion", "ops", "storage"},
+     "tb_client_metrics", "completion", "ops", "storage", "open_times"},
     {"managed_ledger", "cursor"},  # one layer: a cursor belongs to its managed ledger
     {"buffered_writer", "keyed_log", "aborted_txn_processor", "older_brokers"},  # positions only; older: 2.10 reads
     {"transaction_log", "pending_ack", "tb_snapshot", "preserver", "topic"},

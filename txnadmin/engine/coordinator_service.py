@@ -15,7 +15,7 @@ from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig
 from ..names import reads_batched_entries
 from .coordinator import ABORTING, COMMITTING, CoordinatorError, TransactionCoordinator
-from .older_brokers import BatchedEntryUnreadable
+from .older_brokers import BatchedEntryUnreadable, replayed
 from .preserver import TransactionPreserver, preserver_log_name
 from .transaction_log import TransactionLog
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from .coordinator import TxnMeta
     from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
+    from .open_times import OpenTimes
     from .storage import LedgerStorage
     from .writer_metrics import BufferedWriterMetrics
 
@@ -83,9 +84,9 @@ class CoordinatorService:
         read_only: bool
         tc_metrics: BufferedWriterMetrics
         host_of: Callable[[str], Any]
+        opens: OpenTimes
 
         def ml_config(self) -> ManagedLedgerConfig: ...
-        def _opened(self, key: str, component: Any) -> None: ...
         def _writable(self) -> None: ...
         def _drive_end(self, tc: TransactionCoordinator, meta: TxnMeta, commit: bool) -> None: ...
         def end_transaction(self, txn: tuple[int, int], commit: bool, client_name: str | None = None) -> str: ...
@@ -111,16 +112,11 @@ class CoordinatorService:
                 max_total=self.config.engineTransactionMetaPersistMaxTotal, clock_ms=self.clock_ms,
                 ml_config=self.ml_config())
         key = f"tc/{tc_id}"
-        self.recovery_failures.pop(key, None)
-        try:
-            self._pending_end[tc_id] = tc.recover(older)
-        except BatchedEntryUnreadable as failure:
-            # Pulsar 2.10 logs the failed open and keeps the store out of its admin handlers' map: 404 until a
-            # broker that can read the entry opens it (an upgrade of this one, or a move to another)
-            log.error("transaction coordinator %s did not recover: %s", tc_id, failure)
-            self.recovery_failures[key] = failure
-            self._pending_end[tc_id] = []
-        self._opened(key, tc)
+        # A failed replay keeps the store out of the admin handlers' map (loaded_coordinator): 404 until a broker
+        # that can read the entry opens it (an upgrade of this one, or a move to another), as in Pulsar 2.10
+        self._pending_end[tc_id] = replayed(key, f"transaction coordinator {tc_id}", lambda: tc.recover(older),
+                                            self.recovery_failures, [])
+        self.opens.opened(key, tc)
         self.coordinators[tc_id] = tc
         return tc
 

@@ -31,7 +31,8 @@ from .coordinator import (
 )
 from .ops import Op, run as run_op
 from .managed_ledger import ManagedLedgerConfig, ManagedLedgerFactory
-from .older_brokers import BatchedEntryUnreadable
+from .older_brokers import BatchedEntryUnreadable, replayed
+from .open_times import OpenTimes
 from .pending_ack import PendingAckStore
 from .pending_ack_metrics import PendingAckMetrics
 from .tb_client_metrics import TransactionBufferClientMetrics
@@ -46,7 +47,7 @@ from .segmented_snapshot_processor import SegmentedSnapshotProcessor
 from .single_snapshot_processor import SingleSnapshotProcessor
 from .tb_snapshot import SnapshotService, segment_capacity
 from .topic import Topic
-from .writer_metrics import BufferedWriterMetrics
+from .writer_metrics import broker_writer_metrics
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,6 @@ META_PENDING_ACK = "engine/pending-ack/"
 META_ENGINE_ID = "engine/id"  # persistent identity: a downgrade checklist refuses another engine's
 # The recoverStartTime/recoverEndTime of each coordinator's and store's last open, durable before the component
 # takes writes: a stopped engine read later reports the open that wrote its ledgers (what `downgrade` compares).
-META_OPENED = "engine/opened/"
 
 
 def _now_ms() -> int:
@@ -87,10 +87,7 @@ class Engine(CoordinatorService):
         self.registry = CollectorRegistry()
         # Pulsar labels writer metrics with the broker's advertised address: the host, no port.
         broker = urlsplit(self.config.engineBrokerServiceUrl).hostname or "127.0.0.1"
-        # A release before PIP-160 (2.11) has no batched writer, so its /metrics has none of the writer's series
-        writers = self.registry if older_version(self) is None else CollectorRegistry()
-        self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", writers, broker=broker)
-        self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", writers, broker=broker)
+        self.tc_metrics, self.ack_metrics = broker_writer_metrics(self.registry, broker, older_version(self) is None)
         # The coordinators' counters are read from each coordinator at scrape time (ScrapeTimeGauges).
         self.registry.register(ScrapeTimeGauges(self))
         self.tb_client_metrics = TransactionBufferClientMetrics(self.registry)
@@ -125,11 +122,7 @@ class Engine(CoordinatorService):
         # Topics unloaded and not loaded again yet (engineUnloadLeavesTopicUnloaded): topic → the subscriptions whose
         # pending-ack stores closed with it. Still listed, as a broker lists a topic nobody has looked up since.
         self.unloaded_topics: dict[str, list[str]] = {}
-        self._opened_at: dict[str, int] = {}  # last recoverStartTime per store (see _distinct_open)
-        self._persisted_opens = {key[len(META_OPENED):]: json.loads(self.storage.meta_get(key) or b"{}")
-                                 for key in self.storage.meta_list(META_OPENED)}
-        self._unsaved_opens: dict[str, bytes] = {}
-        self._opening = True  # while the constructor opens everything, opens are saved in one commit at the end
+        self.opens = OpenTimes(self.storage, read_only)  # each component's recoverStartTime across its opens
         self._next_tc = 0
         self._dynamic_seen = read_dynamic(self.directory)
         self._stop = threading.Event()
@@ -137,7 +130,7 @@ class Engine(CoordinatorService):
         # Read-only (a stopped engine read for stats): every component is a view replayed from storage, which
         # takes no writes at all; nothing rolls, trims, recovers a pending end or records an open.
         self._open_all()
-        self._opening = False
+        self.opens.deferred = False
         if not read_only:
             if maintenance:
                 self._maintenance = threading.Thread(target=self._maintain, name="engine-maintenance", daemon=True)
@@ -173,7 +166,7 @@ class Engine(CoordinatorService):
                 if not subscription_fits_store_name(info["subscription"], self.encodes_subscription) or \
                         not self._viewing(self._open_store, info["topic"], info["subscription"]):
                     self.unopened_stores.add((info["topic"], info["subscription"]))
-        self._save_opens()  # before any component takes a write (the constructor has not returned yet)
+        self.opens.save()  # before any component takes a write (the constructor has not returned yet)
         if not self.read_only:
             for tc_id in list(self.coordinators):
                 self._finish_recovered(tc_id)
@@ -191,37 +184,6 @@ class Engine(CoordinatorService):
         except LedgerNotFoundError:
             return False
         return True
-
-    def _opened(self, key: str, component) -> None:
-        """Set the component's recoverStartTime: a new distinct value when writable (saved durably before it
-        takes writes), the last open's saved value when read-only (0, i.e. no evidence, if none was saved)."""
-        saved = self._persisted_opens.get(key, {})
-        if self.read_only:
-            component.recover_start_time = int(saved.get("recoverStartTime", 0))
-            component.recover_end_time = int(saved.get("recoverEndTime", 0))
-            return
-        if key not in self._opened_at and saved.get("recoverStartTime"):
-            self._opened_at[key] = int(saved["recoverStartTime"])  # stay distinct across restarts too
-        component.recover_start_time = self._distinct_open(key, component.recover_start_time)
-        component.recover_end_time = max(component.recover_end_time, component.recover_start_time)
-        value = {"recoverStartTime": component.recover_start_time, "recoverEndTime": component.recover_end_time}
-        self._persisted_opens[key] = value
-        self._unsaved_opens[META_OPENED + key] = json.dumps(value).encode()
-        if not self._opening:
-            self._save_opens()
-
-    def _save_opens(self) -> None:
-        if self._unsaved_opens and not self.read_only:
-            items, self._unsaved_opens = self._unsaved_opens, {}
-            self.storage.meta_put_many(items)
-
-    def _distinct_open(self, key: str, started_ms: int) -> int:
-        """Each reopen of a store shows a new recoverStartTime, even within one millisecond (or a frozen test
-        clock): `downgrade` proves a reopen by that value changing, as it does on a real broker."""
-        last = self._opened_at.get(key)
-        value = started_ms if last is None or started_ms > last else last + 1
-        self._opened_at[key] = value
-        return value
 
     def _open_topic(self, name: str) -> Topic:
         topic = self._new_topic(normalize_topic(name))
@@ -282,14 +244,10 @@ class Engine(CoordinatorService):
         else:
             sub = topic_obj.subscription(subscription)
         key = "pending-ack/" + store.store_topic
-        self.recovery_failures.pop(key, None)
-        try:
-            store.recover(self.clock_ms, sub, apply_commits=not self.read_only, older=older)
-        except BatchedEntryUnreadable as failure:
-            # As Pulsar 2.10's handle: the replay fails, is logged, and the store never becomes ready
-            log.error("pending-ack store of %s / %s did not recover: %s", topic, subscription, failure)
-            self.recovery_failures[key] = failure
-        self._opened(key, store)
+        replayed(key, f"pending-ack store of {topic} / {subscription}",
+                 lambda: store.recover(self.clock_ms, sub, apply_commits=not self.read_only, older=older),
+                 self.recovery_failures, None)
+        self.opens.opened(key, store)
         self.stores[(topic, subscription)] = store
         return store
 
@@ -572,8 +530,7 @@ class Engine(CoordinatorService):
             store.close()
             self.factory.delete(store.name)
         name = self.store_topic(topic, subscription)
-        self._persisted_opens.pop("pending-ack/" + name, None)
-        self.storage.meta_put_many({META_PENDING_ACK + name: None, META_OPENED + "pending-ack/" + name: None})
+        self.storage.meta_put_many({META_PENDING_ACK + name: None, self.opens.forget("pending-ack/" + name): None})
 
     def reload_topic(self, topic: str) -> int:
         """Unload a topic: its transaction buffer and pending-ack stores reopen (and re-read batch flags). Returns how

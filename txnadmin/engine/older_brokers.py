@@ -10,8 +10,14 @@ The engine reproduces that on every component it opens on a broker claiming such
 
 from __future__ import annotations
 
+import logging
+from typing import Callable, TypeVar
+
 from ..codec.entry import DecodedEntry
 from .position import Position
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class BatchedEntryUnreadable(Exception):
@@ -31,3 +37,17 @@ def refuse_batched(decoded: DecodedEntry, log_name: str, position: Position, old
     PIP-160's reader) meets a batched entry."""
     if older is not None and decoded.batched:
         raise BatchedEntryUnreadable(log_name, position, older)
+
+
+def replayed(key: str, what: str, replay: Callable[[], T], failures: dict[str, BatchedEntryUnreadable],
+             otherwise: T) -> T:
+    """Run a component's ``replay``; a BatchedEntryUnreadable is logged (naming ``what``, the log and the entry,
+    as the broker's log would) and kept in ``failures`` under ``key`` (an earlier one of that key is forgotten
+    first: the log opened again), and ``otherwise`` is returned: the component stays open, never ready."""
+    failures.pop(key, None)
+    try:
+        return replay()
+    except BatchedEntryUnreadable as failure:
+        log.error("%s did not recover: %s", what, failure)
+        failures[key] = failure
+        return otherwise

@@ -44,3 +44,13 @@ class BufferedWriterMetrics:
 
     def flush_counts(self) -> dict[str, int]:
         return dict(self._counts)
+
+
+def broker_writer_metrics(registry: CollectorRegistry, broker: str,
+                          has_writer: bool) -> tuple[BufferedWriterMetrics, BufferedWriterMetrics]:
+    """One broker's transaction-log and pending-ack writer metrics, in ``registry``. A release before PIP-160
+    (2.11, ``has_writer`` False) has no batched writer, so its /metrics has none of these series: they are kept in
+    a registry nobody exports."""
+    writers = registry if has_writer else CollectorRegistry()
+    return (BufferedWriterMetrics("pulsar_txn_tc", writers, broker=broker),
+            BufferedWriterMetrics("pulsar_txn_pending_ack_store", writers, broker=broker))

@@ -33,7 +33,7 @@ from ..broker_metrics import ProcessCpu, ScrapeTimeGauges
 from ..config import EngineConfig, read_dynamic, watch_delays_ms
 from ..pending_ack_metrics import PendingAckMetrics
 from ..tb_client_metrics import TransactionBufferClientMetrics
-from ..writer_metrics import BufferedWriterMetrics
+from ..writer_metrics import broker_writer_metrics
 from .bundles import bundle_of
 
 log = logging.getLogger(__name__)
@@ -77,10 +77,8 @@ class Broker:
         Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
               registry=self.registry).set(self.started_at)
         self.registry.register(ProcessCpu())
-        # A release before PIP-160 (2.11) has no batched writer, so its /metrics has none of the writer's series
-        writers = self.registry if reads_batched_entries(self.version) else CollectorRegistry()
-        self.tc_metrics = BufferedWriterMetrics("pulsar_txn_tc", writers, broker=self.id)
-        self.ack_metrics = BufferedWriterMetrics("pulsar_txn_pending_ack_store", writers, broker=self.id)
+        self.tc_metrics, self.ack_metrics = broker_writer_metrics(self.registry, self.id,
+                                                                  reads_batched_entries(self.version))
         self.tb_client_metrics = TransactionBufferClientMetrics(self.registry)  # as a coordinator's broker sends ends
         self.tp_metrics = PendingAckMetrics(self.registry)  # the ends its pending-ack stores took
 
