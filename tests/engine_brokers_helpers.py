@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -55,8 +56,19 @@ def run_engine(home: Path, d: Path, *extra: str) -> subprocess.Popen:
     run = subprocess.Popen(TXNADMIN + ["engine", "run", str(d), "--duration", "0", "--rate", "60", "--topics", "2",
                                        "--subscriptions", "2", "-o", "json", *extra],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    until(lambda: (d / "server.json").exists() and brokers(d), "the engine's brokers listening", 60)
+    # server.json is written before the listeners start (whoever connects must find the token): wait for them
+    until(lambda: (d / "server.json").exists() and brokers(d) and all(accepts(b["id"]) for b in brokers(d)),
+          "the engine's brokers listening", 60)
     return run
+
+
+def accepts(broker_id: str) -> bool:
+    host, _, port = broker_id.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def stop_engine(run: subprocess.Popen) -> str:

@@ -50,28 +50,43 @@ def safe_cluster_over_http(tmp_path):
     yield from _safe(tmp_path, over_http=True)
 
 
-def test_roll_walks_every_broker_down_and_checks_every_log_recovered(safe_cluster):
+def test_roll_walks_every_broker_down_resumes_after_kill_9_and_checks_every_log_recovered(safe_cluster):
+    """The whole walk on a three-broker engine under load, killed with SIGKILL once the first broker is recorded
+    done: the same command finishes it, restarting no broker twice (each process start changes exactly once),
+    and every recorded log recovered on 2.10.6. Run again, it restarts nothing."""
     home, d, state, run = safe_cluster
+    env = dict(os.environ, TXNADMIN_HOME=str(home))
+    args = ["-u", f"local:{d}", "downgrade", "roll", "--to", "2.10.6", "--state", str(state), "--yes",
+            "--interval", "1", "--timeout", "180"]
     before = {b["id"]: b["processStartTime"] for b in brokers(d)}
-    rolled = cli(home, "-u", f"local:{d}", "downgrade", "roll", "--to", "2.10.6", "--state", str(state), "--yes",
-                 "--interval", "1", "--timeout", "180", "-o", "json")
-    assert rolled.returncode == 0, rolled.stdout + rolled.stderr
-    walk = json.loads(rolled.stdout)
+    first = subprocess.Popen(TXNADMIN + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        def one_done():
+            walk = json.loads(state.read_text()).get("rollingDowngrade") or {}
+            return [b for b, step in walk.get("brokers", {}).items() if step.get("state") == "done"]
+
+        done = until(one_done, "the first broker walked down", 120)
+    finally:
+        first.kill()  # SIGKILL: no handler runs
+        first.communicate(timeout=30)
+    restarted_once = {b["id"]: b["processStartTime"] for b in brokers(d) if b["id"] in done}
+    resumed = subprocess.run(TXNADMIN + args + ["-o", "json"], capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "already on 2.10.6" in resumed.stderr  # -o json: the walk's story on stderr
+    walk = json.loads(resumed.stdout)
     assert walk["done"] and walk["failedBroker"] is None and walk["unrecovered"] == []
     assert set(walk["brokers"]) == set(before)
-    for broker in brokers(d):  # from the engine's own record, not the walk's report
-        assert broker["version"] == "2.10.6" and broker["processStartTime"] != before[broker["id"]]
+    now = {b["id"]: b for b in brokers(d)}  # from the engine's own record, not the walk's report
+    assert all(now[b]["processStartTime"] == t for b, t in restarted_once.items())  # not restarted again
+    assert all(b["version"] == "2.10.6" and b["processStartTime"] != before[b["id"]] for b in now.values())
     checklist = json.loads(state.read_text())
     assert all(step["state"] == "done" for step in checklist["rollingDowngrade"]["brokers"].values())
-    # Run again: everything is recorded as done, nothing is restarted
     after = {b["id"]: b["processStartTime"] for b in brokers(d)}
-    again = cli(home, "-u", f"local:{d}", "downgrade", "roll", "--to", "2.10.6", "--state", str(state), "--yes",
-                "--interval", "1")
+    again = cli(home, *args[:-4], "--interval", "1")
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.count("already on 2.10.6") == 3
     assert {b["id"]: b["processStartTime"] for b in brokers(d)} == after
-    err = _stop(run)
-    assert "did not recover" not in err
+    assert "did not recover" not in _stop(run)
 
 
 def test_roll_refuses_before_the_safe_verdict_and_a_bad_version(tmp_path):
@@ -90,33 +105,6 @@ def test_roll_refuses_before_the_safe_verdict_and_a_bad_version(tmp_path):
         assert {b["version"] for b in brokers(d)} != {"2.10.6"}  # nothing was restarted
     finally:
         _stop(run)
-
-
-def test_roll_killed_mid_walk_resumes_where_it_was(safe_cluster):
-    """kill -9 once the first broker is recorded done: the same command finishes the walk and restarts no broker
-    twice (each broker's process start changes exactly once)."""
-    home, d, state, run = safe_cluster
-    env = dict(os.environ, TXNADMIN_HOME=str(home))
-    args = ["-u", f"local:{d}", "downgrade", "roll", "--to", "2.10.6", "--state", str(state), "--yes",
-            "--interval", "1", "--timeout", "180"]
-    before = {b["id"]: b["processStartTime"] for b in brokers(d)}
-    first = subprocess.Popen(TXNADMIN + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        def one_done():
-            walk = json.loads(state.read_text()).get("rollingDowngrade") or {}
-            return [b for b, step in walk.get("brokers", {}).items() if step.get("state") == "done"]
-
-        done = until(one_done, "the first broker walked down", 120)
-    finally:
-        first.kill()  # SIGKILL: no handler runs
-        first.communicate(timeout=30)
-    restarted_once = {b["id"]: b["processStartTime"] for b in brokers(d) if b["id"] in done}
-    resumed = subprocess.run(TXNADMIN + args, capture_output=True, text=True, env=env, timeout=300)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "already on 2.10.6" in resumed.stdout
-    now = {b["id"]: b for b in brokers(d)}
-    assert all(now[b]["processStartTime"] == t for b, t in restarted_once.items())  # not restarted again
-    assert all(b["version"] == "2.10.6" and b["processStartTime"] != before[b["id"]] for b in now.values())
 
 
 def test_roll_on_a_cluster_it_cannot_restart_asks_the_operator_and_waits_for_each_broker(safe_cluster_over_http):

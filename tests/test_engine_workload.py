@@ -143,7 +143,8 @@ def test_workload_toggling_batching_survives_kill_9(tmp_path):
 def test_stats_from_a_second_process_while_the_workload_runs(tmp_path):
     directory = tmp_path / "e"
     _init(directory, "transactionLogBatchedWriteEnabled=true")
-    proc = subprocess.Popen(TXNADMIN + ["engine", "run", str(directory), "--duration", "8", "--rate", "100",
+    # Until stopped (not a fixed duration): on a loaded machine the reads below can outlast any duration chosen
+    proc = subprocess.Popen(TXNADMIN + ["engine", "run", str(directory), "--duration", "0", "--rate", "100",
                                         "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_served(directory)
@@ -155,6 +156,7 @@ def test_stats_from_a_second_process_while_the_workload_runs(tmp_path):
             internal = subprocess.run(TXNADMIN + ["-u", f"local:{directory}", "transactions",
                                                   "coordinator-internal-stats", "-c", "0", "-o", "json"],
                                       capture_output=True, text=True)
+            assert internal.returncode == 0, internal.stderr
             ml = json.loads(internal.stdout)["transactionLogStats"]["managedLedgerInternalStats"]
             seen.append((json.loads(out.stdout), ml))
             time.sleep(1)
