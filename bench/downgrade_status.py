@@ -1,6 +1,7 @@
 """`downgrade status` over many pending-ack stores, through HTTP against a real `txnadmin serve`.
 
     python bench/downgrade_status.py [--stores 10000] [--concurrency 1,2,4,16,64] [--worst-case] [--write-docs]
+    python bench/downgrade_status.py --brokers 1,3 [--stores 10000] [--write-docs]
 
 Builds an engine with N topics, each with a transactional subscription (so N pending-ack stores),
 serves it, runs `downgrade start` once, then times `status` sequentially (the baseline: what a
@@ -12,6 +13,10 @@ usual poll and the worst case at 16, three times each, alternating (a short run 
 the two in the same run), each also with the client before #14's keep-alive path (httpx's transport for
 every call), against the same server: a before/after measured under the same load; then the same two polls through
 `wait`'s session (its watch running), and through the CLI as an operator runs it (a fresh process each time).
+``--brokers 1,3`` builds the same stores once per broker count (engineBrokers=N, served by `txnadmin serve`: one
+listener per broker, the client entering at the first, as `-u local:DIR` does) and times the usual poll and the worst
+case at concurrency 16 on each, three rounds, alternating: most per-store calls land on a broker that does not own the
+store and are redirected (307) to its owner, as on a real cluster.
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ from rich.console import Console
 from rich.table import Table
 
 
-def build(directory: Path, stores: int) -> float:
+def build(directory: Path, stores: int, brokers: int = 1) -> float:
     from txnadmin.engine.config import EngineConfig
     from txnadmin.engine.engine import Engine
 
     t = time.perf_counter()
     config = EngineConfig()
+    config.engineBrokers = brokers  # owners are placed when served: the stores are the same whatever the count
     config.transactionCoordinatorCount = 4
     config.transactionPendingAckBatchedWriteEnabled = True
     config.save(directory)
@@ -105,8 +111,12 @@ def main() -> None:
     parser.add_argument("--without-old-client", action="store_true",
                         help="with --worst-case: leave out the rows of the client before #14 (their garbage and "
                              "connections are then not in the way of the rows after them)")
+    parser.add_argument("--brokers", default="", help="broker counts to compare, e.g. 1,3: the usual poll and the "
+                                                       "worst case at concurrency 16 on an engine of each")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
+    if args.brokers:
+        return compare_brokers(args, [int(b) for b in args.brokers.split(",") if b])
     from txnadmin.admin.http import HttpAdmin
     from txnadmin.procedures.downgrade import start, status
 
@@ -180,6 +190,83 @@ def main() -> None:
             timed(WORST)
             admin.close()
     report_rows(rows, args, built, opened, started, recorded)
+
+
+BROKERS_HEADER = "## Downgrade status across brokers"
+ROUNDS = 3
+
+
+def compare_brokers(args, counts: list[int]) -> None:
+    """The usual poll and the worst case at concurrency 16, on an engine of each broker count, same stores."""
+    import os
+    import statistics
+
+    from txnadmin.admin.http import HttpAdmin
+    from txnadmin.procedures.downgrade import start, status
+
+    console = Console(width=max(Console().width, 130))
+    load_before = os.getloadavg()[0]
+    results: list[tuple[int, str, list[float], int]] = []
+    setup: list[str] = []
+    for brokers in counts:
+        with tempfile.TemporaryDirectory() as tmp:
+            directory = Path(tmp) / "engine"
+            built = build(directory, args.stores, brokers)
+            with served(directory, Path(tmp)) as (url, token, opened):
+                admin = HttpAdmin(url, token=token)
+                state = Path(tmp) / "state.json"
+                t = time.perf_counter()
+                start(admin, state, target=url, concurrency=16)
+                started = time.perf_counter() - t
+                status(admin, state, concurrency=16)  # untimed warm-up
+                usual: list[float] = []
+                worst: list[float] = []
+                logs = 0
+                for _ in range(ROUNDS):
+                    t = time.perf_counter()
+                    logs = len(status(admin, state, concurrency=16).logs)
+                    usual.append(time.perf_counter() - t)
+                    forget_confirmed(state, proven=True)
+                    t = time.perf_counter()
+                    status(admin, state, concurrency=16)
+                    worst.append(time.perf_counter() - t)
+                admin.close()
+            results.append((brokers, "usual poll (1 call each)", usual, logs))
+            results.append((brokers, "worst case: every log rolled, none seen done yet (2 calls each)", worst, logs))
+            setup.append(f"{brokers} broker{'' if brokers == 1 else 's'}: built in {built:0.1f} s, served after "
+                         f"{opened:0.1f} s, `downgrade start` {started:0.1f} s")
+            console.print(results[-2:])
+    load_after = os.getloadavg()[0]
+    first = {poll: statistics.median(times) for brokers, poll, times, _ in results if brokers == counts[0]}
+    columns = ("brokers", "poll at concurrency 16", "logs checked", "median seconds", "rounds (s)", "logs/s",
+               f"vs {counts[0]} broker{'' if counts[0] == 1 else 's'}", "within 10 s")
+    table = Table(title=f"downgrade status over {args.stores:,} pending-ack stores, by broker count (same run)")
+    for col in columns:
+        table.add_column(col, justify="right")
+    lines = []
+    for brokers, poll, times, logs in results:
+        median = statistics.median(times)
+        row = (str(brokers), poll, f"{logs:,}", f"{median:0.2f}", ", ".join(f"{t:0.2f}" for t in times),
+               f"{logs / median:0.0f}", f"{median / first[poll]:0.2f}×", "yes" if median <= 10 else "no")
+        table.add_row(*row)
+        lines.append(row)
+    console.print(table)
+    for line in setup:
+        console.print(line)
+    console.print(f"1-minute load average {load_before:.1f} before, {load_after:.1f} after")
+    if args.write_docs:
+        body = [BROKERS_HEADER, "",
+                f"`python bench/downgrade_status.py --brokers {args.brokers} --stores {args.stores}`, "
+                f"{time.strftime('%Y-%m-%d')}: `downgrade status` over {args.stores:,} pending-ack stores plus 4 "
+                "coordinators through HttpAdmin against a real `txnadmin serve` of an engine of each broker count "
+                "(one listener per broker; the client enters at the first and follows each 307 to the owner), "
+                f"concurrency 16, {ROUNDS} rounds each after one untimed warm-up, one engine after the other in the "
+                "same run, on the shared 2-core machine (1-minute load average "
+                f"{load_before:.1f} before, {load_after:.1f} after). Setup: {'; '.join(setup)}.", "",
+                "| " + " | ".join(columns) + " |", "|---|---|" + "---:|" * (len(columns) - 2)]
+        body += ["| " + " | ".join(r) + " |" for r in lines]
+        replace_section(BROKERS_HEADER, "\n".join(body) + "\n")
+        console.print(f"recorded in docs/benchmarks.md ({BROKERS_HEADER})")
 
 
 def report_rows(rows, args, built: float, opened: float, started: float, recorded: dict) -> None:

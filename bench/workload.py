@@ -1,7 +1,7 @@
 """The transactional workload as an operator runs it: `txnadmin engine run --rate 0`, batching off vs on.
 
     python bench/workload.py [--quick] [--seconds 5] [--clients 1,16,64,256] [--curve 1,4] [--delays 5]
-                             [--baseline REF] [--write-docs]
+                             [--baseline REF] [--brokers 1,3] [--rounds 1] [--write-docs]
 
 For every client count a fresh engine (16 coordinators, as `initialize-transaction-coordinator-metadata` creates by
 default; Pulsar standalone creates 1) runs the real CLI in a child process, once with PIP-160
@@ -12,6 +12,10 @@ with batching on and fewer coordinators: fewer logs share the same load, so each
 `--delays` adds runs there with a longer max delay (16 coordinators), the other knob PIP-160 gives.
 `--baseline REF` runs every batching off/on row a second time, right after, with the code of git commit REF
 (extracted to a temporary directory), so before and after are measured in the same run on the same machine.
+`--brokers 1,3` runs every row once per broker count, side by side (`engine init --brokers N`: one process playing N
+brokers, each owning bundles, with its own listener, flags and counters), and adds a table of each count's txn/s
+against the first count's. `--rounds R` runs every row R times, the broker counts alternating, and keeps the row with
+the median txn/s: on a shared machine one run per row is noise against a ratio of a few percent.
 """
 
 from __future__ import annotations
@@ -92,12 +96,13 @@ def calibrate() -> float:
 
 
 def run(batched: bool, clients: int, coordinators: int, seconds: float, delay_ms: int = 1,
-        code: Path = ROOT, label: str = "this") -> dict:
+        code: Path = ROOT, label: str = "this", brokers: int = 1) -> dict:
     """One row: a fresh engine, `engine run` for ``seconds``, then the census; ``code`` is the source tree to run."""
     flag = "true" if batched else "false"
     with tempfile.TemporaryDirectory(prefix="txnadmin-bench-") as tmp:
         engine = Path(tmp) / "engine"
-        init = subprocess.run([sys.executable, "-m", "txnadmin.cli.main", "engine", "init", str(engine),
+        several = ["--brokers", str(brokers)] if brokers > 1 else []  # a baseline before --brokers still runs 1
+        init = subprocess.run([sys.executable, "-m", "txnadmin.cli.main", "engine", "init", str(engine), *several,
                                "-c", str(coordinators), "--set", f"transactionLogBatchedWriteEnabled={flag}",
                                "--set", f"transactionPendingAckBatchedWriteEnabled={flag}",
                                "--set", f"transactionLogBatchedWriteMaxDelayInMillis={delay_ms}",
@@ -119,6 +124,7 @@ def run(batched: bool, clients: int, coordinators: int, seconds: float, delay_ms
     ack_batched = counted["ackBatched"]
     return {
         "code": label, "batching": "on" if batched else "off", "clients": clients, "coordinators": coordinators,
+        "brokers": brokers,
         "maxDelayMs": delay_ms if batched else None,
         "txnPerSecond": stats["txnPerSecond"], "started": stats["started"], "errors": stats["errors"],
         "cpuMsPerTxn": round(cpu * 1000 / stats["started"], 2) if stats["started"] else None,
@@ -141,13 +147,13 @@ def _children_usage() -> float:
     return spent
 
 
-COLUMNS = ("code", "batching", "max delay ms", "clients", "coordinators", "txn/s", "CPU ms/txn", "txn-log entries",
+COLUMNS = ("code", "batching", "max delay ms", "clients", "coordinators", "brokers", "txn/s", "CPU ms/txn", "txn-log entries",
            "records / batched TC entry", "records / batched pending-ack entry")
 
 
 def _cells(r: dict) -> list[str]:
     return [r["code"], r["batching"], _fmt(r["maxDelayMs"], "{}"), str(r["clients"]), str(r["coordinators"]),
-            f"{r['txnPerSecond']:,.0f}", str(r["cpuMsPerTxn"]), f"{r['tcEntries']:,}",
+            str(r["brokers"]), f"{r['txnPerSecond']:,.0f}", str(r["cpuMsPerTxn"]), f"{r['tcEntries']:,}",
             _fmt(r["tcRecordsPerBatchedEntry"]), _fmt(r["ackRecordsPerBatchedEntry"])]
 
 
@@ -160,12 +166,43 @@ def table(rows: list[dict]) -> Table:
     return t
 
 
+BROKER_COLUMNS = ("code", "batching", "max delay ms", "clients", "coordinators", "brokers", "txn/s", "vs {first}",
+                  "CPU ms/txn", "vs {first} CPU")
+
+
+def broker_comparison(rows: list[dict], counts: list[int]) -> list[list[str]]:
+    """Each row of a broker count other than the first beside the same workload's row at the first count."""
+    first = counts[0]
+    key = ("code", "batching", "maxDelayMs", "clients", "coordinators")
+    at_first = {tuple(r[k] for k in key): r for r in rows if r["brokers"] == first}
+    out = []
+    for r in rows:
+        base = at_first.get(tuple(r[k] for k in key))
+        if r["brokers"] == first or base is None:
+            continue
+        speed = r["txnPerSecond"] / base["txnPerSecond"] if base["txnPerSecond"] else None
+        cpu = (r["cpuMsPerTxn"] / base["cpuMsPerTxn"]) if r["cpuMsPerTxn"] and base["cpuMsPerTxn"] else None
+        out.append([r["code"], r["batching"], _fmt(r["maxDelayMs"], "{}"), str(r["clients"]), str(r["coordinators"]),
+                    f"{r['brokers']} vs {first}", f"{r['txnPerSecond']:,.0f} vs {base['txnPerSecond']:,.0f}",
+                    _fmt(speed, "{:.2f}×"), f"{r['cpuMsPerTxn']} vs {base['cpuMsPerTxn']}", _fmt(cpu, "{:.2f}×")])
+    return out
+
+
+def broker_table(compared: list[list[str]], first: int) -> Table:
+    t = Table(title=f"the same rows against {first} broker{'' if first == 1 else 's'}, same run")
+    for col in BROKER_COLUMNS:
+        t.add_column(col.format(first=first), justify="right")
+    for cells in compared:
+        t.add_row(*cells)
+    return t
+
+
 def _fmt(value, pattern: str = "{:.2f}") -> str:
     return "–" if value is None else pattern.format(value)
 
 
 def markdown(rows: list[dict], seconds: float, baseline: float, load: tuple[float, float],
-             baseline_label: str = "") -> str:
+             baseline_label: str = "", counts: tuple[int, ...] = (1,), rounds: int = 1) -> str:
     lines = [HEADER, "",
              f"`.venv/bin/python bench/workload.py {' '.join(sys.argv[1:])}` — the real `txnadmin engine "
              "run --rate 0` in a child process per row (fresh engine, default workload: 2 topics, 2 subscriptions, "
@@ -179,6 +216,16 @@ def markdown(rows: list[dict], seconds: float, baseline: float, load: tuple[floa
                 else ""), "",
              "| " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
     lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
+    if rounds > 1:
+        lines[2] += (f" Each row is the median (by txn/s) of {rounds} runs, the broker counts alternating.")
+    compared = broker_comparison(rows, list(counts))
+    if compared:
+        first = counts[0]
+        lines += ["", f"Each row at more brokers against the same workload at {first} broker"
+                  f"{'' if first == 1 else 's'}, from the table above (same run):", "",
+                  "| " + " | ".join(c.format(first=first) for c in BROKER_COLUMNS) + " |",
+                  "|---|" + "---:|" * (len(BROKER_COLUMNS) - 1)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in compared]
     return "\n".join(lines) + "\n"
 
 
@@ -192,6 +239,10 @@ def main() -> None:
                                                        "count, 16 coordinators, batching on ('' for none)")
     parser.add_argument("--baseline", default="", help="git commit whose code runs each off/on row again, for a "
                                                           "same-run before/after comparison")
+    parser.add_argument("--brokers", default="1", help="broker counts (engine init --brokers N) to run every row "
+                                                        "with, side by side, e.g. 1,3")
+    parser.add_argument("--rounds", type=int, default=1, help="runs per row, broker counts alternating; the row "
+                                                               "with the median txn/s is kept")
     parser.add_argument("--quick", action="store_true", help="1-second runs at 1 and 16 clients, a smoke check")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
@@ -199,6 +250,8 @@ def main() -> None:
     clients = [1, 16] if args.quick else [int(c) for c in args.clients.split(",") if c]
     curve = [] if args.quick else [int(c) for c in args.curve.split(",") if c]
     delays = [] if args.quick else [int(d) for d in args.delays.split(",") if d]
+    counts = [int(b) for b in args.brokers.split(",") if b] or [1]
+    rounds = max(1, args.rounds)
     console = Console()
     baseline = calibrate()
     load_before = os.getloadavg()[0]
@@ -209,28 +262,37 @@ def main() -> None:
         subprocess.run(["tar", "-x", "-C", baseline_dir.name], input=archive.stdout, check=True)
         label = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True,
                                text=True, check=True).stdout.strip()
+
+    def rows_of(batched: bool, count: int, coordinators: int, delay: int = 1, baseline: bool = False) -> None:
+        """One workload at every broker count (each ``rounds`` times, alternating), then its baseline rows."""
+        codes = [(ROOT, "this")] + ([(Path(baseline_dir.name), label)] if baseline and baseline_dir else [])
+        for code, name in codes:
+            runs: dict[int, list[dict]] = {b: [] for b in counts}
+            for _ in range(rounds):
+                for brokers in counts:
+                    runs[brokers].append(run(batched, count, coordinators, seconds, delay, code, name, brokers))
+                    console.print(runs[brokers][-1])
+            for brokers in counts:
+                rows.append(sorted(runs[brokers], key=lambda r: r["txnPerSecond"])[(rounds - 1) // 2])
+
     for count in clients:
         for batched in (False, True):
-            rows.append(run(batched, count, 16, seconds))
-            console.print(rows[-1])
-            if baseline_dir is not None:
-                rows.append(run(batched, count, 16, seconds, code=Path(baseline_dir.name), label=label))
-                console.print(rows[-1])
+            rows_of(batched, count, 16, baseline=True)
     for coordinators in curve:
-        rows.append(run(True, max(clients), coordinators, seconds))
-        console.print(rows[-1])
+        rows_of(True, max(clients), coordinators)
     for delay in delays:
-        rows.append(run(True, max(clients), 16, seconds, delay))
-        console.print(rows[-1])
+        rows_of(True, max(clients), 16, delay)
     load_after = os.getloadavg()[0]
     if baseline_dir is not None:
         baseline_dir.cleanup()
     console.print(table(rows))
+    if len(counts) > 1:
+        console.print(broker_table(broker_comparison(rows, counts), counts[0]))
     console.print(f"CPU baseline of an idle engine run: {baseline:.2f} s (subtracted); "
                   f"1-minute load average {load_before:.1f} before, {load_after:.1f} after")
     if args.write_docs:
         replace_section(HEADER, markdown(rows, seconds, baseline, (load_before, load_after),
-                                         label if baseline_dir is not None else ""))
+                                         label if baseline_dir is not None else "", tuple(counts), rounds))
         console.print(f"recorded in docs/benchmarks.md ({HEADER})")
 
 

@@ -325,3 +325,26 @@ def test_a_first_hop_redirect_to_a_host_outside_the_cluster_is_refused_and_gets_
             admin.list_clusters()
     assert "refusing a redirect to http://localhost:" in str(err.value) and SECRET not in str(err.value)
     assert elsewhere.requests == []
+
+
+def test_calls_redirected_to_another_broker_keep_a_connection_to_each(serve):
+    """On a cluster most calls enter at one broker and are redirected to the owner: neither connection is closed for
+    the other, so five redirected calls are two connections, not ten."""
+    owner = serve(lambda n: (ok('["owned"]'), False))
+    front = serve(lambda n: (f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {owner.url}/admin/v2/clusters\r\n"
+                             "Content-Length: 0\r\n\r\n".encode(), False))
+    with HttpAdmin(front.url, token=SECRET) as admin:
+        for _ in range(5):
+            assert admin.list_clusters() == ["owned"]
+    assert (front.connections, len(front.requests)) == (1, 5)
+    assert (owner.connections, len(owner.requests)) == (1, 5)
+
+
+def test_an_idle_connection_to_the_owner_the_server_closed_meanwhile_is_replaced(serve):
+    owner = serve(lambda n: (ok('["owned"]'), True))  # closes after every reply, without saying so
+    front = serve(lambda n: (f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {owner.url}/admin/v2/clusters\r\n"
+                             "Content-Length: 0\r\n\r\n".encode(), False))
+    with HttpAdmin(front.url, token=SECRET) as admin:
+        for _ in range(3):
+            assert admin.list_clusters() == ["owned"]
+    assert (front.connections, owner.connections, len(owner.requests)) == (1, 3, 3)

@@ -87,6 +87,9 @@ class KeepAliveTransport(httpx.BaseTransport):
     Everything above the transport (one deadline, retries, redirects and their credential rules, auth, reply checks)
     is HttpAdmin's; failures are raised as the httpx exceptions httpx's transport raises, so HttpAdmin words them
     the same. Any other scheme (https, also after a redirect), and HEAD, go to httpx's transport (``fallback``).
+    A call redirected to another broker leaves the connection it came from idle, not closed (up to ``MAX_IDLE_HOSTS``
+    origins): on a cluster most calls enter at one broker and are sent on to the owner, and reconnecting on both sides
+    of every redirect doubled a poll's time.
     """
 
     def __init__(self, fallback: Callable[[], httpx.BaseTransport]):
@@ -96,6 +99,8 @@ class KeepAliveTransport(httpx.BaseTransport):
         self._where: Optional[tuple[str, int]] = None
         self._kernel_timeout: Optional[float] = None  # what SO_RCVTIMEO/SO_SNDTIMEO hold; None: not set (yet)
         self._idle_since = 0.0  # monotonic time the last reply on _sock ended
+        # other origins' idle connections: origin -> (socket, its kernel timeout, when its last reply ended)
+        self._idle: dict[tuple[str, int], tuple[socket.socket, Optional[float], float]] = {}
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -112,8 +117,10 @@ class KeepAliveTransport(httpx.BaseTransport):
              request: Optional[httpx.Request] = None) -> "_Reply":
         """Send ``head`` (request line, headers and body) to ``where`` and read the reply up to its body; the body is
         read by iterating the returned reply. ``request`` only goes into the httpx exceptions raised."""
-        if self._sock is not None and (where != self._where or (method != "GET" and not self._fresh_enough())):
-            self.close()
+        if where != self._where:
+            self._switch(where)
+        if self._sock is not None and method != "GET" and not self._fresh_enough():
+            self._drop()
         for _ in range(2):
             reused = self._sock is not None
             sock = self._sock if self._sock is not None else self._connect(where, timeout, request)
@@ -123,24 +130,40 @@ class KeepAliveTransport(httpx.BaseTransport):
                 reply = _Reply(self, sock, request)
                 reply.read_head()
             except _StaleConnection:
-                self.close()
+                self._drop()
                 if reused and method == "GET":
                     continue  # the server closed it while idle: nothing was processed, send again on a new one
                 raise httpx.RemoteProtocolError("Remote end closed connection without response",
                                                 request=request) from None
             except (TimeoutError, BlockingIOError) as exc:  # BlockingIOError: the kernel's SO_RCVTIMEO ran out
-                self.close()
+                self._drop()
                 raise httpx.ReadTimeout(str(exc) or "timed out", request=request) from None
             except OSError as exc:
-                self.close()
+                self._drop()
                 if reused and method == "GET" and isinstance(exc, (ConnectionResetError, BrokenPipeError)):
                     continue  # as above: the server dropped the idle connection under the request
                 raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__, request=request) from None
             except httpx.HTTPError:
-                self.close()
+                self._drop()
                 raise
             return reply
         raise httpx.RemoteProtocolError("Remote end closed connection without response", request=request)
+
+    def _switch(self, where: tuple[str, int]) -> None:
+        """Make ``where``'s idle connection (if any) the current one, leaving the current one idle for its origin."""
+        if self._sock is not None and self._where is not None:
+            self._idle[self._where] = (self._sock, self._kernel_timeout, self._idle_since)
+            while len(self._idle) > MAX_IDLE_HOSTS:
+                oldest = min(self._idle, key=lambda origin: self._idle[origin][2])
+                _close_quietly(self._idle.pop(oldest)[0])
+        self._sock, self._kernel_timeout, self._idle_since = self._idle.pop(where, (None, None, 0.0))
+        self._where = where
+
+    def _drop(self) -> None:
+        """Close the current connection (the others stay idle)."""
+        if self._sock is not None:
+            _close_quietly(self._sock)
+            self._sock = None
 
     def _connect(self, where: tuple[str, int], timeout: float,
                  request: Optional[httpx.Request]) -> socket.socket:
@@ -200,22 +223,28 @@ class KeepAliveTransport(httpx.BaseTransport):
     def done_with(self, sock: socket.socket, reusable: bool) -> None:
         """A reply was read to its end (or abandoned): its connection carries the next call only if it can."""
         if not reusable and self._sock is sock:
-            self.close()
+            self._drop()
         else:
             self._idle_since = time.monotonic()
 
     def close(self) -> None:
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-            self._sock = None
+        self._drop()
+        for sock, _, _ in self._idle.values():
+            _close_quietly(sock)
+        self._idle.clear()
         if self._fallback is not None:
             self._fallback.close()
             self._fallback = None
 
 
+def _close_quietly(sock: socket.socket) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+MAX_IDLE_HOSTS = 16  # other origins a thread keeps an idle connection to (the brokers a cluster redirects to)
 TIMEOUT_SLACK = 0.05  # seconds a socket's timeout may differ from the time left before it is set again (a syscall)
 MAX_HEAD = 65536  # bytes of status line and headers, as http.client's line limit
 MAX_HEADERS = 100  # as http.client

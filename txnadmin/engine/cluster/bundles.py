@@ -8,6 +8,7 @@ NamespaceBundles.findBundle hashes ``topicName.toString()`` with it. A bundle is
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 from ...names import normalize_topic
@@ -27,6 +28,7 @@ def topic_hash(topic: str) -> int:
     return zlib.crc32(normalize_topic(topic).encode("utf-8")) & FULL_UPPER
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked on every transaction end (Engine.host_of); a topic's bundle never changes
 def bundle_of(topic: str, count: int = DEFAULT_BUNDLES) -> str:
     """The bundle ``topic`` belongs to, named as Pulsar names it: ``t/ns/0xLLLLLLLL_0xUUUUUUUU``."""
     full = normalize_topic(topic)
