@@ -56,7 +56,7 @@ from ..metrics.exposition import (
     DOWNGRADE_METRICS, ExpositionError, batched_flushes_by_label, parse_exposition, process_cpu_time,
     process_start_time,
 )
-from ..names import is_pending_ack_store, partitioned_topic, pending_ack_guess, pending_ack_readings
+from ..names import is_pending_ack_store, partitioned_topic, pending_ack_guess, pending_ack_readings, reads_batched_entries
 from .protocol import (
     PENDING_ACK_BATCH_FLAG, TC_BATCH_FLAG, AdminError, BadReplyError, NotFoundError, TargetUnreachableError,
     TransactionsAdmin, is_transient,
@@ -138,10 +138,7 @@ class BrokerReading:
     def batch_writer(self) -> bool:
         """False only for a broker that said it runs a release before PIP-160 (2.11), which has no batched writer
         (nor its counters); an unknown or unreadable version keeps the writer possible."""
-        try:
-            return self.version is None or parse_version(self.version) >= parse_version(BATCH_READER_VERSION)
-        except ValueError:
-            return True
+        return self.version is None or reads_batched_entries(self.version)
 
     @property
     def counters_needed(self) -> bool:
@@ -265,11 +262,13 @@ class ClusterView:
         """Always fresh: counters move."""
         return self.admin.metrics_text() if self._single() else self.admin.broker_metrics_text(broker)
 
-    def broker_version(self, broker: str) -> str:
+    def broker_version(self, broker: str, fresh: bool = False) -> str:
         def read() -> str:
             if self._single():
                 return next(iter(self.admin.broker_versions().values()))
             return self.admin.broker_version(broker)
+        if fresh:
+            self._memo[f"version:{broker}"] = read()
         return self._once(f"version:{broker}", read)
 
     def broker_versions(self, concurrency: int = 16) -> dict[str, str]:
@@ -387,9 +386,7 @@ class ClusterView:
         """The broker's version asked now (a rolling downgrade changes it under a running view); None when it
         cannot say, which counts as a release that may batch."""
         try:
-            if self._single():
-                return next(iter(self.admin.broker_versions().values()), None)
-            return self.admin.broker_version(broker)
+            return self.broker_version(broker, fresh=True)
         except AdminError:
             return None
 

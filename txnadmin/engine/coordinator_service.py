@@ -10,10 +10,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..names import coordinator_assign_partition
+from ..names import coordinator_assign_partition, reads_batched_entries
 from .buffered_writer import BufferedWriterConfig
 from .config import EngineConfig
-from ..names import reads_batched_entries
 from .coordinator import ABORTING, COMMITTING, CoordinatorError, TransactionCoordinator
 from .older_brokers import BatchedEntryUnreadable, replayed
 from .preserver import TransactionPreserver, preserver_log_name

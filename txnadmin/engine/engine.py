@@ -54,8 +54,6 @@ log = logging.getLogger(__name__)
 META_TOPICS = "engine/topics/"
 META_PENDING_ACK = "engine/pending-ack/"
 META_ENGINE_ID = "engine/id"  # persistent identity: a downgrade checklist refuses another engine's
-# The recoverStartTime/recoverEndTime of each coordinator's and store's last open, durable before the component
-# takes writes: a stopped engine read later reports the open that wrote its ledgers (what `downgrade` compares).
 
 
 def _now_ms() -> int:
