@@ -132,3 +132,32 @@ def test_roll_on_a_cluster_it_cannot_restart_asks_the_operator_and_waits_for_eac
     assert walk.returncode == 0, walk.stderr.read() if walk.stderr else ""
     assert sorted(asked) == sorted(b["id"] for b in brokers(d))  # each broker asked for once
     assert {b["version"] for b in brokers(d)} == {"2.10.6"}
+
+
+def test_a_broker_already_on_the_version_counts_as_back_though_it_exports_no_process_start():
+    """A broker the walk did not restart (already on --to) has no earlier process to tell a new one from; one that
+    exports no process_start_time_seconds must still count as back, not hold the walk until its timeout. A broker
+    the walk did restart, answering as the same process on the old version, does not."""
+    from txnadmin.admin.cluster import BrokerReading
+    from txnadmin.procedures.downgrade.report import DowngradeError
+    from txnadmin.procedures.downgrade.rolling import _await_return
+
+    class View:  # what a cluster answers about one broker: listed, on ``version``, no process start time
+        def __init__(self, version):
+            self.version = version
+
+        def forget(self):
+            pass
+
+        def active_brokers(self):
+            return ["b:8080"]
+
+        def read_broker(self, broker):
+            return BrokerReading(broker, 0.0, version=self.version)
+
+    step = {"state": "restarting", "versionBefore": None, "processStartBefore": None}
+    _await_return(View("2.10.6"), "b:8080", step, "2.10.6", 5.0, 0.1, print)  # type: ignore[arg-type]
+    assert step["versionAfter"] == "2.10.6"
+    restarted = {"state": "restarting", "versionBefore": "4.0.12", "processStartBefore": None}
+    with pytest.raises(DowngradeError, match="did not come back on 2.10.6"):
+        _await_return(View("4.0.12"), "b:8080", restarted, "2.10.6", 0.3, 0.1, print)  # type: ignore[arg-type]

@@ -93,16 +93,16 @@ def roll(admin: TransactionsAdmin, state_path: Path, to_version: str, restart: O
         admin_url = target if target is not None else state["identity"]["adminUrl"]
         session = Session(admin, admin_url, baselines_of(state), watch_period)
         try:
-            return _walk(admin, state_path, to_version, restart, say, target, timeout_s, interval_s,
+            return _walk(admin, state_path, to_version, restart, say, target, admin_url, timeout_s, interval_s,
                          recovery_timeout_s, concurrency, session, on_poll)
         finally:
             session.close()
 
 
-def _walk(admin, state_path, to_version, restart, say, target, timeout_s, interval_s, recovery_timeout_s,
+def _walk(admin, state_path, to_version, restart, say, target, admin_url, timeout_s, interval_s, recovery_timeout_s,
           concurrency, session: Session, on_poll) -> RollReport:
     view = ClusterView(admin, target or "")
-    ident = target_identity(admin, target or require_state(state_path)["identity"]["adminUrl"], view)
+    ident = target_identity(admin, admin_url, view)
     brokers = active_brokers(admin, ident, view)
     report = RollReport(to_version)
     state = require_state(state_path)
@@ -121,7 +121,9 @@ def _walk(admin, state_path, to_version, restart, say, target, timeout_s, interv
         if step.get("state") != "restarting" or never_went:
             if reading.version == to_version:
                 say(f"{broker}: already runs {to_version}; checking that its logs recovered")
-                step.update(state="restarting", versionBefore=to_version, processStartBefore=None)
+                # not restarted by this walk: no earlier process to tell a new one from (one that exports no
+                # process_start_time_seconds would otherwise never count as back)
+                step.update(state="restarting", versionBefore=None, processStartBefore=None)
             else:
                 _guard_before(admin, state_path, broker, target, timeout_s, interval_s, concurrency, session,
                               on_poll, say)
