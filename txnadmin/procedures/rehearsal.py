@@ -180,7 +180,7 @@ def _rehearse_in(root: Path, warmup_s: float, timeout_s: float, scan_engine: str
     from ..engine.manage import init_engine
     from ..engine.observe import batched_census
     from ..engine.workload import WorkloadSpec, run_workload
-    from .downgrade import start, wait
+    from .downgrade import start
     from .downgrade.checklist import DEFAULT_STATE, load_state
 
     prepare_directory(root, force)
@@ -228,7 +228,6 @@ def _rehearse_in(root: Path, warmup_s: float, timeout_s: float, scan_engine: str
 
     running = Running()
     broker: Optional[_RestartableBroker] = None
-    restarted = threading.Event()
     try:
         time.sleep(warmup_s)
         before = batched_census(running.engine.storage)
@@ -241,9 +240,6 @@ def _rehearse_in(root: Path, warmup_s: float, timeout_s: float, scan_engine: str
              pendingAckStores=len(state["pendingAckStores"]), checklist=str(state_path))
         running.start_shedding()
         step("load shedding", everySeconds=shed_s, unloads="a topic and a coordinator each time")
-        polls: dict[str, Any] = {"n": 0, "safeAfterRestart": False}
-        shown: dict = {"now": None}
-
         def restart() -> None:
             nonlocal running
             assert broker is not None
@@ -253,28 +249,10 @@ def _rehearse_in(root: Path, warmup_s: float, timeout_s: float, scan_engine: str
             broker.swap(running.engine)
             broker.restarting = False
             running.start_shedding()
-            restarted.set()
 
-        def on_poll(report) -> None:
-            polls["n"] += 1
-            polls["safeAfterRestart"] = report.safe and restarted.is_set()
-            now = (len(report.waiting), tuple((kind, len(logs)) for kind, logs in sorted(report.groups().items())))
-            if now != shown["now"]:  # one line per change of state, as `downgrade wait` does
-                step("waiting", waiting=now[0], logs=len(report.logs), byReason=dict(now[1]),
-                     reopensAccepted=report.reopens_accepted)
-                shown["now"] = now
-            if polls["n"] == 2:
-                step("engine restarting", reason="a broker restart in the middle of the wait")
-                threading.Thread(target=restart, daemon=True).start()
-
-        deadline = time.monotonic() + timeout_s
-        report = wait(admin, state_path, timeout_s, 1.0, on_poll, rerecord_unproven=True)
-        if report.safe and not polls["safeAfterRestart"]:
-            # safe came before the restart landed: the verdict must hold on the restarted broker too
-            restarted.wait(timeout=max(0.0, deadline - time.monotonic()))
-            report = wait(admin, state_path, max(1.0, deadline - time.monotonic()), 1.0, on_poll,
-                          rerecord_unproven=True)
-        report.safe = report.safe and polls["safeAfterRestart"]
+        report, restarted = wait_through_a_restart(
+            admin, state_path, timeout_s, restart,
+            lambda: step("engine restarting", reason="a broker restart in the middle of the wait"), state_lines(step))
         checklist = load_state(state_path) or {}
         step("procedure verdict", safe=report.safe, reopensAccepted=report.reopens_accepted,
              rerecordedInWait=checklist.get("rerecordedInWait", 0), startRuns=1)
@@ -284,7 +262,7 @@ def _rehearse_in(root: Path, warmup_s: float, timeout_s: float, scan_engine: str
         step("load shedding stopped", topicUnloads=unloads["topics"], coordinatorUnloads=unloads["coordinators"],
              failures=unloads["failures"])
         result.moving = {"topicUnloads": unloads["topics"], "coordinatorUnloads": unloads["coordinators"],
-                         "restarts": 1 if restarted.is_set() else 0, "reopensAccepted": report.reopens_accepted,
+                         "restarts": 1 if restarted else 0, "reopensAccepted": report.reopens_accepted,
                          "rerecordedInWait": checklist.get("rerecordedInWait", 0), "startRuns": 1}
         result.workload = stats.to_json() if (stats := running.stats.get("stats")) else None
     finally:
@@ -295,6 +273,51 @@ def _rehearse_in(root: Path, warmup_s: float, timeout_s: float, scan_engine: str
     result.safe = report.safe and clean
     step("verdict", safe=result.safe)
     return result
+
+
+def state_lines(step: Callable[..., None]) -> Callable[[Any], None]:
+    """An ``on_poll`` that records a "waiting" step at each change of state, one line each, as `downgrade wait`
+    prints them."""
+    shown: dict = {"now": None}
+
+    def show(report) -> None:
+        now = (len(report.waiting), tuple((kind, len(logs)) for kind, logs in sorted(report.groups().items())))
+        if now != shown["now"]:
+            step("waiting", waiting=now[0], logs=len(report.logs), byReason=dict(now[1]),
+                 reopensAccepted=report.reopens_accepted)
+            shown["now"] = now
+    return show
+
+
+def wait_through_a_restart(admin: TransactionsAdmin, state_path: Path, timeout_s: float, restart: Callable[[], None],
+                           announce: Callable[[], None], show: Callable[[Any], None]) -> tuple[Any, bool]:
+    """`wait --rerecord`, polling every second, with ``restart`` run in a thread at its second poll (``announce``d
+    first): (the last report, safe only when the verdict held after the restart landed; whether it did)."""
+    from .downgrade import wait
+
+    restarted = threading.Event()
+    polls: dict[str, Any] = {"n": 0, "safeAfterRestart": False}
+
+    def restart_then_say() -> None:
+        restart()
+        restarted.set()
+
+    def on_poll(report) -> None:
+        polls["n"] += 1
+        polls["safeAfterRestart"] = report.safe and restarted.is_set()
+        show(report)
+        if polls["n"] == 2:
+            announce()
+            threading.Thread(target=restart_then_say, daemon=True).start()
+
+    deadline = time.monotonic() + timeout_s
+    report = wait(admin, state_path, timeout_s, 1.0, on_poll, rerecord_unproven=True)
+    if report.safe and not polls["safeAfterRestart"]:
+        # safe came before the restart landed: the verdict must hold on the restarted broker too
+        restarted.wait(timeout=max(0.0, deadline - time.monotonic()))
+        report = wait(admin, state_path, max(1.0, deadline - time.monotonic()), 1.0, on_poll, rerecord_unproven=True)
+    report.safe = report.safe and polls["safeAfterRestart"]
+    return report, restarted.is_set()
 
 
 def prove_bytes(root: Path, state_path: Path, scan_engine: str, verbose: bool, step: Callable[..., None],

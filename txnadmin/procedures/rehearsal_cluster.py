@@ -20,7 +20,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
-from .rehearsal import REHEARSAL_SETTINGS, SHED_S, RehearsalResult, in_directory, prepare_directory, prove_bytes
+from .rehearsal import (
+    REHEARSAL_SETTINGS, SHED_S, RehearsalResult, in_directory, prepare_directory, prove_bytes, state_lines,
+    wait_through_a_restart,
+)
 
 OLDER = "2.10.6"  # a release before PIP-160: it cannot read a batched entry
 
@@ -63,7 +66,7 @@ def _cluster_in(root: Path, serve: Callable[[Path], Served], brokers: int, warmu
     from ..engine.manage import init_engine
     from ..engine.observe import batched_census
     from ..engine.workload import WorkloadSpec, run_workload
-    from .downgrade import start, wait
+    from .downgrade import start
     from .downgrade.checklist import DEFAULT_STATE, load_state
     from .downgrade.rolling import roll
 
@@ -125,41 +128,16 @@ def _cluster_in(root: Path, serve: Callable[[Path], Served], brokers: int, warmu
         shedder.shed_once()  # the cluster moves at once, however soon the wait ends
         shedder.start()
         step("bundle shedding", everySeconds=shed_s, moves="a topic's and a coordinator's bundle to another broker")
-        restarted = threading.Event()
         victim = cluster.brokers[-1].id
-        polls: dict[str, Any] = {"n": 0, "safeAfterRestart": False}
-        shown: dict = {"now": None}
-
-        def show_change(report) -> None:  # one line per change of state, as `downgrade wait` prints
-            now = (len(report.waiting), tuple((kind, len(logs)) for kind, logs in sorted(report.groups().items())))
-            if now != shown["now"]:
-                step("waiting", waiting=now[0], logs=len(report.logs), byReason=dict(now[1]),
-                     reopensAccepted=report.reopens_accepted)
-                shown["now"] = now
-
-        def restart() -> None:
-            served.lifecycle(victim, "restart")
-            restarted.set()
-
-        def on_poll(report) -> None:
-            polls["n"] += 1
-            polls["safeAfterRestart"] = report.safe and restarted.is_set()
-            show_change(report)
-            if polls["n"] == 2:
-                step("broker restarting", broker=victim, reason="a broker restart in the middle of the wait")
-                threading.Thread(target=restart, daemon=True).start()
-
-        deadline = time.monotonic() + timeout_s
-        report = wait(admin, state_path, timeout_s, 1.0, on_poll, rerecord_unproven=True)
-        if report.safe and not polls["safeAfterRestart"]:
-            restarted.wait(timeout=max(0.0, deadline - time.monotonic()))  # the verdict must hold after it too
-            report = wait(admin, state_path, max(1.0, deadline - time.monotonic()), 1.0, on_poll,
-                          rerecord_unproven=True)
-        report.safe = report.safe and polls["safeAfterRestart"]
+        show_change = state_lines(step)
+        report, restarted = wait_through_a_restart(
+            admin, state_path, timeout_s, lambda: served.lifecycle(victim, "restart"),
+            lambda: step("broker restarting", broker=victim, reason="a broker restart in the middle of the wait"),
+            show_change)
         checklist = load_state(state_path) or {}
         step("procedure verdict", safe=report.safe, reopensAccepted=report.reopens_accepted,
              rerecordedInWait=checklist.get("rerecordedInWait", 0))
-        result.moving.update(restarts=1 if restarted.is_set() else 0, reopensAccepted=report.reopens_accepted,
+        result.moving.update(restarts=1 if restarted else 0, reopensAccepted=report.reopens_accepted,
                              rerecordedInWait=checklist.get("rerecordedInWait", 0), startRuns=1)
         result.status = report.to_json()
         result.flags_on = ClusterView(admin, "").flags_on_brokers()  # read from the brokers, not the report
