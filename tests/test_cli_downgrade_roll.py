@@ -156,8 +156,8 @@ def test_a_broker_already_on_the_version_counts_as_back_though_it_exports_no_pro
             return BrokerReading(broker, 0.0, version=self.version)
 
     step = {"state": "restarting", "versionBefore": None, "processStartBefore": None}
-    _await_return(View("2.10.6"), "b:8080", step, "2.10.6", 5.0, 0.1, print)  # type: ignore[arg-type]
+    _await_return(View("2.10.6"), "b:8080", step, "2.10.6", 5.0, 0.1, print)  # type: ignore[arg-type]  # a stand-in for ClusterView: the two reads the wait makes
     assert step["versionAfter"] == "2.10.6"
     restarted = {"state": "restarting", "versionBefore": "4.0.12", "processStartBefore": None}
     with pytest.raises(DowngradeError, match="did not come back on 2.10.6"):
-        _await_return(View("4.0.12"), "b:8080", restarted, "2.10.6", 0.3, 0.1, print)  # type: ignore[arg-type]
+        _await_return(View("4.0.12"), "b:8080", restarted, "2.10.6", 0.3, 0.1, print)  # type: ignore[arg-type]  # a stand-in for ClusterView: the two reads the wait makes
