@@ -3,6 +3,7 @@ connections open, closes them behind the client's back, cuts bodies short and se
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import threading
@@ -348,3 +349,115 @@ def test_an_idle_connection_to_the_owner_the_server_closed_meanwhile_is_replaced
         for _ in range(3):
             assert admin.list_clusters() == ["owned"]
     assert (front.connections, owner.connections, len(owner.requests)) == (1, 3, 3)
+
+
+def to_owner(owner_url: str, authoritative: str = "false"):
+    """A broker that owns nothing: every call is sent on to ``owner_url`` as Pulsar's validateTopicOwnership does (same
+    path and query, ``authoritative`` added)."""
+    return lambda head: (f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {owner_url}{head}"
+                         f"{'&' if '?' in head else '?'}authoritative={authoritative}\r\n"
+                         "Content-Length: 0\r\n\r\n").encode()
+
+
+class RedirectingServer(KeepAliveServer):
+    """A KeepAliveServer whose reply is built from the request target (``reply(target)``)."""
+
+    def _exchange(self, conn):
+        with conn:
+            for head in self._heads(conn):
+                target = head.split(b" ", 2)[1].decode()
+                conn.sendall(self.reply(target))
+
+
+@pytest.fixture
+def front():
+    servers = []
+
+    def start(reply):
+        servers.append(RedirectingServer(reply))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+STATS = '{"cumulativeAckPosition": "-1:-1"}'
+
+
+def test_a_topic_s_next_call_goes_straight_to_the_broker_its_last_redirect_named(serve, front):
+    """A poll asks about every topic each interval: after one redirect, the topic's calls enter at its owner (one
+    exchange, not two), on the direct path for every hop; another topic still enters at the service broker."""
+    owner = serve(lambda n: (ok(STATS), False))
+    service = front(to_owner(owner.url))
+    with HttpAdmin(service.url, token=SECRET) as admin:
+        for _ in range(3):
+            assert admin.pending_ack_stats("persistent://public/default/a", "sub") == json.loads(STATS)
+        assert len(service.requests) == 1 and len(owner.requests) == 3
+        assert "authoritative" in owner.requests[0] and "authoritative" not in owner.requests[2]
+        assert all(f"Authorization: Bearer {SECRET}" in r for r in owner.requests)
+        admin.pending_ack_stats("persistent://public/default/b", "sub")
+        assert len(service.requests) == 2
+        with pytest.raises(AdminError):  # the owner's stats are not a cluster list: only where the call went counts
+            admin.list_clusters()  # a call about no topic always enters at the service URL
+        assert len(service.requests) == 3
+
+
+def test_a_remembered_owner_that_no_longer_owns_the_topic_sends_the_call_on(serve, front):
+    """Ownership moves (a bundle unload, a failover): the old owner redirects, the call reaches the new owner, and the
+    topic's next call goes there."""
+    new = serve(lambda n: (ok(STATS), False))
+    moved = threading.Event()
+    old = front(lambda target: to_owner(new.url)(target) if moved.is_set() else ok(STATS))
+    service = front(to_owner(old.url))
+    topic = "persistent://public/default/a"
+    with HttpAdmin(service.url, token=SECRET) as admin:
+        admin.pending_ack_stats(topic, "sub")
+        moved.set()
+        admin.pending_ack_stats(topic, "sub")
+        admin.pending_ack_stats(topic, "sub")
+    assert (len(service.requests), len(old.requests), len(new.requests)) == (1, 2, 2)
+
+
+def test_a_remembered_owner_that_is_gone_is_forgotten_and_the_call_enters_at_the_service_url(serve, front):
+    """A stopped broker refuses connections: the call is not failed for it (nothing was sent), it enters at the
+    service URL as if nothing were remembered, and follows the redirect to whoever owns the topic now."""
+    gone = serve(lambda n: (ok(STATS), True))  # closes after each reply, so closing it leaves nothing open
+    survivor = serve(lambda n: (ok(STATS), False))
+    owner = [gone.url]
+    service = front(lambda target: to_owner(owner[0])(target))
+    topic = "persistent://public/default/a"
+    with HttpAdmin(service.url, token=SECRET, retry_backoff=30) as admin:  # a retry would sleep past the test
+        admin.pending_ack_stats(topic, "sub")
+        gone.sock.shutdown(socket.SHUT_RDWR)  # wakes its accept(): the port refuses connections from now on
+        gone.close()
+        owner[0] = survivor.url
+        assert admin.pending_ack_stats(topic, "sub") == json.loads(STATS)
+        admin.pending_ack_stats(topic, "sub")
+    assert (len(service.requests), len(gone.requests), len(survivor.requests)) == (2, 1, 2)
+
+
+def test_a_redirect_that_changes_the_path_is_followed_but_not_remembered(serve, front):
+    owner = serve(lambda n: (ok(STATS), False))
+    service = front(lambda target: (f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {owner.url}/elsewhere\r\n"
+                                    "Content-Length: 0\r\n\r\n").encode())
+    with HttpAdmin(service.url, token=SECRET) as admin:
+        for _ in range(2):
+            admin.pending_ack_stats("persistent://public/default/a", "sub")
+    assert (len(service.requests), len(owner.requests)) == (2, 2)
+
+
+def test_the_redirected_hop_takes_the_direct_path_too(serve, front, monkeypatch):
+    """No httpx request object for a plain-http hop, first or redirected (it cost a third of a call's client CPU)."""
+    from txnadmin.admin import http
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("httpx's path taken for a plain-http hop")
+
+    monkeypatch.setattr(http, "exchange", refuse)
+    owner = serve(lambda n: (ok(STATS), False))
+    service = front(to_owner(owner.url))
+    with HttpAdmin(service.url, token=SECRET) as admin:
+        assert admin.pending_ack_stats("persistent://public/default/a", "sub") == json.loads(STATS)
+        assert admin.pending_ack_stats("persistent://public/default/a", "sub") == json.loads(STATS)
+    assert (len(service.requests), len(owner.requests)) == (1, 2)

@@ -161,7 +161,7 @@ class Endpoint:
     sent as the JSON ``body`` (if any) and the reply's ``shape`` (None: no check; an empty reply is None)."""
 
     __slots__ = ("call", "method", "path", "query", "body", "shape", "args", "variables", "_head", "_fills",
-                 "_query", "_body_at")
+                 "_query", "_body_at", "topic_at")
 
     def __init__(self, call: str, method: str, path: str, *, query: tuple[Query, ...] = (), body: Optional[str] = None,
                  shape: Any = None):
@@ -175,6 +175,9 @@ class Endpoint:
         self._query: tuple[tuple[str, Optional[int], Any, Optional[str], bool], ...] = tuple(
             (q.name, None if q.arg is None else self.args.index(q.arg), q.default, q.value, q.always) for q in query)
         self._body_at = None if body is None else self.args.index(body)
+        # Which argument names the topic the call is about (None: a call about no topic): a cluster answers it at
+        # the broker owning that topic, so HttpAdmin remembers, per topic, where the last one was redirected to.
+        self.topic_at: Optional[int] = next((self.args.index(arg) for _, arg, kind in variables if kind == TOPIC), None)
 
     def target(self, args: tuple) -> tuple[str, dict[str, Any]]:
         """The path and query for one call with ``args`` (the protocol method's arguments, in order)."""

@@ -37,11 +37,13 @@ from . import _replies
 from ._redirects import MAX_REDIRECTS, REDIRECTS, add_broker_hosts, follow, in_cluster
 from ._replies import VERSION, retry_after
 from ._transport import (SAFE_TARGET, DirectRoute, KeepAliveTransport, Reply, direct_route, environment_proxy,
-                         exchange, exchange_direct, tls_context)
+                         exchange, exchange_direct, origin, tls_context)
 from .auth import Auth, AuthError, TokenAuth, auth_from, mask, register_secret, token_from_params
 from .endpoints import ENDPOINTS
 from .protocol import AdminError, BadReplyError, Json, NotFoundError, TargetUnreachableError, TxnId
 from .protocol import is_transient as is_transient  # re-exported: callers of HttpAdmin classify failures with it
+
+MAX_OWNERS = 100_000  # topics whose owner HttpAdmin remembers (and bases it keeps taken apart) before starting over
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,9 @@ class HttpAdmin:
         # A local engine's server may come back on another port with another token (`engine run` picks both
         # afresh): ``rediscover`` reads where it is now, so a long `downgrade wait` follows the restart.
         self._rediscover = rediscover
-        self._route: Optional[tuple[str, Optional[DirectRoute]]] = None  # base_url taken apart for the direct path
+        self._routes: dict[str, Optional[DirectRoute]] = {}  # a base (ours, or an owner's) taken apart, for _direct
+        # topic -> the base of the broker the topic's last call was redirected to (see ``_send``)
+        self._owners: dict[str, str] = {}
 
     @property
     def retry_backoff(self) -> float:
@@ -196,7 +200,8 @@ class HttpAdmin:
         order), sent under one deadline and the retry policy; the JSON reply, checked against the row's shape."""
         row = ENDPOINTS[call]
         path, params = row.target(args)
-        return _replies.result(self._call(row.method, path, params, row.content(args)), row.shape)
+        topic = args[row.topic_at] if row.topic_at is not None and row.method == "GET" else None
+        return _replies.result(self._call(row.method, path, params, row.content(args), topic), row.shape)
 
     def _reply(self, call: str) -> httpx.Response | Reply:
         """A row's raw reply, for the calls that read it other than as JSON; an error status raises as usual."""
@@ -207,7 +212,8 @@ class HttpAdmin:
             _replies.result(response)
         return response
 
-    def _call(self, method: str, path: str, params: dict, content: Optional[bytes]) -> httpx.Response | Reply:
+    def _call(self, method: str, path: str, params: dict, content: Optional[bytes],
+              topic: Optional[str] = None) -> httpx.Response | Reply:
         deadline = time.monotonic() + self.timeout
         self.in_flight = f"{method} {path}"  # named by the CLI's "waiting for …" spinner
         policy = self.retry
@@ -215,7 +221,7 @@ class HttpAdmin:
         while True:
             attempt += 1
             try:
-                response = self._send(method, path, params, content, deadline)
+                response = self._send(method, path, params, content, deadline, topic)
             except TargetUnreachableError as exc:
                 if getattr(exc, "before_send", False) and self._moved():
                     continue  # the server is elsewhere now: try there at once (still bounded by attempts)
@@ -256,6 +262,7 @@ class HttpAdmin:
         with self._transports_lock:
             self.base_url, self._host = url, parsed.host
             self.auth = TokenAuth(token=token) if token else Auth()
+            self._owners.clear()  # the brokers came back elsewhere too: a remembered port may be anyone's now
         return True
 
     @staticmethod
@@ -267,48 +274,92 @@ class HttpAdmin:
         return True
 
     def _send(self, method: str, path: str, params: dict, content: Optional[bytes],
-              deadline: Optional[float] = None) -> httpx.Response | Reply:
+              deadline: Optional[float] = None, topic: Optional[str] = None) -> httpx.Response | Reply:
+        """One call, following redirects. A GET about ``topic`` goes first to the broker the topic's last call was
+        redirected to, when there was one: on a cluster every non-owner answers 307 to the owner (Pulsar's
+        ``validateTopicOwnership``), and a poll asks about each topic every interval, so entering at the service
+        broker cost two exchanges per call where one does. It is only where to enter: whatever answers is judged as
+        before (a broker that no longer owns the topic redirects again, and the new owner is remembered), and an owner
+        that refuses the connection is forgotten and the call enters at the service URL as if never remembered."""
         deadline = deadline if deadline is not None else time.monotonic() + self.timeout
         query = f"?{urlencode(params, quote_via=quote)}" if params else ""
-        text = f"{self.base_url}{path}{query}"
-        hops = MAX_REDIRECTS + 1
-        direct = self._direct(method, path + query, text, content, deadline)
-        if direct is not None:
-            if direct.status_code not in REDIRECTS or "location" not in direct.headers:
-                return direct
-            hops -= 1
+        if topic is not None and (owner := self._owners.get(topic)) is not None:
+            try:
+                return self._follow(method, owner, path, query, content, deadline, topic)
+            except TargetUnreachableError as exc:
+                self._owners.pop(topic, None)
+                if not getattr(exc, "before_send", False):
+                    raise  # it may have been processed: the retry policy decides, and enters at the service URL
+        return self._follow(method, self.base_url, path, query, content, deadline, topic)
+
+    def _follow(self, method: str, base: str, path: str, query: str, content: Optional[bytes], deadline: float,
+                topic: Optional[str]) -> httpx.Response | Reply:
+        """``method`` on ``base + path + query`` and each redirect after it (every hop on the direct path when it
+        applies), remembering for ``topic`` the base of a redirect target that answered."""
+        tail = path + query
+        text = base + tail
+        reply = self._direct(base, method, tail, text, content, deadline)
+        if reply is not None and (reply.status_code not in REDIRECTS or "location" not in reply.headers):
+            return reply
         try:
             url = httpx.URL(text)
         except httpx.InvalidURL as exc:
-            raise AdminError(f"{self.base_url}{path}: not a valid URL ({exc})", 400) from None
-        if direct is not None:  # the first hop went the direct way and was redirected: follow it as below
-            url = follow(url, direct.headers["location"], self._in_cluster)
-            if direct.status_code == 303:
+            raise AdminError(f"{base}{tail}: not a valid URL ({exc})", 400) from None
+        hops = MAX_REDIRECTS + 1
+        moved = False
+        direct: Optional[Reply] = reply
+        while True:
+            answer: httpx.Response | Reply
+            if direct is not None:  # the hop went the direct way
+                answer = direct
+            else:
+                headers = self._headers(deadline)
+                if content is not None:
+                    headers["Content-Type"] = "application/json"
+                answer = exchange(self._transport(), method, url, headers, content, deadline, self.timeout)
+            status, location = answer.status_code, answer.headers.get("location")
+            hops -= 1
+            if status not in REDIRECTS or location is None:
+                if moved and topic is not None:
+                    self._remember(topic, url, path)
+                return answer
+            if hops <= 0:
+                raise BadReplyError(f"{self.base_url}{tail}: too many redirects")
+            url = follow(url, location, self._in_cluster)
+            moved = True
+            if status == 303:
                 method, content = "GET", None
-        for _ in range(hops):
-            headers = self._headers(deadline)
-            if content is not None:
-                headers["Content-Type"] = "application/json"
-            response = exchange(self._transport(), method, url, headers, content, deadline, self.timeout)
-            if response.status_code in REDIRECTS and "location" in response.headers:
-                url = follow(url, response.headers["location"], self._in_cluster)
-                if response.status_code == 303:
-                    method, content = "GET", None
-                continue
-            return response
-        raise BadReplyError(f"{self.base_url}{path}: too many redirects")
+            direct = self._direct(origin(url), method, url.raw_path.decode("ascii"), str(url), content, deadline) \
+                if url.scheme == "http" else None
 
-    def _direct(self, method: str, path: str, url: str, content: Optional[bytes],
+    def _remember(self, topic: str, answered: httpx.URL, path: str) -> None:
+        """After a redirect, the base of the broker that answered for ``topic``, so the topic's next call goes there
+        first: its origin, and any prefix before our ``path`` (Pulsar's redirect keeps the path and adds
+        ``authoritative`` to the query, which a call straight to the owner does without). A redirect that changed
+        the path is not remembered."""
+        where = answered.raw_path.split(b"?", 1)[0].decode("ascii", "replace")
+        if not where.endswith(path):
+            return
+        if len(self._owners) >= MAX_OWNERS:
+            self._owners.clear()  # a bound, not a cache policy: the next call per topic learns its owner again
+        self._owners[topic] = origin(answered) + where[:-len(path)]
+
+    def _direct(self, base: str, method: str, target: str, url: str, content: Optional[bytes],
                 deadline: float) -> Optional[Reply]:
-        """The first hop on the keep-alive path without httpx's objects (``exchange_direct``), when it applies: plain
-        http, no proxy, no test transport, a request target with nothing to encode. None otherwise."""
+        """One hop to ``base + target`` on the keep-alive path without httpx's objects (``exchange_direct``), when it
+        applies: plain http, no proxy, no test transport, a request target with nothing to encode. None otherwise."""
         if self._shared_transport is not None or self._proxy:
             return None
-        route = self._route
-        if route is None or route[0] != self.base_url:
-            route = self._route = (self.base_url, direct_route(self.base_url))
-        target = f"{route[1].prefix}{path}" if route[1] is not None else ""
-        if route[1] is None or not SAFE_TARGET.fullmatch(target):
+        try:
+            route = self._routes[base]
+        except KeyError:
+            if len(self._routes) >= MAX_OWNERS:
+                self._routes.clear()
+            route = self._routes[base] = direct_route(base)
+        if route is None:
+            return None
+        target = f"{route.prefix}{target}"
+        if not SAFE_TARGET.fullmatch(target):
             return None
         transport = self._transport()
         if not isinstance(transport, KeepAliveTransport):
@@ -316,7 +367,7 @@ class HttpAdmin:
         headers = self._headers(deadline)
         if content is not None:
             headers["Content-Type"] = "application/json"
-        return exchange_direct(transport, route[1], method, url, target, headers, content, deadline, self.timeout)
+        return exchange_direct(transport, route, method, url, target, headers, content, deadline, self.timeout)
 
     def _in_cluster(self, target: httpx.URL) -> bool:
         return in_cluster(target, self._host, self._active_brokers)
