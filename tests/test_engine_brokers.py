@@ -15,6 +15,7 @@ import pytest
 
 from engine_brokers_helpers import accepts, brokers, cli, init, until
 from serve_helpers import serving
+from txnadmin.admin.protocol import NotFoundError
 from txnadmin.metrics.exposition import parse_exposition, process_start_time
 
 TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
@@ -118,6 +119,40 @@ def test_a_call_about_what_another_broker_owns_is_redirected_to_the_owner(cluste
     stats = f"/admin/v3/transactions/transactionBufferStats/{topic}"
     assert {get(b, token, stats).status_code for b in ids - {owner}} == {307}
     assert get(owner, token, stats).status_code == 404  # the owner itself says the topic is not there
+
+
+def test_each_broker_says_which_bundles_it_owns_and_a_fresh_client_sends_topic_calls_to_their_owners(cluster3):
+    """``ownedNamespaces`` as Pulsar's BrokersBase answers it (asked of another broker: a 307 there, validateBrokerName),
+    and HttpAdmin's prediction from it: for every topic a lookup places, the owner it enters at is the owner."""
+    from txnadmin.admin.http import HttpAdmin
+
+    home, d, url, token = cluster3
+    listed = brokers(d)
+    topics = [f"persistent://public/default/spread-{i}" for i in range(40)]
+    owners = {t: owner_url(url, token, t.removeprefix("persistent://")) for t in topics}  # a lookup places them
+    assert len(set(owners.values())) > 1
+    owned = {}
+    for b in listed:
+        path = f"/admin/v2/brokers/standalone/{b['id']}/ownedNamespaces"
+        elsewhere = next(o for o in listed if o is not b)
+        moved = get(elsewhere["url"], token, path + "?x=1")
+        assert moved.status_code == 307 and moved.headers["location"] == f"{b['url']}{path}?x=1"
+        reply = get(b["url"], token, path)
+        assert reply.status_code == 200, reply.text
+        owned[b["url"]] = reply.json()
+        assert all(s == {"broker_assignment": "shared", "is_controlled": False, "is_active": True}
+                   for s in owned[b["url"]].values())
+    assert sum(map(len, owned.values())) == len(set().union(*owned.values()))  # each bundle has one owner
+    assert get(url, token, "/admin/v2/brokers/elsewhere/x:1/ownedNamespaces").status_code == 404
+    assert get(url, token, "/admin/v2/brokers/standalone/nonsense/ownedNamespaces").status_code == 500
+    assert httpx.get(f"{url}/admin/v2/brokers/standalone/{listed[0]['id']}/ownedNamespaces",
+                     timeout=10).status_code == 401
+    with HttpAdmin(url, token=token) as admin:
+        elsewhere_topic = next(t for t in topics if owners[t] != url)
+        with pytest.raises(NotFoundError):  # no such topic, says its owner, after a redirect: the client then asks
+            admin.topic_stats(elsewhere_topic)  # the brokers what they own
+        predicted = {t: admin._bundles.owner(t) if admin._bundles else None for t in topics}
+    assert predicted == owners
 
 
 def test_the_lookup_and_lifecycle_routes_need_the_token_and_refuse_bad_input(cluster3):

@@ -362,11 +362,15 @@ def to_owner(owner_url: str, authoritative: str = "false"):
 class RedirectingServer(KeepAliveServer):
     """A KeepAliveServer whose reply is built from the request target (``reply(target)``)."""
 
+    closing = False  # True: close each connection after its reply (so a shut-down server leaves nothing open)
+
     def _exchange(self, conn):
         with conn:
             for head in self._heads(conn):
                 target = head.split(b" ", 2)[1].decode()
                 conn.sendall(self.reply(target))
+                if self.closing:
+                    return
 
 
 @pytest.fixture
@@ -385,6 +389,11 @@ def front():
 STATS = '{"cumulativeAckPosition": "-1:-1"}'
 
 
+def stats_calls(server) -> int:
+    """The pending-ack stats calls a server was sent (not the cluster listings a client asks besides)."""
+    return sum("/pendingAckStats/" in r for r in server.requests)
+
+
 def test_a_topic_s_next_call_goes_straight_to_the_broker_its_last_redirect_named(serve, front):
     """A poll asks about every topic each interval: after one redirect, the topic's calls enter at its owner (one
     exchange, not two), on the direct path for every hop; another topic still enters at the service broker."""
@@ -393,14 +402,15 @@ def test_a_topic_s_next_call_goes_straight_to_the_broker_its_last_redirect_named
     with HttpAdmin(service.url, token=SECRET) as admin:
         for _ in range(3):
             assert admin.pending_ack_stats("persistent://public/default/a", "sub") == json.loads(STATS)
-        assert len(service.requests) == 1 and len(owner.requests) == 3
-        assert "authoritative" in owner.requests[0] and "authoritative" not in owner.requests[2]
+        assert stats_calls(service) == 1 and stats_calls(owner) == 3
+        assert "authoritative" in owner.requests[0] and "authoritative" not in owner.requests[-1]
         assert all(f"Authorization: Bearer {SECRET}" in r for r in owner.requests)
         admin.pending_ack_stats("persistent://public/default/b", "sub")
-        assert len(service.requests) == 2
+        assert stats_calls(service) == 2
+        before = len(service.requests)
         with pytest.raises(AdminError):  # the owner's stats are not a cluster list: only where the call went counts
             admin.list_clusters()  # a call about no topic always enters at the service URL
-        assert len(service.requests) == 3
+        assert len(service.requests) == before + 1
 
 
 def test_a_remembered_owner_that_no_longer_owns_the_topic_sends_the_call_on(serve, front):
@@ -416,7 +426,7 @@ def test_a_remembered_owner_that_no_longer_owns_the_topic_sends_the_call_on(serv
         moved.set()
         admin.pending_ack_stats(topic, "sub")
         admin.pending_ack_stats(topic, "sub")
-    assert (len(service.requests), len(old.requests), len(new.requests)) == (1, 2, 2)
+    assert (stats_calls(service), stats_calls(old), stats_calls(new)) == (1, 2, 2)
 
 
 def test_a_remembered_owner_that_is_gone_is_forgotten_and_the_call_enters_at_the_service_url(serve, front):
@@ -434,7 +444,7 @@ def test_a_remembered_owner_that_is_gone_is_forgotten_and_the_call_enters_at_the
         owner[0] = survivor.url
         assert admin.pending_ack_stats(topic, "sub") == json.loads(STATS)
         admin.pending_ack_stats(topic, "sub")
-    assert (len(service.requests), len(gone.requests), len(survivor.requests)) == (2, 1, 2)
+    assert (stats_calls(service), stats_calls(gone), stats_calls(survivor)) == (2, 1, 2)
 
 
 def test_a_redirect_that_changes_the_path_is_followed_but_not_remembered(serve, front):
@@ -444,7 +454,7 @@ def test_a_redirect_that_changes_the_path_is_followed_but_not_remembered(serve, 
     with HttpAdmin(service.url, token=SECRET) as admin:
         for _ in range(2):
             admin.pending_ack_stats("persistent://public/default/a", "sub")
-    assert (len(service.requests), len(owner.requests)) == (2, 2)
+    assert (stats_calls(service), len(owner.requests)) == (2, 2)  # nor taken for a cluster's owner redirect
 
 
 def test_the_redirected_hop_takes_the_direct_path_too(serve, front, monkeypatch):
@@ -460,4 +470,74 @@ def test_the_redirected_hop_takes_the_direct_path_too(serve, front, monkeypatch)
     with HttpAdmin(service.url, token=SECRET) as admin:
         assert admin.pending_ack_stats("persistent://public/default/a", "sub") == json.loads(STATS)
         assert admin.pending_ack_stats("persistent://public/default/a", "sub") == json.loads(STATS)
-    assert (len(service.requests), len(owner.requests)) == (1, 2)
+    assert (stats_calls(service), stats_calls(owner)) == (1, 2)
+
+
+class FakeCluster:
+    """Two brokers on loopback: the service broker owns nothing of public/default, ``owner`` owns all four bundles.
+    The service broker answers the cluster listing and redirects every topic call to the owner."""
+
+    def __init__(self, front, serve, owned_reply=None):
+        self.owner = front(self._owner_reply)
+        self.service = front(self._service_reply)
+        self.owned_reply = owned_reply
+
+    def ident(self, server) -> str:
+        return server.url.removeprefix("http://")
+
+    def _bundles(self) -> str:
+        if self.owned_reply is not None:
+            return self.owned_reply
+        status = '{"broker_assignment": "shared", "is_controlled": false, "is_active": true}'
+        return "{" + ", ".join(f'"public/default/{b}": {status}' for b in (
+            "0x00000000_0x40000000", "0x40000000_0x80000000", "0x80000000_0xc0000000", "0xc0000000_0xffffffff")) + "}"
+
+    def _owner_reply(self, target: str) -> bytes:
+        return ok(self._bundles() if "/ownedNamespaces" in target else STATS)
+
+    def _service_reply(self, target: str) -> bytes:
+        if target == "/admin/v2/clusters":
+            return ok('["c"]')
+        if target == "/admin/v2/brokers/c":
+            return ok(json.dumps([self.ident(self.service), self.ident(self.owner)]))
+        if target == f"/admin/v2/brokers/c/{self.ident(self.service)}/ownedNamespaces":
+            return ok("{}")
+        return to_owner(self.owner.url)(target)
+
+
+
+def test_a_fresh_client_asks_the_brokers_what_they_own_and_sends_each_topic_to_its_owner(serve, front):
+    """After the first redirect, a client asks every broker which bundles it owns, once; every other topic's first
+    call then enters at its owner, as a fresh `downgrade status` process would otherwise pay a redirect each."""
+    cluster = FakeCluster(front, serve)
+    with HttpAdmin(cluster.service.url, token=SECRET) as admin:
+        for i in range(6):
+            assert admin.pending_ack_stats(f"persistent://public/default/t{i}", "sub") == json.loads(STATS)
+    assert stats_calls(cluster.service) == 1 and stats_calls(cluster.owner) == 6
+    asked = [r.split(" ")[1] for r in cluster.service.requests if "ownedNamespaces" in r]  # each once, at the
+    assert sorted(asked) == sorted(f"/admin/v2/brokers/c/{cluster.ident(b)}/ownedNamespaces"  # service URL (it
+                                   for b in (cluster.service, cluster.owner))  # sends the other on, as Pulsar does)
+
+
+@pytest.mark.parametrize("owned", ['["not", "a", "map"]', '{"public/default/0x00000000_0xffffffff": 7}',
+                                   "<html>login</html>", '{"x": {}}'])
+def test_a_garbage_ownership_reply_only_means_calls_keep_following_redirects(serve, front, owned):
+    cluster = FakeCluster(front, serve, owned_reply=owned)
+    with HttpAdmin(cluster.service.url, token=SECRET) as admin:
+        for i in range(3):
+            assert admin.pending_ack_stats(f"persistent://public/default/t{i}", "sub") == json.loads(STATS)
+    assert stats_calls(cluster.service) == 3 and stats_calls(cluster.owner) == 3
+
+
+def test_a_predicted_owner_that_refuses_connections_is_dropped_and_calls_enter_at_the_service_url(serve, front):
+    cluster = FakeCluster(front, serve)
+    cluster.owner.closing = True
+    survivor = serve(lambda n: (ok(STATS), False))  # listening before the owner's port is freed: not on it
+    with HttpAdmin(cluster.service.url, token=SECRET, retry_backoff=30) as admin:
+        admin.pending_ack_stats("persistent://public/default/t0", "sub")
+        cluster.owner.sock.shutdown(socket.SHUT_RDWR)
+        cluster.owner.close()
+        cluster.owner = survivor  # the service broker now redirects to the survivor
+        for i in range(1, 4):
+            assert admin.pending_ack_stats(f"persistent://public/default/t{i}", "sub") == json.loads(STATS)
+    assert stats_calls(cluster.service) == 4 and len(survivor.requests) == 3

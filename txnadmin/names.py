@@ -9,6 +9,7 @@ admin API and BookKeeper's metadata carry them.
 from __future__ import annotations
 
 import re
+import zlib
 from typing import Iterable, Optional
 from urllib.parse import quote, quote_plus, unquote_plus
 
@@ -57,6 +58,16 @@ def normalize_topic(name: str) -> str:
     if len(parts) < 3 or not all(p.strip() for p in parts):
         raise ValueError(f"Invalid topic name: {name}")
     return full
+
+
+FULL_UPPER = 0xFFFFFFFF  # the top of a namespace's 32-bit bundle hash space
+
+
+def topic_hash(topic: str) -> int:
+    """Where a topic falls in its namespace's bundle hash space: the CRC32 of its full name, as Pulsar's
+    NamespaceBundleFactory hashes ``topicName.toString()`` (Guava's ``Hashing.crc32()``). The engine places topics in
+    bundles with it, and HttpAdmin predicts a topic's owner from the brokers' owned bundles with it."""
+    return zlib.crc32(normalize_topic(topic).encode("utf-8")) & FULL_UPPER
 
 
 def namespace_of(topic: str) -> str:

@@ -23,7 +23,9 @@ Four rules hold for every call:
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 import ssl
 import threading
 import time
@@ -34,6 +36,7 @@ from urllib.parse import quote, urlencode
 import httpx
 
 from . import _replies
+from ._bundles import BundleOwners, owned_bundles
 from ._redirects import MAX_REDIRECTS, REDIRECTS, add_broker_hosts, follow, in_cluster
 from ._replies import VERSION, retry_after
 from ._transport import (SAFE_TARGET, DirectRoute, KeepAliveTransport, Reply, direct_route, environment_proxy,
@@ -43,6 +46,9 @@ from .endpoints import ENDPOINTS
 from .protocol import AdminError, BadReplyError, Json, NotFoundError, TargetUnreachableError, TxnId
 from .protocol import is_transient as is_transient  # re-exported: callers of HttpAdmin classify failures with it
 
+log = logging.getLogger(__name__)
+_BROKER_ID = re.compile(r"[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}")  # host:port, as the active brokers list names a broker
+MAX_BROKERS = 64  # brokers asked which bundles they own (once per client): a larger list is learned by redirects alone
 MAX_OWNERS = 100_000  # topics whose owner HttpAdmin remembers (and bases it keeps taken apart) before starting over
 
 
@@ -121,6 +127,10 @@ class HttpAdmin:
         self._routes: dict[str, Optional[DirectRoute]] = {}  # a base (ours, or an owner's) taken apart, for _direct
         # topic -> the base of the broker the topic's last call was redirected to (see ``_send``)
         self._owners: dict[str, str] = {}
+        # which broker owns which bundle, asked of every broker once, after the first redirect shows a cluster
+        self._bundles: Optional[BundleOwners] = None
+        self._bundles_asked = False
+        self._bundles_lock = threading.Lock()
 
     @property
     def retry_backoff(self) -> float:
@@ -263,6 +273,7 @@ class HttpAdmin:
             self.base_url, self._host = url, parsed.host
             self.auth = TokenAuth(token=token) if token else Auth()
             self._owners.clear()  # the brokers came back elsewhere too: a remembered port may be anyone's now
+            self._bundles, self._bundles_asked = None, False
         return True
 
     @staticmethod
@@ -283,13 +294,20 @@ class HttpAdmin:
         that refuses the connection is forgotten and the call enters at the service URL as if never remembered."""
         deadline = deadline if deadline is not None else time.monotonic() + self.timeout
         query = f"?{urlencode(params, quote_via=quote)}" if params else ""
-        if topic is not None and (owner := self._owners.get(topic)) is not None:
-            try:
-                return self._follow(method, owner, path, query, content, deadline, topic)
-            except TargetUnreachableError as exc:
-                self._owners.pop(topic, None)
-                if not getattr(exc, "before_send", False):
-                    raise  # it may have been processed: the retry policy decides, and enters at the service URL
+        if topic is not None:
+            owner, table = self._owners.get(topic), None
+            if owner is None and (table := self._bundles) is not None:
+                owner = table.owner(topic)
+            if owner is not None and owner != self.base_url:
+                try:
+                    return self._follow(method, owner, path, query, content, deadline, topic)
+                except TargetUnreachableError as exc:
+                    if table is not None:
+                        table.drop(owner)  # a predicted owner: none of its bundles is worth trying any more
+                    else:
+                        self._owners.pop(topic, None)
+                    if not getattr(exc, "before_send", False):
+                        raise  # it may have been processed: the retry policy decides, entering at the service URL
         return self._follow(method, self.base_url, path, query, content, deadline, topic)
 
     def _follow(self, method: str, base: str, path: str, query: str, content: Optional[bytes], deadline: float,
@@ -321,7 +339,8 @@ class HttpAdmin:
             hops -= 1
             if status not in REDIRECTS or location is None:
                 if moved and topic is not None:
-                    self._remember(topic, url, path)
+                    if self._remember(topic, url, path) and not self._bundles_asked:
+                        self._learn_bundles()  # a broker sent a topic's call to its owner: this is a cluster
                 return answer
             if hops <= 0:
                 raise BadReplyError(f"{self.base_url}{tail}: too many redirects")
@@ -332,17 +351,47 @@ class HttpAdmin:
             direct = self._direct(origin(url), method, url.raw_path.decode("ascii"), str(url), content, deadline) \
                 if url.scheme == "http" else None
 
-    def _remember(self, topic: str, answered: httpx.URL, path: str) -> None:
+    def _remember(self, topic: str, answered: httpx.URL, path: str) -> bool:
         """After a redirect, the base of the broker that answered for ``topic``, so the topic's next call goes there
         first: its origin, and any prefix before our ``path`` (Pulsar's redirect keeps the path and adds
         ``authoritative`` to the query, which a call straight to the owner does without). A redirect that changed
-        the path is not remembered."""
+        the path is not remembered (False)."""
         where = answered.raw_path.split(b"?", 1)[0].decode("ascii", "replace")
         if not where.endswith(path):
-            return
+            return False
         if len(self._owners) >= MAX_OWNERS:
             self._owners.clear()  # a bound, not a cache policy: the next call per topic learns its owner again
         self._owners[topic] = origin(answered) + where[:-len(path)]
+        return True
+
+    def _learn_bundles(self) -> None:
+        """Ask every active broker which bundles it owns (``ownedNamespaces``, as ``pulsar-admin brokers namespaces``
+        does), so a topic's first call goes to its owner: a fresh process (a `downgrade status`) otherwise pays a
+        redirect for most of its calls. Asked once per client, by the first thread whose call was redirected (the
+        others do not wait); a failure only means calls keep entering at the service URL, so it is logged, not raised.
+        Not through a base URL with a path (a proxy in front: its brokers' addresses are not ours to guess)."""
+        with self._bundles_lock:  # only the flag: whoever flips it asks, the others go on at once
+            if self._bundles_asked:
+                return
+            self._bundles_asked = True
+        try:
+            service = httpx.URL(self.base_url)
+            if service.raw_path not in (b"", b"/"):
+                return
+            deadline = time.monotonic() + min(self.timeout, 10.0)
+            table = BundleOwners()
+            for cluster in self._ask("list_clusters", (), deadline)[:16]:
+                for broker in self._ask("active_brokers", (cluster,), deadline)[:MAX_BROKERS]:
+                    base = f"{service.scheme}://{broker}"
+                    if not _BROKER_ID.fullmatch(broker) or not self._in_cluster(httpx.URL(base)):
+                        continue
+                    where = f"/admin/v2/brokers/{quote(cluster, safe='')}/{quote(broker, safe=':')}/ownedNamespaces"
+                    table.add(base, owned_bundles(_replies.result(self._send("GET", where, {}, None, deadline),
+                                                                  dict)))
+            self._bundles = table if len(table) else None
+        except (AdminError, ValueError, httpx.InvalidURL) as exc:
+            log.info("%s: which broker owns which bundle is not known (%s); calls enter at the service URL and "
+                     "follow redirects", self.base_url, exc)
 
     def _direct(self, base: str, method: str, target: str, url: str, content: Optional[bytes],
                 deadline: float) -> Optional[Reply]:

@@ -14,6 +14,8 @@ itself; :func:`broker_lifecycle` is the client, which waits until the change sho
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import logging
 import os
@@ -140,7 +142,8 @@ class ClusterServer:
         self.cluster = cluster
         self.token = token
         self._record_file = record
-        self._listeners: dict[str, tuple[Any, threading.Thread]] = {}
+        self._listeners: dict[str, tuple[Any, concurrent.futures.Future]] = {}
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._lock = threading.RLock()
         self._closed = False
 
@@ -185,6 +188,25 @@ class ClusterServer:
             return JSONResponse({"brokerUrl": f"pulsar://{owner.id}", "brokerUrlTls": None, "httpUrl": owner.url,
                                  "httpUrlTls": None, "nativeUrl": f"pulsar://{owner.id}"})
 
+        def owned_namespaces(request):
+            """The bundles this broker owns (BrokersBase.getOwnedNamespaces); asked of another broker, a 307 to it,
+            same path and query (validateBrokerName), whether or not it is ours."""
+            if not authorized(request, self.token):
+                return _error("Unauthorized", 401)
+            p = request.path_params
+            if p["cluster"] != cluster.name:
+                return _error("Cluster does not exist", 404)
+            named = p["broker"]
+            if named != broker.id:
+                host, sep, port = named.rpartition(":")
+                if not sep or not host or not port.isdigit():
+                    return _error(f"Invalid broker url {named[:80]}", 500)  # Pulsar's checkArgument, unhandled
+                raw = (request.scope.get("raw_path") or request.url.path.encode()).decode("latin-1")
+                query = f"?{request.url.query}" if request.url.query else ""
+                return Response(status_code=307, headers={"Location": f"http://{named}{raw}{query}"})
+            status = {"broker_assignment": "shared", "is_controlled": False, "is_active": True}
+            return JSONResponse({bundle: status for bundle in cluster.bundles_of(broker)})
+
         def control(request):
             if not authorized(request, self.token):
                 return _error("Unauthorized", 401)
@@ -216,29 +238,48 @@ class ClusterServer:
 
         routes = [Route("/metrics", metrics), Route("/metrics/get", metrics),
                   Route("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup),
+                  Route("/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", owned_namespaces),
                   Route(CONTROL_PATH, control, methods=["POST"])]
         return create_app(BrokerAdmin(self.engine, cluster, broker), self.token, routes, owner_of=owner_of)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The one event loop every broker's listener runs on. One loop, not a thread per broker: the brokers share
+        one interpreter and its lock anyway, and a loop per thread made them hand it to each other on every request
+        (measured in bench/downgrade_status.py --brokers 1,3; numbers in docs/benchmarks.md)."""
+        if self._loop is None:
+            try:
+                import uvloop  # what uvicorn itself picks when it is there
+
+                loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+            except ImportError:
+                loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="txnadmin-brokers", daemon=True).start()
+            self._loop = loop
+        return self._loop
 
     def _listen(self, broker: Any) -> None:
         import uvicorn
 
         server = uvicorn.Server(uvicorn.Config(self._app(broker), host="127.0.0.1", port=broker.port,
                                                log_level="error", access_log=False, lifespan="off"))
-        thread = threading.Thread(target=server.run, name=f"txnadmin-broker-{broker.port}", daemon=True)
-        thread.start()
+        serving = asyncio.run_coroutine_threadsafe(server.serve(), self._event_loop())
         deadline = time.monotonic() + 10
-        while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        while not server.started and not serving.done() and time.monotonic() < deadline:
             time.sleep(0.01)
         if not server.started:
+            serving.cancel()
             raise OSError(f"broker {broker.id} could not listen on port {broker.port}")
-        self._listeners[broker.id] = (server, thread)
+        self._listeners[broker.id] = (server, serving)
 
     def _silence(self, broker: Any) -> None:
         held = self._listeners.pop(broker.id, None)
         if held is not None:
-            server, thread = held
+            server, serving = held
             server.should_exit = True
-            thread.join(timeout=10)
+            try:
+                serving.result(timeout=10)
+            except Exception:  # its address must stop answering all the same: say why it did not end cleanly
+                log.exception("broker %s: its listener did not stop cleanly", broker.id)
 
     def lifecycle(self, broker_id: str, action: str, version: Optional[str] = None) -> None:
         """Stop, start or restart one broker (its listener and its process state), then record server.json."""
@@ -272,6 +313,8 @@ class ClusterServer:
                 forget_server(self.cluster.directory)
             for broker in self.cluster.brokers:
                 self._silence(broker)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
         self.cluster.close()
 
 

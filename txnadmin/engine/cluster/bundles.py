@@ -9,12 +9,10 @@ NamespaceBundles.findBundle hashes ``topicName.toString()`` with it. A bundle is
 from __future__ import annotations
 
 import functools
-import zlib
 
-from ...names import normalize_topic
+from ...names import FULL_UPPER, normalize_topic, topic_hash
 
 DEFAULT_BUNDLES = 4  # broker.conf defaultNumberOfNamespaceBundles
-FULL_UPPER = 0xFFFFFFFF
 
 
 def bundle_ranges(count: int = DEFAULT_BUNDLES) -> list[tuple[int, int]]:
@@ -22,10 +20,6 @@ def bundle_ranges(count: int = DEFAULT_BUNDLES) -> list[tuple[int, int]]:
     size = (FULL_UPPER + 1) // count
     bounds = [i * size for i in range(count)] + [FULL_UPPER]
     return list(zip(bounds[:-1], bounds[1:], strict=True))
-
-
-def topic_hash(topic: str) -> int:
-    return zlib.crc32(normalize_topic(topic).encode("utf-8")) & FULL_UPPER
 
 
 @functools.lru_cache(maxsize=1 << 16)  # asked on every transaction end (Engine.host_of); a topic's bundle never changes
