@@ -4,16 +4,20 @@ under a workload), through the CLI as an operator runs it, each verdict checked 
 
 - flags reaching the brokers at different moments (each broker's own watch delay);
 - a broker leaving the active list and coming back as a new process in the middle of a wait;
-- a store moving between brokers that see the flags differently (batching switched back on, seen by one broker).
+- a store moving between brokers that see the flags differently (batching switched back on, seen by one broker);
+- a broker whose /metrics has no ``process_start_time_seconds`` (``engineBrokersWithoutProcessStart``): its counters
+  never prove a reopen harmless, nor a verdict once one was given, and its restart shows as its counters going down.
 
-What no broker does on cue (a scripted active list, a watch that stalls, a frozen /metrics copy, a broker without
-``process_start_time_seconds``) stays with the stand-ins of tests/test_downgrade_watch.py."""
+What no broker does on cue (a scripted active list, a watch that stalls, a frozen /metrics copy) stays with the
+stand-ins of tests/test_downgrade_watch.py."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+from pathlib import Path
 
 from engine_brokers_helpers import SMALL, TXNADMIN, batched_written, brokers, cli, init, run_engine, stop_engine, until
 from engine_helpers import live_batched_entries_in
@@ -23,16 +27,21 @@ WAIT = ["--rerecord", "--yes", "--timeout", "180", "--interval", "1"]
 
 def _flushes(d) -> dict[str, float]:
     """Each broker's batched-writer flush count, read from its own /metrics (not through txnadmin's procedure)."""
-    import httpx
-
     from txnadmin.metrics.exposition import DOWNGRADE_METRICS, batched_flushes_by_label, parse_exposition
 
-    token = json.loads((d / "server.json").read_text())["token"]
     out = {}
     for broker in brokers(d):
-        text = httpx.get(broker["url"] + "/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10).text
-        out[broker["id"]] = sum(batched_flushes_by_label(parse_exposition(text, DOWNGRADE_METRICS)).values())
+        samples = parse_exposition(_exposition(d, broker), DOWNGRADE_METRICS)
+        out[broker["id"]] = sum(batched_flushes_by_label(samples).values())
     return out
+
+
+def _exposition(d, broker: dict) -> str:
+    """A broker's /metrics, as its scraper reads it."""
+    import httpx
+
+    token = json.loads((d / "server.json").read_text())["token"]
+    return httpx.get(broker["url"] + "/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10).text
 
 
 def _flushes_counted(home, d, state) -> list[dict]:
@@ -114,6 +123,114 @@ def test_a_store_moving_onto_a_broker_that_saw_batching_on_keeps_the_flush_until
         assert "batched flushes were counted" in stopped.stderr
         waited = cli(home, "-u", f"local:{d}", "downgrade", "wait", "--state", str(state), *WAIT)
         assert waited.returncode == 0, waited.stdout + waited.stderr
+    finally:
+        stop_engine(run)
+    assert live_batched_entries_in(d) == []
+
+
+def _admin(d):
+    from txnadmin.admin.http import HttpAdmin
+
+    info = json.loads((d / "server.json").read_text())
+    return HttpAdmin(info["url"], token=info["token"])
+
+
+def _wait_json(home, d, state) -> subprocess.Popen:
+    """`downgrade wait -o json` in the background, without --rerecord: a reopen it cannot prove stops it."""
+    env = dict(os.environ, TXNADMIN_HOME=str(home))
+    return subprocess.Popen(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", str(state), "--timeout",
+                                        "90", "--interval", "1", "-o", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _polls(state: Path) -> int:
+    return int(json.loads(state.read_text()).get("polls", 0))
+
+
+def _unproven(waiting: subprocess.Popen) -> list[str]:
+    """The wait stopped for a re-record (exit 1, not safe): the reasons of the reopens it could not prove."""
+    out, err = waiting.communicate(timeout=120)
+    assert waiting.returncode == 1, out + err
+    assert "Traceback" not in err and "cannot be proven without a re-record" in err, err
+    report = json.loads(out)
+    assert report["safe"] is False
+    return [c["reason"] for c in report["components"] if c["waitingFor"] == "reopened since recording"]
+
+
+def _coordinators_on(home, d, broker: dict) -> list[int]:
+    listed = cli(home, "-u", f"local:{d}", "transactions", "coordinators-list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    return [c["id"] for c in json.loads(listed.stdout) if c["brokerServiceUrl"] == f"pulsar://{broker['id']}"]
+
+
+def _frozen(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_broker_without_a_process_start_time_never_proves_and_its_restart_shows_in_its_counters(tmp_path):
+    """Broker 2 of 2 exports no process_start_time_seconds. A coordinator unloaded while `wait` watches is not
+    accepted: that broker's counters cannot rule out a restart that zeroed them. Its restart between two rounds of
+    the watch shows as its counters going down. Re-recorded by `start`, the logs end safe by their ledgers (the
+    bytes agree); a verdict after that one needs every broker's counters, and says "not yet" naming that broker."""
+    from txnadmin.admin.protocol import TxnId
+
+    home, d, state = tmp_path / "home", tmp_path / "e", tmp_path / "dg.json"
+    init(home, d, "--brokers", "2", *SMALL, "--set", "engineBrokersWithoutProcessStart=1",
+         "--set", "engineBrokerFailoverDelayMillis=200")
+    # transactions left open keep some logs waiting, so each wait is still watching when the reopen comes
+    run = run_engine(home, d, "--fault", "stuck-open", "--txn-timeout-ms", "600000")
+    try:
+        seen, blind = brokers(d)
+        assert "process_start_time_seconds" in _exposition(d, seen)
+        assert "process_start_time_seconds" not in _exposition(d, blind)
+        # its counters must have something to lose at a restart
+        until(lambda: _flushes(d)[blind["id"]] > 0, "a batched flush on the broker without a start time", 30)
+        assert cli(home, "-u", f"local:{d}", "downgrade", "start", "--state", str(state), "--yes").returncode == 0
+
+        waiting = _wait_json(home, d, state)
+        until(lambda: _polls(state) >= 1, "the wait's first poll", 60)
+        with _admin(d) as admin:  # `pulsar-admin topics unload`: a reopen `start` did not ask for
+            admin.unload_topic("persistent://pulsar/system/transaction_coordinator_assign-partition-0")
+        reasons = _unproven(waiting)
+        assert any(f"broker {blind['id']} exports no process_start_time_seconds" in r for r in reasons), reasons
+
+        # `start` again re-records every log. Then the broker restarts, and its coordinators fail over, while the
+        # wait is frozen: no round of its watch sees the broker leave the active list, so only its counters, back
+        # to zero, can tell the restart inside the bracket of the reopens.
+        assert cli(home, "-u", f"local:{d}", "downgrade", "start", "--state", str(state), "--yes").returncode == 0
+        assert _coordinators_on(home, d, blind)
+        polls = _polls(state)
+        waiting = _wait_json(home, d, state)
+        until(lambda: _polls(state) > polls, "the second wait's first poll", 60)
+        waiting.send_signal(signal.SIGSTOP)
+        try:
+            until(lambda: _frozen(waiting.pid), "the wait frozen", 10)
+            restarted = cli(home, "engine", "broker", "restart", str(d), "--broker", blind["id"])
+            assert restarted.returncode == 0, restarted.stderr
+            until(lambda: not _coordinators_on(home, d, blind), "its coordinators failed over", 30)
+        finally:
+            waiting.send_signal(signal.SIGCONT)
+        reasons = _unproven(waiting)
+        assert any(f"broker {blind['id']} restarted" in r and "went down" in r and "process_start_time_seconds" in r
+                   for r in reasons), reasons
+
+        # The operator aborts the open transactions; once their topic's subscriptions acknowledge again (their
+        # pending-ack stores appear), `start` records every log and the wait ends safe by their ledgers alone.
+        with _admin(d) as admin:
+            for txn, meta in admin.slow_transactions(0).items():
+                if meta.get("owner") == "fault:stuck-open":
+                    admin.abort_transaction(TxnId.parse(txn))
+            until(lambda: sum(t.endswith("__transaction_pending_ack") for t in admin.list_topics("public/default"))
+                  == 4, "every subscription's pending-ack store", 30)
+        assert cli(home, "-u", f"local:{d}", "downgrade", "start", "--state", str(state), "--yes").returncode == 0
+        waited = cli(home, "-u", f"local:{d}", "downgrade", "wait", "--state", str(state), "--timeout", "180",
+                     "--interval", "1")
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        status = cli(home, "-u", f"local:{d}", "downgrade", "status", "--state", str(state), "-o", "json")
+        assert status.returncode == 1, status.stdout + status.stderr
+        [counters] = [c for c in json.loads(status.stdout)["components"] if not c["done"]]
+        assert counters["waitingFor"] == "flush counters not confirmed"
+        assert f"broker {blind['id']} exports no process_start_time_seconds" in counters["reason"]
     finally:
         stop_engine(run)
     assert live_batched_entries_in(d) == []

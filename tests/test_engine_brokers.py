@@ -16,7 +16,7 @@ import pytest
 from engine_brokers_helpers import accepts, brokers, cli, init, until
 from serve_helpers import serving
 from txnadmin.admin.protocol import NotFoundError
-from txnadmin.metrics.exposition import parse_exposition, process_start_time
+from txnadmin.metrics.exposition import parse_exposition, process_cpu_time, process_start_time
 
 TXNADMIN = [sys.executable, "-m", "txnadmin.cli.main"]
 
@@ -46,7 +46,10 @@ def test_init_keeps_the_broker_count_and_refuses_a_bad_one(tmp_path):
     assert "engineBrokers=3" in (tmp_path / "e" / "engine.conf").read_text().splitlines()
     for args, says in ((["--brokers", "0"], "--brokers"), (["--set", "engineBrokers=17"], "engineBrokers"),
                        (["--set", "engineBrokerWatchDelaysMillis=5,x"], "engineBrokerWatchDelaysMillis"),
-                       (["--set", "engineBrokerFailoverDelayMillis=-1"], "engineBrokerFailoverDelayMillis")):
+                       (["--set", "engineBrokerFailoverDelayMillis=-1"], "engineBrokerFailoverDelayMillis"),
+                       (["--brokers", "2", "--set", "engineBrokersWithoutProcessStart=2"],
+                        "engineBrokersWithoutProcessStart"),
+                       (["--set", "engineBrokersWithoutProcessStart=0,x"], "engineBrokersWithoutProcessStart")):
         bad = cli(home, "engine", "init", str(tmp_path / "bad"), *args)
         assert bad.returncode == 2, (args, bad.stderr)
         assert says in bad.stderr and "Traceback" not in bad.stderr
@@ -65,10 +68,12 @@ def test_a_one_broker_engine_is_served_as_before_and_has_no_broker_to_stop(tmp_p
 
 @pytest.fixture(scope="module")
 def cluster3(tmp_path_factory):
-    """A served engine of 3 brokers; the second and third see dynamic-config changes only a minute later."""
+    """A served engine of 3 brokers; the second and third see dynamic-config changes only a minute later, and the
+    third exports no process_start_time_seconds."""
     tmp = tmp_path_factory.mktemp("cluster3")
     home, d = tmp / "home", tmp / "e"
-    init(home, d, "--brokers", "3", "--set", "engineBrokerWatchDelaysMillis=0,60000")
+    init(home, d, "--brokers", "3", "--set", "engineBrokerWatchDelaysMillis=0,60000",
+         "--set", "engineBrokersWithoutProcessStart=2")
     with serving(d, home) as (url, token):
         yield home, d, url, token
 
@@ -79,13 +84,17 @@ def test_each_broker_has_its_own_address_version_and_metrics(cluster3):
     ids = [b["id"] for b in listed]
     assert len(set(ids)) == 3 and all(i.startswith("127.0.0.1:") for i in ids)
     assert url == listed[0]["url"]
-    for b in listed:
+    for i, b in enumerate(listed):
         assert get(b["url"], token, "/admin/v2/brokers/standalone").json() == ids  # host:port, as Pulsar lists them
         assert get(b["url"], token, "/admin/v2/brokers/version").text == "5.0.0"
         samples = parse_exposition(get(b["url"], token, "/metrics").text)
         labels = {s.labels["broker"] for s in samples if "broker" in s.labels}
         assert labels == {b["id"]}  # its own counters only, labelled with its own id
-        assert process_start_time(samples) == pytest.approx(b["processStartTime"])
+        assert process_cpu_time(samples) is not None
+        if i == 2:  # it leaves its start time out of /metrics only: server.json keeps it for the lifecycle verbs
+            assert process_start_time(samples) is None and b["processStartTime"] > 0
+        else:
+            assert process_start_time(samples) == pytest.approx(b["processStartTime"])
     plan = cli(home, "-u", f"local:{d}", "upgrade", "--dry-run")
     assert plan.returncode == 0, plan.stderr
     assert all(f"{i} runs 5.0.0" in plan.stdout for i in ids)  # every broker asked for its own version

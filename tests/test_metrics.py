@@ -221,6 +221,21 @@ def test_a_stopped_engine_s_view_reports_no_process_start(tmp_path):
     assert "process_start_time_seconds" not in text
 
 
+def test_a_one_broker_engine_can_leave_its_process_start_out_of_its_metrics(tmp_path):
+    """engineBrokersWithoutProcessStart=0: the one broker (broker 0) exports no process_start_time_seconds, as
+    behind a relabelling that drops it, and still its CPU seconds and its flush counters."""
+    import httpx
+    from serve_helpers import serving
+
+    from txnadmin.engine.manage import init_engine
+
+    init_engine(tmp_path / "e", {"transactionCoordinatorCount": "1", "engineBrokersWithoutProcessStart": "0"})
+    with serving(tmp_path / "e", tmp_path) as (url, token):
+        families = _families(httpx.get(f"{url}/metrics", timeout=30).text)
+    assert "process_start_time_seconds" not in families
+    assert {"process_cpu_seconds", "pulsar_txn_tc_bufferedwriter_flush_trigger_max_delay"} <= set(families)
+
+
 @pytest.mark.parametrize("buffered", [True, False])
 def test_metrics_buffer_response_serves_one_rendering_per_stats_period(tmp_path, buffered):
     """metricsBufferResponse=true: scrapes within one managedLedgerStatsPeriodSeconds slot get the rendering of the

@@ -9,6 +9,7 @@ store); a running engine polls that file, so a change from another process lands
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,9 @@ class EngineConfig:
     # Per broker, in order, how long a dynamic-config change takes to reach it (its ZooKeeper watch), in ms; comma
     # separated, the last value holding for the brokers after it
     engineBrokerWatchDelaysMillis: str = "0"
+    # The brokers (indexes from 0, comma separated) whose /metrics leaves out process_start_time_seconds, as behind a
+    # relabelling that drops it or a JVM exporter without its process collector; empty: every broker exports it
+    engineBrokersWithoutProcessStart: str = ""
     # How long a stopped broker keeps its bundles before the survivors take them over (its session's expiry)
     engineBrokerFailoverDelayMillis: int = 1000
 
@@ -133,6 +137,7 @@ class EngineConfig:
             raise ConfigError(f"Configuration field 'engineBrokers' value must be between 1 and {MAX_BROKERS} "
                               f"(got {self.engineBrokers})")
         watch_delays_ms(self.engineBrokerWatchDelaysMillis, self.engineBrokers)
+        brokers_without_process_start(self.engineBrokersWithoutProcessStart, self.engineBrokers)
         if self.engineBrokerFailoverDelayMillis < 0:
             raise ConfigError("Configuration field 'engineBrokerFailoverDelayMillis' value must be 0 or more "
                               f"(got {self.engineBrokerFailoverDelayMillis})")
@@ -209,6 +214,15 @@ def watch_delays_ms(raw: str, brokers: int) -> list[int]:
         raise ConfigError("Configuration field 'engineBrokerWatchDelaysMillis' must be milliseconds of 0 or more, "
                           f"comma separated (got {raw!r})")
     return (values + [values[-1]] * brokers)[:brokers]
+
+
+def brokers_without_process_start(raw: str, brokers: int) -> frozenset[int]:
+    """``engineBrokersWithoutProcessStart`` as the indexes of those brokers (0: the first); ConfigError if bad."""
+    parts = [part.strip() for part in raw.split(",")] if raw.strip() else []
+    if not all(re.fullmatch(r"[0-9]+", part) and int(part) < brokers for part in parts):
+        raise ConfigError("Configuration field 'engineBrokersWithoutProcessStart' must be broker indexes from 0 to "
+                          f"{brokers - 1} (engineBrokers={brokers}), comma separated, or empty (got {raw!r})")
+    return frozenset(int(part) for part in parts)
 
 
 def _convert(raw: Any, kind: Any) -> Any:

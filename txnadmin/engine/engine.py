@@ -20,7 +20,7 @@ from ..names import (
     coordinator_assign_partition, encodes_pending_ack_subscription, normalize_topic, pending_ack_topic,
     subscription_fits_store_name,
 )
-from .config import EngineConfig, read_dynamic
+from .config import EngineConfig, brokers_without_process_start, read_dynamic
 from .broker_metrics import ProcessCpu, ScrapeTimeGauges
 from .coordinator_service import (  # noqa: F401 (EngineError, NotAcceptable, writer_config: re-exported)
     META_COORDINATORS, CoordinatorService, EngineError, NotAcceptable, NotFound, older_version, writer_config,
@@ -92,8 +92,11 @@ class Engine(CoordinatorService):
         if not read_only:  # a stopped engine's view runs no broker: it has no process start to report
             from prometheus_client import Gauge
 
-            Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
-                  registry=self.registry).set(self.started_at)
+            # a one-broker engine is broker 0 of engineBrokersWithoutProcessStart
+            if 0 not in brokers_without_process_start(self.config.engineBrokersWithoutProcessStart,
+                                                      self.config.engineBrokers):
+                Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+                      registry=self.registry).set(self.started_at)
             self.registry.register(ProcessCpu())
         self.tp_metrics = PendingAckMetrics(self.registry)
         self._lock = threading.RLock()

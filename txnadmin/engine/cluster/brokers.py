@@ -6,8 +6,9 @@ What each broker has of its own, as a Pulsar broker does:
 - a runtime configuration: engine.conf, plus the dynamic overrides as its own watch last delivered them. A change to
   dynamic-config.json reaches each broker ``engineBrokerWatchDelaysMillis`` after the cluster first saw it, as a
   ZooKeeper watch fires on each broker at its own moment;
-- a Prometheus registry: ``process_start_time_seconds`` (when it last started) and the batched writers' counters of
-  the stores it opened, labelled with its id; a restart starts them again from zero;
+- a Prometheus registry: ``process_start_time_seconds`` (when it last started; left out for the brokers
+  ``engineBrokersWithoutProcessStart`` names, though the broker still keeps its start time) and the batched writers'
+  counters of the stores it opened, labelled with its id; a restart starts them again from zero;
 - a claimed version (``engineBrokerVersion``, or what ``start --version`` gave it).
 
 Ownership: each namespace bundle (bundles.py) gets one owner, the running broker owning the fewest bundles, when a
@@ -30,7 +31,7 @@ from ...names import (
     coordinator_assign_partition, coordinator_of_assign_partition, normalize_topic, reads_batched_entries,
 )
 from ..broker_metrics import ProcessCpu, ScrapeTimeGauges
-from ..config import EngineConfig, read_dynamic, watch_delays_ms
+from ..config import EngineConfig, brokers_without_process_start, read_dynamic, watch_delays_ms
 from ..pending_ack_metrics import PendingAckMetrics
 from ..tb_client_metrics import TransactionBufferClientMetrics
 from ..writer_metrics import broker_writer_metrics
@@ -49,8 +50,9 @@ class Broker:
     a component opening on it reads (Engine.host_of)."""
 
     def __init__(self, index: int, port: int, version: str, watch_delay_ms: int, static: EngineConfig,
-                 dynamic: dict[str, str]):
+                 dynamic: dict[str, str], exports_process_start: bool = True):
         self.index = index
+        self.exports_process_start = exports_process_start
         self.port = port
         self.id = f"127.0.0.1:{port}"
         self.url = f"http://{self.id}"
@@ -72,10 +74,11 @@ class Broker:
         """A new start time and a fresh registry whose counters start from zero."""
         from prometheus_client import CollectorRegistry, Gauge
 
-        self.started_at = time.time()
+        self.started_at = time.time()  # kept either way: server.json and the lifecycle verbs tell a restart by it
         self.registry = CollectorRegistry()
-        Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
-              registry=self.registry).set(self.started_at)
+        if self.exports_process_start:
+            Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+                  registry=self.registry).set(self.started_at)
         self.registry.register(ProcessCpu())
         self.tc_metrics, self.ack_metrics = broker_writer_metrics(self.registry, self.id,
                                                                   reads_batched_entries(self.version))
@@ -128,9 +131,10 @@ class Cluster:
         static = EngineConfig.load(self.directory, dynamic=False)
         dynamic = read_dynamic(self.directory)
         delays = watch_delays_ms(config.engineBrokerWatchDelaysMillis, len(ports))
+        hidden = brokers_without_process_start(config.engineBrokersWithoutProcessStart, len(ports))
         self.name = config.clusterName
         self.failover_delay_s = config.engineBrokerFailoverDelayMillis / 1000
-        self.brokers = [Broker(i, port, config.engineBrokerVersion, delays[i], static, dynamic)
+        self.brokers = [Broker(i, port, config.engineBrokerVersion, delays[i], static, dynamic, i not in hidden)
                         for i, port in enumerate(ports)]
         self.clock = clock
         self._owners: dict[str, tuple[Broker, int]] = {}  # bundle -> (owner, the owner's generation then)
