@@ -14,8 +14,8 @@ from txnadmin.admin.local import LocalAdmin
 from txnadmin.procedures.downgrade import DowngradeError, Waiting, start, status
 
 from downgrade_helpers import (
-    BATCHED, TC_ASSIGN, TOKEN, TOPICS, U_STORE, checked_status, cli, engine_started, engine_traffic, fresh_engine, load,
-    loaded_engine, local, report_of, running, serve_process, server_of, someone_else, traffic, until_safe, waiting_for,
+    BATCHED, T_STORE, TC_ASSIGN, TOKEN, TOPICS, U_STORE, checked_status, cli, engine_started, engine_traffic,
+    fresh_engine, load, loaded_engine, local, report_of, running, serve_process, server_of, someone_else, traffic, until_safe, waiting_for,
 )
 from engine_helpers import live_batched_entries, live_batched_entries_in, open_engine
 
@@ -238,3 +238,26 @@ def test_a_proven_store_still_recovering_is_not_taken_for_unchanged(tmp_path):
         assert not report.safe
         assert [l.name for l in report.groups()[Waiting.REOPENED]] == [
             "persistent://public/default/u-s__transaction_pending_ack"]
+
+
+def test_a_rerecord_takes_the_other_stores_of_each_topic_it_reloads(tmp_path):
+    """Reloading a store's topic reopens every store of that topic. A re-record that recorded only the one asked for
+    left its siblings "reopened since recording", unprovable wherever the proof of a reopen needs counters (a broker
+    without a process start time): `wait --rerecord` then re-recorded them, which reopened the first, without end."""
+    from txnadmin.procedures.downgrade import rerecord
+    from txnadmin.procedures.downgrade.checklist import load_state
+    from txnadmin.procedures.downgrade.reopen import Session
+    from txnadmin.procedures.downgrade.report import LogStatus
+
+    with open_engine(tmp_path / "e", **BATCHED) as engine:
+        admin = LocalAdmin(engine)
+        load(engine)
+        traffic(engine, 10, "t", "s2")
+        state = tmp_path / "s.json"
+        start(admin, state)
+        sibling = f"{T_STORE.removesuffix('-s__transaction_pending_ack')}-s2__transaction_pending_ack"
+        assert sibling in load_state(state)["pendingAckStores"]
+        session = Session(admin, "", load_state(state)["flushBaselines"])
+        assert rerecord(admin, state, [LogStatus("pending-ack", T_STORE, None, None, False, "")], session) == 2
+        report = status(admin, state)
+        assert [l.name for l in report.groups().get(Waiting.REOPENED, [])] == []  # neither is left unrecorded
