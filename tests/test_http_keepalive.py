@@ -81,10 +81,11 @@ def ok(body: str = "[]") -> bytes:
 
 @pytest.fixture
 def serve():
+    """``serve(reply)`` starts a KeepAliveServer (``kind=`` another class of it); all are closed after the test."""
     servers = []
 
-    def start(reply):
-        servers.append(KeepAliveServer(reply))
+    def start(reply, kind=None):
+        servers.append((kind or KeepAliveServer)(reply))
         return servers[-1]
 
     yield start
@@ -374,16 +375,9 @@ class RedirectingServer(KeepAliveServer):
 
 
 @pytest.fixture
-def front():
-    servers = []
-
-    def start(reply):
-        servers.append(RedirectingServer(reply))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
+def front(serve):
+    """``front(reply)`` starts a RedirectingServer: its reply is built from the request target."""
+    return lambda reply: serve(reply, RedirectingServer)
 
 
 STATS = '{"cumulativeAckPosition": "-1:-1"}'
