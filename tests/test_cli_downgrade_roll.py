@@ -103,8 +103,49 @@ def test_roll_refuses_before_the_safe_verdict_and_a_bad_version(tmp_path):
                     "--yes")
         assert early.returncode == 1 and "no safe verdict" in early.stderr
         assert {b["version"] for b in brokers(d)} != {"2.10.6"}  # nothing was restarted
+
+        # A function's subscription ("tenant/ns/fn") recorded under 5.0.0's store name: 2.10.6 has no valid name for
+        # it (PR #25727), so the walk refuses before any broker is touched, whatever the verdict says.
+        from txnadmin.names import pending_ack_topic
+        from txnadmin.procedures.downgrade.checklist import load_state, save_state
+
+        recorded = load_state(state)
+        topic = "persistent://public/default/fn-input"
+        store = pending_ack_topic(topic, "public/default/fn", encoded=True)
+        recorded["pendingAckStores"][store] = {"topic": topic, "subscription": "public/default/fn"}
+        recorded["safeVerdict"] = {"poll": recorded.get("polls", 0), "at": 0}
+        save_state(state, recorded)
+        starts = {b["id"]: b["processStartTime"] for b in brokers(d)}
+        refused = cli(home, "-u", f"local:{d}", "downgrade", "roll", "--to", "2.10.6", "--state", str(state),
+                      "--yes")
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert f"{store} cannot open at all" in refused.stderr and "--allow-renamed-stores" in refused.stderr
+        assert "Traceback" not in refused.stderr and "rollingDowngrade" not in load_state(state)
+        assert {b["id"]: b["processStartTime"] for b in brokers(d)} == starts  # no broker was touched
     finally:
         _stop(run)
+
+
+def test_the_stores_an_older_version_names_otherwise():
+    from txnadmin.names import pending_ack_topic
+    from txnadmin.procedures.downgrade.rolling import renamed_stores
+
+    topic = "persistent://public/default/t"
+    subs = {"plain": "billing-1", "space": "a b", "function": "public/default/fn"}
+    on_5 = {pending_ack_topic(topic, s, encoded=True): {"topic": topic, "subscription": s} for s in subs.values()}
+    on_4_0 = {pending_ack_topic(topic, s): {"topic": topic, "subscription": s} for s in subs.values()
+              if "/" not in s}  # a 4.0 broker never had a store for the function's subscription
+    unencoded = f"{topic}-a b__transaction_pending_ack"
+    for recorded, to, expected in (
+            (on_5, "4.2.2", set()),
+            (on_5, "5.1.0", set()),
+            (on_5, "4.0.13", {unencoded, None}),  # None: no name at all ('/' before the fix)
+            (on_5, "2.10.6", {unencoded, None}),
+            (on_4_0, "2.10.6", set()),
+            (on_4_0, "5.0.0", {f"{topic}-a+b__transaction_pending_ack"})):
+        found = renamed_stores({"pendingAckStores": recorded}, to)
+        assert {name for _, name in found} == expected and len(found) == len(expected), (to, found)
+        assert all(key in recorded for key, _ in found)
 
 
 def test_roll_on_a_cluster_it_cannot_restart_asks_the_operator_and_waits_for_each_broker(safe_cluster_over_http):

@@ -338,6 +338,10 @@ def roll(
                                            "recover after each broker returns (a replay takes a while)."),
     interval: float = typer.Option(5.0, "--interval", help="Seconds between checks."),
     concurrency: int = typer.Option(16, "--concurrency", min=1, max=256),
+    allow_renamed_stores: bool = typer.Option(False, "--allow-renamed-stores", help="Walk on although the older "
+                                              "version names some recorded pending-ack stores otherwise (Pulsar PR "
+                                              "#25727): their acks are not replayed there. Without it the walk "
+                                              "refuses before touching a broker."),
     yes: bool = YesOpt,
     dry_run: bool = DryRunOpt,
     admin_url: Optional[str] = AdminUrl,
@@ -371,7 +375,10 @@ def roll(
         fail(f"the engine at {target.engine_dir} is stopped: start it (`txnadmin engine run {target.engine_dir}`), "
              "then walk its brokers down", EXIT_UNREADABLE)
     restart, how = _restarter(target)
-    steps = ["for each active broker, in order: take the proof again (every log proven, no batched flush since "
+    steps = [f"refuse before touching a broker if {to} names a recorded pending-ack store otherwise (Pulsar PR "
+             "#25727)" + (" — allowed by --allow-renamed-stores: those stores' acks are not replayed there"
+                          if allow_renamed_stores else ""),
+             "for each active broker, in order: take the proof again (every log proven, no batched flush since "
              "`start`; reopens judged by the watch, or re-recorded)",
              f"{how} on {to}, and wait until it answers as a new process on {to}",
              "check that every recorded coordinator and pending-ack store recovered (Ready) before the next broker",
@@ -384,7 +391,8 @@ def roll(
     say = (lambda line: typer.echo(line, err=True)) if output == "json" else typer.echo
     try:
         report = _guard(do_roll, admin, state, to, restart, say, target=target.url, timeout_s=timeout,
-                        interval_s=interval, recovery_timeout_s=recovery_timeout, concurrency=concurrency)
+                        interval_s=interval, recovery_timeout_s=recovery_timeout, concurrency=concurrency,
+                        allow_renamed=allow_renamed_stores)
     except KeyboardInterrupt:
         _interrupted(ctx, state)
     if output == "json":

@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 
 from ...admin.cluster import ClusterView, parse_version
 from ...admin.protocol import AdminError, NotFoundError, TransactionsAdmin
+from ...names import encodes_pending_ack_subscription, pending_ack_topic, subscription_fits_store_name
 from .checklist import ChecklistLock, baselines_of, require_state, save_state
 from .reopen import Session
 from .report import DowngradeError, Report
@@ -73,19 +74,60 @@ def check_version(text: str) -> str:
     return text.strip()
 
 
+def renamed_stores(state: dict, to_version: str) -> list[tuple[str, Optional[str]]]:
+    """The recorded pending-ack stores a broker of ``to_version`` names otherwise: (the recorded name, the name it
+    opens instead, or None when it cannot open one at all). Pulsar's PR #25727 (5.0.0; 4.2.2 on the 4.2 line)
+    URL-encodes the subscription in the store's name; a broker on the other side of it looks for another managed
+    ledger, so it replays none of the recorded store's acks, and before it a subscription holding '/' has no valid
+    store name."""
+    encoded = encodes_pending_ack_subscription(to_version)
+    found: list[tuple[str, Optional[str]]] = []
+    for key, rec in sorted(state["pendingAckStores"].items()):
+        topic, subscription = rec.get("topic"), rec.get("subscription")
+        if not isinstance(topic, str) or not isinstance(subscription, str):
+            continue
+        if not subscription_fits_store_name(subscription, encoded):
+            found.append((key, None))
+        elif (name := pending_ack_topic(topic, subscription, encoded)) != key:
+            found.append((key, name))
+    return found
+
+
+def _refuse_renamed(renamed: list[tuple[str, Optional[str]]], to_version: str) -> None:
+    key, name = renamed[0]
+    first = f"{key} cannot open at all (a '/' in its subscription)" if name is None else f"{key} opens as {name}"
+    more = f" (and {len(renamed) - 1} more)" if len(renamed) > 1 else ""
+    raise DowngradeError(
+        f"{len(renamed)} pending-ack store(s) are named otherwise by a {to_version} broker: {first}{more}. Such a "
+        "broker replays none of their acks (Pulsar PR #25727 changed how the subscription is written in the name), "
+        "so transactions acking on those subscriptions when their broker goes down lose their acks, and a store "
+        "that cannot open refuses every transactional ack. Walk to a version that names them the same way if one "
+        "will do (5.x, or 4.2.2 and later on 4.2), or end those transactions and pass --allow-renamed-stores; no "
+        "broker was touched", 1)
+
+
 def roll(admin: TransactionsAdmin, state_path: Path, to_version: str, restart: Optional[Restart], say: Say,
          target: Optional[str] = None, timeout_s: float = 600.0, interval_s: float = 5.0,
          recovery_timeout_s: float = 60.0, concurrency: int = 16, watch_period: float = WATCH_PERIOD_S,
-         on_poll: Optional[Callable[[Report], None]] = None) -> RollReport:
+         on_poll: Optional[Callable[[Report], None]] = None, allow_renamed: bool = False) -> RollReport:
     """Walk every active broker down to ``to_version`` (module docstring). DowngradeError 1 when the proof does not
-    hold before a broker or a broker does not come back in time; 3 when the target cannot be read. A failed
-    recovery is returned (``failed_broker``, ``unrecovered``), not raised: the caller names the way back."""
+    hold before a broker or a broker does not come back in time, or when a recorded store would be named otherwise
+    on ``to_version`` (unless ``allow_renamed``: then a store that cannot open there is not asked to recover); 3
+    when the target cannot be read. A failed recovery is returned (``failed_broker``, ``unrecovered``), not raised:
+    the caller names the way back."""
     to_version = check_version(to_version)
     with ChecklistLock(state_path):
         state = require_state(state_path)
         if "safeVerdict" not in state:
             raise DowngradeError(f"{state_path}: no safe verdict recorded yet; run `txnadmin downgrade wait` until it "
                                  "says safe, then walk the brokers down", 1)
+        renamed = renamed_stores(state, to_version)
+        if renamed and not allow_renamed:
+            _refuse_renamed(renamed, to_version)
+        if renamed:
+            say(f"{len(renamed)} pending-ack store(s) are named otherwise on {to_version} (--allow-renamed-stores): "
+                "their acks are not replayed there" + ("; the ones that cannot open are not asked to recover"
+                                                       if any(name is None for _, name in renamed) else ""))
         walk = state.get("rollingDowngrade")
         if walk is not None and walk.get("to") != to_version:
             raise DowngradeError(f"{state_path}: a rolling downgrade to {walk.get('to')} is in progress; finish it "
@@ -93,14 +135,15 @@ def roll(admin: TransactionsAdmin, state_path: Path, to_version: str, restart: O
         admin_url = target if target is not None else state["identity"]["adminUrl"]
         session = Session(admin, admin_url, baselines_of(state), watch_period)
         try:
+            unopenable = {key for key, name in renamed if name is None}
             return _walk(admin, state_path, to_version, restart, say, target, admin_url, timeout_s, interval_s,
-                         recovery_timeout_s, concurrency, session, on_poll)
+                         recovery_timeout_s, concurrency, session, on_poll, unopenable)
         finally:
             session.close()
 
 
 def _walk(admin, state_path, to_version, restart, say, target, admin_url, timeout_s, interval_s, recovery_timeout_s,
-          concurrency, session: Session, on_poll) -> RollReport:
+          concurrency, session: Session, on_poll, unopenable: set[str]) -> RollReport:
     view = ClusterView(admin, target or "")
     ident = target_identity(admin, admin_url, view)
     brokers = active_brokers(admin, ident, view)
@@ -138,7 +181,7 @@ def _walk(admin, state_path, to_version, restart, say, target, admin_url, timeou
                         f"(at most {timeout_s:g} s)")
         _await_return(view, broker, step, to_version, timeout_s, interval_s, say)
         _save_walk(state_path, walk)
-        failed = _unrecovered(admin, state_path, concurrency, recovery_timeout_s, interval_s)
+        failed = _unrecovered(admin, state_path, concurrency, recovery_timeout_s, interval_s, unopenable)
         if failed:
             step["state"] = "failed"
             step["unrecovered"] = [f"{u.component} {u.key}: {u.why}" for u in failed]
@@ -210,14 +253,15 @@ def _await_return(view: ClusterView, broker: str, step: dict, to_version: str, t
 
 
 def _unrecovered(admin: TransactionsAdmin, state_path: Path, concurrency: int, timeout_s: float,
-                 interval_s: float) -> list[Unrecovered]:
+                 interval_s: float, unopenable: frozenset[str] | set[str] = frozenset()) -> list[Unrecovered]:
     """The recorded logs not Ready, after retrying them until ``timeout_s`` (a replay takes a while on a real
     broker). A store whose subscription was deleted since recording (gone from the listing) has nothing to
-    recover."""
+    recover, nor has one the operator accepted cannot open on the older version (``unopenable``)."""
     state = require_state(state_path)
     listing = topic_listing(admin, concurrency)
     pending: list[tuple[str, str, dict]] = [("coordinator", k, {}) for k in sorted(state["coordinators"], key=int)]
-    pending += [("pending-ack", k, rec) for k, rec in sorted(state["pendingAckStores"].items()) if k in listing]
+    pending += [("pending-ack", k, rec) for k, rec in sorted(state["pendingAckStores"].items())
+                if k in listing and k not in unopenable]
     deadline = time.monotonic() + timeout_s
     while True:
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
