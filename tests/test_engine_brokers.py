@@ -157,9 +157,9 @@ def test_each_broker_says_which_bundles_it_owns_and_a_fresh_client_sends_topic_c
     assert httpx.get(f"{url}/admin/v2/brokers/standalone/{listed[0]['id']}/ownedNamespaces",
                      timeout=10).status_code == 401
     with HttpAdmin(url, token=token) as admin:
-        elsewhere_topic = next(t for t in topics if owners[t] != url)
-        with pytest.raises(NotFoundError):  # no such topic, says its owner, after a redirect: the client then asks
-            admin.topic_stats(elsewhere_topic)  # the brokers what they own
+        for elsewhere_topic in [t for t in topics if owners[t] != url][:2]:
+            with pytest.raises(NotFoundError):  # no such topic, says its owner, after a redirect: at the second the
+                admin.topic_stats(elsewhere_topic)  # client asks the brokers what they own
         predicted = {t: admin._bundles.owner(t) if admin._bundles else None for t in topics}
     assert predicted == owners
 

@@ -130,6 +130,7 @@ class HttpAdmin:
         # which broker owns which bundle, asked of every broker once, after the first redirect shows a cluster
         self._bundles: Optional[BundleOwners] = None
         self._bundles_asked = False
+        self._owner_redirects = 0  # calls about a topic sent on to its owner (counted until the bundles are asked)
         self._bundles_lock = threading.Lock()
 
     @property
@@ -340,7 +341,11 @@ class HttpAdmin:
             if status not in REDIRECTS or location is None:
                 if moved and topic is not None:
                     if self._remember(topic, url, path) and not self._bundles_asked:
-                        self._learn_bundles()  # a broker sent a topic's call to its owner: this is a cluster
+                        # a broker sent a topic's call to its owner: a cluster. Asked at the second such call, so a
+                        # command of one call (`transactions pending-ack-stats`) does not pay for what it never uses
+                        self._owner_redirects += 1
+                        if self._owner_redirects >= 2:
+                            self._learn_bundles()
                 return answer
             if hops <= 0:
                 raise BadReplyError(f"{self.base_url}{tail}: too many redirects")
