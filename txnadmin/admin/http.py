@@ -127,7 +127,7 @@ class HttpAdmin:
         self._routes: dict[str, Optional[DirectRoute]] = {}  # a base (ours, or an owner's) taken apart, for _direct
         # topic -> the base of the broker the topic's last call was redirected to (see ``_send``)
         self._owners: dict[str, str] = {}
-        # which broker owns which bundle, asked of every broker once, after the first redirect shows a cluster
+        # which broker owns which bundle, asked of every broker once, after the second redirect shows a cluster
         self._bundles: Optional[BundleOwners] = None
         self._bundles_asked = False
         self._owner_redirects = 0  # calls about a topic sent on to its owner (counted until the bundles are asked)
