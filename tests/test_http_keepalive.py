@@ -539,3 +539,15 @@ def test_a_predicted_owner_that_refuses_connections_is_dropped_and_calls_enter_a
         for i in range(1, 4):
             assert admin.pending_ack_stats(f"persistent://public/default/t{i}", "sub") == json.loads(STATS)
     assert stats_calls(cluster.service) == 5 and len(survivor.requests) == 3
+
+
+def test_a_change_about_a_topic_goes_to_its_owner_too(serve, front):
+    """`downgrade start` unloads every topic (a PUT): after the bundles are known it goes straight to the owner,
+    once, with its method."""
+    cluster = FakeCluster(front, serve)
+    with HttpAdmin(cluster.service.url, token=SECRET) as admin:
+        for i in range(2):
+            admin.pending_ack_stats(f"persistent://public/default/t{i}", "sub")
+        admin.unload_topic("persistent://public/default/t9")
+    unloads = [r for server in (cluster.service, cluster.owner) for r in server.requests if "/unload" in r]
+    assert len(unloads) == 1 and unloads[0].startswith("PUT ") and unloads[0] in cluster.owner.requests

@@ -211,7 +211,7 @@ class HttpAdmin:
         order), sent under one deadline and the retry policy; the JSON reply, checked against the row's shape."""
         row = ENDPOINTS[call]
         path, params = row.target(args)
-        topic = args[row.topic_at] if row.topic_at is not None and row.method == "GET" else None
+        topic = args[row.topic_at] if row.topic_at is not None else None
         return _replies.result(self._call(row.method, path, params, row.content(args), topic), row.shape)
 
     def _reply(self, call: str) -> httpx.Response | Reply:
@@ -287,10 +287,12 @@ class HttpAdmin:
 
     def _send(self, method: str, path: str, params: dict, content: Optional[bytes],
               deadline: Optional[float] = None, topic: Optional[str] = None) -> httpx.Response | Reply:
-        """One call, following redirects. A GET about ``topic`` goes first to the broker the topic's last call was
-        redirected to, when there was one: on a cluster every non-owner answers 307 to the owner (Pulsar's
-        ``validateTopicOwnership``), and a poll asks about each topic every interval, so entering at the service
-        broker cost two exchanges per call where one does. It is only where to enter: whatever answers is judged as
+        """One call, following redirects. A call about ``topic`` goes first to the broker that owns it as far as this
+        client knows (the topic's last redirect, or the bundles the brokers said they own): on a cluster every
+        non-owner answers 307 to the owner (Pulsar's ``validateTopicOwnership``, for reads and changes alike), and a
+        poll asks about each topic every interval, so entering at the service broker cost two exchanges per call
+        where one does. (A change, such as `start`'s unload of every topic, is sent once either way: a refused
+        connection is before anything was sent, and a 307 keeps the method.) It is only where to enter: whatever answers is judged as
         before (a broker that no longer owns the topic redirects again, and the new owner is remembered), and an owner
         that refuses the connection is forgotten and the call enters at the service URL as if never remembered."""
         deadline = deadline if deadline is not None else time.monotonic() + self.timeout
