@@ -139,7 +139,7 @@ def _wait_json(home, d, state) -> subprocess.Popen:
     """`downgrade wait -o json` in the background, without --rerecord: a reopen it cannot prove stops it."""
     env = dict(os.environ, TXNADMIN_HOME=str(home))
     return subprocess.Popen(TXNADMIN + ["-u", f"local:{d}", "downgrade", "wait", "--state", str(state), "--timeout",
-                                        "90", "--interval", "1", "-o", "json"],
+                                        "150", "--interval", "1", "-o", "json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -149,7 +149,7 @@ def _polls(state: Path) -> int:
 
 def _unproven(waiting: subprocess.Popen) -> list[str]:
     """The wait stopped for a re-record (exit 1, not safe): the reasons of the reopens it could not prove."""
-    out, err = waiting.communicate(timeout=120)
+    out, err = waiting.communicate(timeout=200)  # it stops at the reopen; the bounds only matter on a loaded machine
     assert waiting.returncode == 1, out + err
     assert "Traceback" not in err and "cannot be proven without a re-record" in err, err
     report = json.loads(out)
@@ -170,7 +170,7 @@ def _frozen(pid: int) -> bool:
 def test_a_broker_without_a_process_start_time_never_proves_and_its_restart_shows_in_its_counters(tmp_path):
     """Broker 2 of 2 exports no process_start_time_seconds. A coordinator unloaded while `wait` watches is not
     accepted: that broker's counters cannot rule out a restart that zeroed them. Its restart between two rounds of
-    the watch shows as its counters going down. Re-recorded by `start`, the logs end safe by their ledgers (the
+    the watch is never accepted either (it shows as its counters going down when it falls inside the bracket). Re-recorded by `start`, the logs end safe by their ledgers (the
     bytes agree); a verdict after that one needs every broker's counters, and says "not yet" naming that broker."""
     from txnadmin.admin.protocol import TxnId
 
@@ -211,8 +211,12 @@ def test_a_broker_without_a_process_start_time_never_proves_and_its_restart_show
         finally:
             waiting.send_signal(signal.SIGCONT)
         reasons = _unproven(waiting)
-        assert any(f"broker {blind['id']} restarted" in r and "went down" in r and "process_start_time_seconds" in r
-                   for r in reasons), reasons
+        # Named with what its counters showed: usually the restart ("went down"). When the last poll that saw the
+        # log unchanged came after the restart, the restart is outside the judged bracket and the reason is only
+        # that the broker exports no start time: never proven either way (the restart itself is pinned down by
+        # tests/test_downgrade_watch.py's stand-in, where the timing is scripted).
+        assert any(f"broker {blind['id']}" in r and "process_start_time_seconds" in r for r in reasons), reasons
+        assert all("went down" in r for r in reasons if f"broker {blind['id']} restarted" in r), reasons
 
         # The operator aborts the open transactions; once their topic's subscriptions acknowledge again (their
         # pending-ack stores appear), the wait records them and ends safe by the ledgers alone.
