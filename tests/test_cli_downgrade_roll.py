@@ -116,6 +116,12 @@ def test_roll_refuses_before_the_safe_verdict_and_a_bad_version(tmp_path):
         recorded["safeVerdict"] = {"poll": recorded.get("polls", 0), "at": 0}
         save_state(state, recorded)
         starts = {b["id"]: b["processStartTime"] for b in brokers(d)}
+        planned = cli(home, "-u", f"local:{d}", "downgrade", "roll", "--to", "2.10.6", "--state", str(state),
+                      "--dry-run", "-o", "json")
+        assert planned.returncode == 0, planned.stderr  # the plan shows the refusal before anyone is asked
+        plan = json.loads(planned.stdout)["plan"]
+        assert plan["renamedStores"] == [{"store": store, "namedOnTo": None}]
+        assert plan["steps"][0].startswith("refuse before touching a broker: 2.10.6 names 1 recorded")
         refused = cli(home, "-u", f"local:{d}", "downgrade", "roll", "--to", "2.10.6", "--state", str(state),
                       "--yes")
         assert refused.returncode == 1, refused.stdout + refused.stderr

@@ -361,7 +361,7 @@ def roll(
     back are named); 3 the target cannot be read; 130 interrupted.
     """
     from ..procedures.downgrade import DowngradeError
-    from ..procedures.downgrade.rolling import check_version, roll as do_roll
+    from ..procedures.downgrade.rolling import check_version, renamed_on, roll as do_roll
 
     if interval <= 0 or timeout < 0 or recovery_timeout < 0:
         fail("--interval must be > 0, --timeout and --recovery-timeout >= 0", EXIT_USAGE)
@@ -375,15 +375,26 @@ def roll(
         fail(f"the engine at {target.engine_dir} is stopped: start it (`txnadmin engine run {target.engine_dir}`), "
              "then walk its brokers down", EXIT_UNREADABLE)
     restart, how = _restarter(target)
-    steps = [f"refuse before touching a broker if {to} names a recorded pending-ack store otherwise (Pulsar PR "
-             "#25727)" + (" — allowed by --allow-renamed-stores: those stores' acks are not replayed there"
-                          if allow_renamed_stores else ""),
+    renamed = _guard(renamed_on, state, to)
+    if not renamed:
+        first = f"{to} names every recorded pending-ack store as recorded (Pulsar PR #25727 changed the naming)"
+    else:
+        key, name = renamed[0]
+        example = f"{key} → {name or 'no valid name (a / in its subscription)'}" + (
+            f", and {len(renamed) - 1} more" if len(renamed) > 1 else "")
+        first = (f"walk on although {to} names {len(renamed)} recorded pending-ack store(s) otherwise ({example}): "
+                 "their acks are not replayed there (--allow-renamed-stores)" if allow_renamed_stores else
+                 f"refuse before touching a broker: {to} names {len(renamed)} recorded pending-ack store(s) "
+                 f"otherwise ({example}); see --allow-renamed-stores")
+    steps = [first,
              "for each active broker, in order: take the proof again (every log proven, no batched flush since "
              "`start`; reopens judged by the watch, or re-recorded)",
              f"{how} on {to}, and wait until it answers as a new process on {to}",
              "check that every recorded coordinator and pending-ack store recovered (Ready) before the next broker",
              f"keep the progress in {state} (run the same command to resume)"]
-    if not confirm(Plan(f"rolling downgrade to {to}", target.label, steps, {"to": to, "state": str(state)}),
+    details = {"to": to, "state": str(state),
+               "renamedStores": [{"store": key, "namedOnTo": name} for key, name in renamed]}
+    if not confirm(Plan(f"rolling downgrade to {to}", target.label, steps, details),
                    yes=yes, dry_run=dry_run, output=output):
         return
     if output != "json":

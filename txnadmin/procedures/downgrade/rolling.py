@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 from ...admin.cluster import ClusterView, parse_version
 from ...admin.protocol import AdminError, NotFoundError, TransactionsAdmin
 from ...names import encodes_pending_ack_subscription, pending_ack_topic, subscription_fits_store_name
-from .checklist import ChecklistLock, baselines_of, require_state, save_state
+from .checklist import ChecklistLock, baselines_of, load_state, require_state, save_state
 from .reopen import Session
 from .report import DowngradeError, Report
 from .target import active_brokers, target_identity, topic_listing
@@ -91,6 +91,13 @@ def renamed_stores(state: dict, to_version: str) -> list[tuple[str, Optional[str
         elif (name := pending_ack_topic(topic, subscription, encoded)) != key:
             found.append((key, name))
     return found
+
+
+def renamed_on(state_path: Path, to_version: str) -> list[tuple[str, Optional[str]]]:
+    """:func:`renamed_stores` of the checklist at ``state_path`` (none without one), for the walk's plan: what the
+    walk will refuse for, shown before anything is asked."""
+    state = load_state(state_path)
+    return [] if state is None else renamed_stores(state, check_version(to_version))
 
 
 def _refuse_renamed(renamed: list[tuple[str, Optional[str]]], to_version: str) -> None:
