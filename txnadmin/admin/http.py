@@ -292,9 +292,10 @@ class HttpAdmin:
         non-owner answers 307 to the owner (Pulsar's ``validateTopicOwnership``, for reads and changes alike), and a
         poll asks about each topic every interval, so entering at the service broker cost two exchanges per call
         where one does. (A change, such as `start`'s unload of every topic, is sent once either way: a refused
-        connection is before anything was sent, and a 307 keeps the method.) It is only where to enter: whatever answers is judged as
-        before (a broker that no longer owns the topic redirects again, and the new owner is remembered), and an owner
-        that refuses the connection is forgotten and the call enters at the service URL as if never remembered."""
+        connection is before anything was sent, and a 307 keeps the method.) It is only where to enter: whatever
+        answers is judged as before (a broker that no longer owns the topic redirects again, and the new owner is
+        remembered), and an owner that refuses the connection is forgotten and the call enters at the service URL as
+        if never remembered."""
         deadline = deadline if deadline is not None else time.monotonic() + self.timeout
         query = f"?{urlencode(params, quote_via=quote)}" if params else ""
         if topic is not None:
@@ -374,8 +375,8 @@ class HttpAdmin:
     def _learn_bundles(self) -> None:
         """Ask every active broker which bundles it owns (``ownedNamespaces``, as ``pulsar-admin brokers namespaces``
         does), so a topic's first call goes to its owner: a fresh process (a `downgrade status`) otherwise pays a
-        redirect for most of its calls. Asked once per client, by the first thread whose call was redirected (the
-        others do not wait); a failure only means calls keep entering at the service URL, so it is logged, not raised.
+        redirect for most of its calls. Asked once per client, by the thread whose call was the second sent on to
+        its owner (the others do not wait); a failure only means calls keep entering at the service URL, so it is logged, not raised.
         Not through a base URL with a path (a proxy in front: its brokers' addresses are not ours to guess)."""
         with self._bundles_lock:  # only the flag: whoever flips it asks, the others go on at once
             if self._bundles_asked:
