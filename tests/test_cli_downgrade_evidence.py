@@ -156,8 +156,13 @@ def _client_traffic(broker: Broker, topic: str, n: int) -> None:
 
 def _drive(waiter: subprocess.Popen, broker: Broker, topics: tuple[str, ...], rounds: int) -> tuple[str, str]:
     """Client traffic on ``topics`` (their stores trim as their subscriptions acknowledge) until ``waiter``, a
-    background `wait`, ends; its (stdout, stderr)."""
-    for _ in range(rounds):
+    background `wait`, ends; its (stdout, stderr). At least ``rounds`` rounds, and on while the wait runs (its own
+    --timeout bounds it): a transaction a reload broke mid-way stays open until its 60 s timeout, which only a
+    maintenance tick ends, and on a loaded machine the rounds alone could run out first."""
+    deadline = time.monotonic() + 200
+    done = 0
+    while done < rounds or time.monotonic() < deadline:
+        done += 1
         if waiter.poll() is not None:
             break
         for topic in topics:
