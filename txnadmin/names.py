@@ -70,6 +70,12 @@ def topic_hash(topic: str) -> int:
     return zlib.crc32(normalize_topic(topic).encode("utf-8")) & FULL_UPPER
 
 
+def bundle_namespace(full: str) -> str:
+    """The namespace (``t/ns``) whose bundles hold the full topic name ``full``: its first two path segments, however
+    many ``/`` its local name holds."""
+    return "/".join(full.split("://", 1)[1].split("/", 2)[:2])
+
+
 def namespace_of(topic: str) -> str:
     """persistent://t/ns/x → t/ns. A name without a domain is not a full topic name (ValueError)."""
     domain, sep, rest = topic.partition("://")

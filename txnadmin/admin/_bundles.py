@@ -13,7 +13,7 @@ import bisect
 import re
 from typing import Any, Optional
 
-from ..names import FULL_UPPER, normalize_topic, topic_hash
+from ..names import FULL_UPPER, bundle_namespace, normalize_topic, topic_hash
 
 BUNDLE = re.compile(r"(?P<namespace>[^/]+/[^/]+)/0x(?P<lower>[0-9a-fA-F]{8})_0x(?P<upper>[0-9a-fA-F]{8})")
 MAX_BUNDLES = 100_000  # bundles taken from one broker's answer: past that it is garbage, not a cluster
@@ -63,7 +63,7 @@ class BundleOwners:
             full = normalize_topic(topic)
         except ValueError:
             return None
-        entry = self._namespaces.get("/".join(full.split("://", 1)[1].split("/", 2)[:2]))
+        entry = self._namespaces.get(bundle_namespace(full))
         if entry is None:
             return None
         lowers, ranges = entry

@@ -244,8 +244,8 @@ class ClusterServer:
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         """The one event loop every broker's listener runs on. One loop, not a thread per broker: the brokers share
-        one interpreter and its lock anyway, and a loop per thread made them hand it to each other on every request
-        (measured in bench/downgrade_status.py --brokers 1,3; numbers in docs/benchmarks.md)."""
+        one interpreter and its lock anyway, and a loop per thread had three threads contend for it (measured in
+        bench/downgrade_status.py --brokers 1,3; numbers in docs/benchmarks.md)."""
         if self._loop is None:
             try:
                 import uvloop  # what uvicorn itself picks when it is there

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from ...names import FULL_UPPER, normalize_topic, topic_hash
+from ...names import FULL_UPPER, bundle_namespace, normalize_topic, topic_hash
 
 DEFAULT_BUNDLES = 4  # broker.conf defaultNumberOfNamespaceBundles
 
@@ -29,5 +29,4 @@ def bundle_of(topic: str, count: int = DEFAULT_BUNDLES) -> str:
     code = topic_hash(full)
     ranges = bundle_ranges(count)
     lower, upper = next(((lo, up) for lo, up in ranges if lo <= code < up), ranges[-1])
-    tenant, namespace = full.split("://", 1)[1].split("/", 2)[:2]  # the local name may itself hold "/"
-    return f"{tenant}/{namespace}/0x{lower:08x}_0x{upper:08x}"
+    return f"{bundle_namespace(full)}/0x{lower:08x}_0x{upper:08x}"
